@@ -1,0 +1,27 @@
+# Airlock: `make run` (the dashboard on the embedded default) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install migrate clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py runserver 127.0.0.1:$${PORT:-8000}
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var

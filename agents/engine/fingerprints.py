@@ -1,0 +1,23 @@
+"""Canonical JSON, call fingerprints and idempotency keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, non-ASCII kept: equal values give equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(tool: str, args: Any) -> str:
+    """Identifies "the same call" across a run, whatever the step."""
+    return hashlib.sha256(f"{tool}:{canonical_json(args)}".encode()).hexdigest()[:32]
+
+
+def idempotency_key(run_id: str | int, step: int, tool: str, args: Any) -> str:
+    """sha256 of `run_id : step : tool : canonical args`, as the design fixes it."""
+    raw = f"{run_id}:{step}:{tool}:{canonical_json(args)}"
+    return hashlib.sha256(raw.encode()).hexdigest()

@@ -1,0 +1,87 @@
+"""Tool registry types: what a tool declares next to its schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonschema
+
+Risk = Literal["read", "write", "irreversible"]
+Returns = Literal["internal", "external"]
+RetrySafety = Literal["safe", "unsafe"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: str
+    idempotency_key: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the engine sees it.
+
+    `retry_safety` says whether a call whose outcome is unknown (a crash while it ran)
+    may run again with the same idempotency key (`safe`) or needs a human (`unsafe`).
+    """
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    risk: Risk
+    returns: Returns
+    retry_safety: RetrySafety
+    func: Callable[[dict[str, Any], ToolContext], Any] = field(compare=False)
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        assert self.risk in ("read", "write", "irreversible"), self.risk
+        assert self.returns in ("internal", "external"), self.returns
+        assert self.retry_safety in ("safe", "unsafe"), self.retry_safety
+        jsonschema.Draft202012Validator.check_schema(self.schema)
+
+    def validate(self, args: Any) -> str | None:
+        """A readable reason the arguments are invalid, or None."""
+        if not isinstance(args, dict):
+            return f"arguments must be a JSON object, not {type(args).__name__}"
+        validator = jsonschema.Draft202012Validator(self.schema)
+        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+        if not errors:
+            return None
+        first = errors[0]
+        where = "/".join(str(p) for p in first.path) or "(root)"
+        return f"{where}: {first.message}"
+
+    def openapi(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.schema}
+
+
+class Registry:
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: ToolSpec) -> None:
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def subset(self, names: Iterable[str] | None) -> Registry:
+        """Only the named tools (all when names is None)."""
+        if names is None:
+            return Registry(self._specs.values())
+        return Registry(s for n in names if (s := self._specs.get(n)) is not None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._specs[n] for n in sorted(self._specs))

@@ -1,0 +1,202 @@
+"""The ledger of runs: profiles, runs, immutable transitions, the transcript, the
+tool-call journal, approvals and the diagnostic side-effect ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from agents.engine import states
+from agents.engine.limits import DEFAULTS, Limits
+
+
+class AgentProfile(models.Model):
+    PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic")]
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    provider = models.CharField(max_length=20, choices=PROVIDERS)
+    model_name = models.CharField(max_length=100, blank=True)
+    # Micro-dollars per million tokens: $3/Mtok is 3_000_000.
+    price_input_micros = models.PositiveBigIntegerField(default=0)
+    price_output_micros = models.PositiveBigIntegerField(default=0)
+    system_prompt = models.TextField(blank=True)
+    tools = models.JSONField(null=True, blank=True, help_text="tool names offered; empty means all registered")
+    denied_tools = models.JSONField(default=list, blank=True)
+    always_ask_tools = models.JSONField(default=list, blank=True)
+    limits = models.JSONField(default=dict, blank=True, help_text=f"overrides of {sorted(DEFAULTS)}")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def base_limits(self) -> Limits:
+        return Limits.from_dict(self.limits)
+
+    def prices(self) -> dict[str, int]:
+        return {"input": self.price_input_micros, "output": self.price_output_micros}
+
+
+class Run(models.Model):
+    STATES = [(s, s) for s in states.STATES]
+    APPROVERS = [("human", "human"), ("none", "none")]
+
+    profile = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="runs")
+    task = models.TextField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    approver = models.CharField(max_length=10, choices=APPROVERS, default="human")
+    script = models.JSONField(null=True, blank=True)
+
+    # The cache of the engine state; replaying the transitions must reproduce it.
+    state = models.CharField(max_length=20, choices=STATES, default=states.QUEUED)
+    steps = models.PositiveIntegerField(default=0)
+    cost_micros = models.PositiveBigIntegerField(default=0)
+    cost_unknown = models.BooleanField(default=False)
+    tokens = models.PositiveBigIntegerField(default=0)
+    tainted = models.BooleanField(default=False)
+    answer = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    engine = models.JSONField(default=dict)
+    version = models.PositiveIntegerField(default=0)
+    messages_count = models.PositiveIntegerField(default=0)
+
+    deadline = models.DateTimeField()
+    lease_owner = models.CharField(max_length=100, null=True, blank=True)
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    claims_without_progress = models.PositiveSmallIntegerField(default=0)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["state", "-created_at"], name="run_state_created"),
+            models.Index(fields=["created_by", "-created_at"], name="run_owner_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in states.TERMINAL
+
+
+class Transition(models.Model):
+    """One row per transition, never updated: the audit trail."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions")
+    seq = models.PositiveIntegerField()
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20)
+    kind = models.CharField(max_length=30)
+    payload = models.JSONField(default=dict)
+    cost_micros = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    actor = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="transition_run_seq")]
+        ordering = ["run", "seq"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise RuntimeError("transitions are immutable")
+        super().save(*args, **kwargs)
+
+
+class Message(models.Model):
+    """The transcript, stored once as appended deltas."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    index = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField(help_text="the transition that appended it (0: launch)")
+    role = models.CharField(max_length=20)
+    content = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="message_run_index")]
+        ordering = ["run", "index"]
+
+    def to_engine(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = self.tool_calls
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+        if self.name:
+            data["name"] = self.name
+        return data
+
+
+class ToolCall(models.Model):
+    """The journal: one row per idempotency key, the intent before the execution."""
+
+    STATUSES = [(s, s) for s in ("intended", "started", "succeeded", "failed")]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    idempotency_key = models.CharField(max_length=64, unique=True)
+    step = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True)
+    status = models.CharField(max_length=10, choices=STATUSES, default="intended")
+    result = models.JSONField(null=True, blank=True)
+    result_chars = models.PositiveBigIntegerField(default=0)
+    result_truncated = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+
+class Approval(models.Model):
+    STATUSES = [(s, s) for s in ("pending", "approved", "rejected", "expired", "denied")]
+    KINDS = [("policy", "policy"), ("outcome_unknown", "outcome unknown")]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    kind = models.CharField(max_length=20, choices=KINDS, default="policy")
+    idempotency_key = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=200)
+    step = models.PositiveIntegerField(default=0)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True)
+    risk = models.CharField(max_length=20)
+    reason = models.TextField()
+    taint_source = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=STATUSES, default="pending")
+    decision = models.CharField(max_length=10, blank=True, help_text="approve, reject, happened, retry or fail")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "created_at"], name="approval_status_created")]
+        constraints = [
+            # At most one open question per run: the engine waits on one call at a time.
+            models.UniqueConstraint(
+                fields=["run"], condition=models.Q(status="pending"), name="approval_one_pending_per_run"
+            )
+        ]
+
+
+class LedgerEntry(models.Model):
+    """Side effects of the diagnostic ledger tools: how tests count executions."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger")
+    idempotency_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    entry = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,17 @@
+"""Built-in tools, one module each; `registry()` returns the ones this deployment offers."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from agents.engine.registry import Registry
+
+
+def registry() -> Registry:
+    from . import diagnostic
+
+    reg = Registry()
+    if settings.AIRLOCK_ALLOW_SCRIPTED:
+        for spec in diagnostic.TOOLS:
+            reg.add(spec)
+    return reg

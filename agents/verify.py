@@ -1,0 +1,53 @@
+"""Replaying a run's transitions must reproduce its cached state exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.engine import patch
+from agents.engine.step import RunState
+from agents.models import Message, Run
+
+
+def verify_run(run: Run) -> list[str]:
+    """Every way the run's rows disagree with its cache; empty when they agree."""
+    problems: list[str] = []
+    engine: dict[str, Any] = {}
+    cost = tokens = 0
+    previous = ""
+    seqs = []
+    for t in run.transitions.order_by("seq").only(
+        "seq", "from_state", "to_state", "payload", "cost_micros", "tokens"
+    ).iterator():
+        seqs.append(t.seq)
+        if t.from_state != previous:
+            problems.append(f"seq {t.seq}: from {t.from_state!r} but the previous transition ended in {previous!r}")
+        previous = t.to_state
+        engine = patch.apply(engine, t.payload.get("patch", {}))
+        if engine.get("state") != t.to_state:
+            problems.append(f"seq {t.seq}: patched state {engine.get('state')!r} != to_state {t.to_state!r}")
+        cost += t.cost_micros
+        tokens += t.tokens
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"seq is not contiguous from 1: {_gaps(seqs)}")
+    if run.version != len(seqs):
+        problems.append(f"version {run.version} != {len(seqs)} transitions")
+    if engine != run.engine:
+        keys = sorted(k for k in engine.keys() | run.engine.keys() if engine.get(k) != run.engine.get(k))
+        problems.append(f"replayed engine state differs from the cache in: {', '.join(keys)}")
+    replayed = RunState.from_json(engine)
+    for name in ("state", "steps", "cost_micros", "cost_unknown", "tokens", "tainted", "answer", "error"):
+        if getattr(replayed, name) != getattr(run, name):
+            problems.append(f"{name}: replay gives {getattr(replayed, name)!r}, cached {getattr(run, name)!r}")
+    if cost != run.cost_micros:
+        problems.append(f"transition costs sum to {cost}, cached {run.cost_micros}")
+    if tokens != run.tokens:
+        problems.append(f"transition tokens sum to {tokens}, cached {run.tokens}")
+    indexes = list(Message.objects.filter(run=run).order_by("index").values_list("index", flat=True))
+    if indexes != list(range(len(indexes))) or len(indexes) != run.messages_count:
+        problems.append(f"messages: {len(indexes)} rows, cached count {run.messages_count}")
+    return problems
+
+
+def _gaps(seqs: list[int]) -> str:
+    return ", ".join(str(s) for s in seqs[:20]) + (" ..." if len(seqs) > 20 else "")

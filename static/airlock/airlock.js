@@ -1,0 +1,1 @@
+// Airlock's only script besides htmx: no inline handlers anywhere, so a strict CSP holds.

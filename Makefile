@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install migrate clean
+.PHONY: run test bench install migrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ run: migrate
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
+bench: $(STAMP)
+	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) var

@@ -147,6 +147,7 @@ class ToolCall(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
     idempotency_key = models.CharField(max_length=64, unique=True)
+    fingerprint = models.CharField(max_length=32, help_text="tool + canonical args, whatever the step")
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
     tool = models.CharField(max_length=100)
@@ -158,6 +159,9 @@ class ToolCall(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint")]
 
 
 class Approval(models.Model):

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import faults
-from agents.engine import patch, states
+from agents.engine import states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, step
@@ -116,7 +116,7 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
         for name, value in cache_fields(state).items():
             setattr(run, name, value)
         run.version = 1
-        run.deadline = dt.datetime.fromtimestamp(state.deadline, tz=dt.timezone.utc)
+        run.deadline = dt.datetime.fromtimestamp(state.deadline, tz=dt.UTC)
         run.save()
         TransitionRow.objects.create(
             run=run, seq=1, from_state="", to_state=state.state, kind="launch",
@@ -179,7 +179,7 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
         ToolCall.objects.bulk_create(
-            [ToolCall(run=run, idempotency_key=i["key"], step=i["step"], call_id=i["call_id"][:200],
+            [ToolCall(run=run, idempotency_key=i["key"], fingerprint=i["fp"], step=i["step"], call_id=i["call_id"][:200],
                       tool=i["tool"][:100], args=clean(i["args"]))],
             ignore_conflicts=True,
         )
@@ -213,6 +213,11 @@ class StoreJournal:
     def get(self, key: str) -> JournalEntry | None:
         row = ToolCall.objects.filter(idempotency_key=key).values("status", "result").first()
         return JournalEntry(row["status"], row["result"]) if row else None
+
+    def executed(self, fingerprint: str) -> int:
+        return ToolCall.objects.filter(
+            run=self.run, fingerprint=fingerprint, status__in=("succeeded", "failed")
+        ).count()
 
     def begin(self, key: str) -> bool:
         # Committed on its own before the tool runs: after a crash, "started" without a

@@ -68,6 +68,10 @@ class Journal(Protocol):
 
     def get(self, key: str) -> JournalEntry | None: ...
 
+    def executed(self, fingerprint: str) -> int:
+        """How many calls with this fingerprint already ran (finished) in the run."""
+        ...
+
     def begin(self, key: str) -> bool:
         """Mark the intent `started` and commit; False when someone else already did."""
         ...

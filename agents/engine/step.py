@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import limits as limits_mod
@@ -57,10 +57,11 @@ class RunState:
     denied_tools: list[str] = field(default_factory=list)
     always_ask_tools: list[str] = field(default_factory=list)
     prices: dict[str, int] = field(default_factory=dict)
-    pending_calls: list[dict[str, Any]] = field(default_factory=list)
-    current_call: dict[str, Any] | None = None
+    # Calls are referred to by id; their arguments live once, in the assistant message
+    # that proposed them, so the state (rewritten every step) stays the same size.
+    pending_calls: list[str] = field(default_factory=list)
+    current_call: dict[str, Any] | None = None  # {"id", "tool", "key", "fp"}
     approval: dict[str, Any] | None = None
-    executed: dict[str, int] = field(default_factory=dict)  # fingerprint -> times run
     error_streak: dict[str, Any] | None = None
     answer: str | None = None
     error: str | None = None
@@ -68,8 +69,8 @@ class RunState:
 
     def engine_json(self) -> dict[str, Any]:
         """The state without the transcript (stored as message rows), nulls dropped."""
-        data = asdict(self)
-        del data["messages"]
+        # Not asdict(): it would deep-copy the whole transcript on every step.
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "messages"}
         return patch.compact(data)  # type: ignore[no-any-return]
 
     @classmethod
@@ -157,7 +158,7 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
     if state.state == PLANNING:
         if state.pending_calls:
             new = state.copy()
-            call = new.pending_calls.pop(0)
+            call = proposed_call(new, new.pending_calls.pop(0))
             return _propose(new, call, deps, Transition(PLANNING, PLANNING, "call"))
         return _call_model(state, deps)
     assert state.state == ACTING
@@ -202,7 +203,7 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
-            t.intent = _intent(new, call)
+            t.intent = _intent(new, call, proposed_call(state, call["id"])["args"])
         else:
             t.journal_reset = call["key"]
         return _move(new, ACTING, t)
@@ -215,7 +216,6 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
         result = {"ok": True, "result": note or "the reviewer confirmed it happened"}
         t.journal_result = {"key": call["key"], "status": "succeeded", "result": result}
         new.steps += 1
-        new.executed[call["fp"]] = new.executed.get(call["fp"], 0) + 1
         new.consecutive_errors = 0
     t.messages.append(_tool_message(call, result))
     return _move(new, PLANNING, t)
@@ -257,7 +257,7 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
         return _move(new, DONE, t)
     detail["calls"] = len(calls)
     t = Transition(PLANNING, PLANNING, "model", detail, cost, tokens, duration, [message])
-    new.pending_calls = calls[1:]
+    new.pending_calls = [c["id"] for c in calls[1:]]
     return _propose(new, calls[0], deps, t)
 
 
@@ -302,7 +302,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
     assert spec is not None
     fp = fingerprint(tool, args)
     lim = limits_mod.Limits.from_dict(new.limits)
-    times = new.executed.get(fp, 0)
+    times = deps.journal.executed(fp)
     streak = new.error_streak or {}
     if times >= lim.max_identical_calls:
         reason = (
@@ -325,20 +325,20 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
         approver=new.approver,
     )
     t.detail["verdict"] = verdict.to_dict()
-    current = {**call, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
+    current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
     if verdict.action == "allow":
         new.current_call = current
-        t.intent = _intent(new, current)
+        t.intent = _intent(new, current, args)
         t.to_state = ACTING
         return _move(new, ACTING, t)
     if verdict.action == "ask":
         new.current_call = current
         new.approval = {"kind": "policy", "reason": verdict.reason}
-        t.approval = _approval_row(new, current, "policy", verdict.reason, spec)
+        t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec)
         t.to_state = AWAITING_APPROVAL
         return _move(new, AWAITING_APPROVAL, t)
     if verdict.no_approver:
-        t.approval = {**_approval_row(new, current, "policy", verdict.reason, spec), "status": "denied"}
+        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec), "status": "denied"}
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
@@ -354,19 +354,31 @@ def _fail_from(new: RunState, t: Transition, reason: str) -> Outcome:
     return _move(new, FAILED, t)
 
 
-def _intent(state: RunState, call: dict[str, Any]) -> dict[str, Any]:
-    return {"key": call["key"], "call_id": call["id"], "tool": call["tool"], "args": call["args"], "step": state.steps}
+def proposed_call(state: RunState, call_id: str) -> dict[str, Any]:
+    """The call with this id as the model proposed it (the newest such message wins)."""
+    for message in reversed(state.messages):
+        for call in message.get("tool_calls") or ():
+            if call["id"] == call_id:
+                return {"id": call["id"], "tool": call["tool"], "args": call["args"]}
+    raise LookupError(f"no proposed call {call_id!r} in the transcript")
+
+
+def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
+    return {
+        "key": call["key"], "fp": call["fp"], "call_id": call["id"], "tool": call["tool"], "args": args,
+        "step": state.steps,
+    }
 
 
 def _approval_row(
-    state: RunState, call: dict[str, Any], kind: str, reason: str, spec: ToolSpec | None
+    state: RunState, call: dict[str, Any], args: Any, kind: str, reason: str, spec: ToolSpec | None
 ) -> dict[str, Any]:
     return {
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],
         "tool": call["tool"],
-        "args": call["args"],
+        "args": args,
         "risk": spec.risk if spec else "irreversible",
         "reason": reason,
         "taint_source": state.taint_source if state.tainted else None,
@@ -395,12 +407,13 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
         reason = f"{OUTCOME_UNKNOWN}: {call['tool']} was interrupted and is not safe to repeat"
         new.approval = {"kind": "outcome_unknown", "reason": reason}
         t = Transition(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
-        t.approval = _approval_row(new, call, "outcome_unknown", reason, spec)
+        t.approval = _approval_row(new, call, proposed_call(state, call["id"])["args"], "outcome_unknown", reason, spec)
         return _move(new, AWAITING_APPROVAL, t)
     if spec.retry_safety == "unsafe" and not deps.journal.begin(call["key"]):
         return None  # another worker started it between our read and our mark
     ctx = ToolContext(run_id=state.run_id, idempotency_key=call["key"], timeout=spec.timeout)
-    return _record(state, call, spec, deps.runner.run(spec, call["args"], ctx))
+    args = proposed_call(state, call["id"])["args"]
+    return _record(state, call, spec, deps.runner.run(spec, args, ctx))
 
 
 def _record(
@@ -415,7 +428,6 @@ def _record(
     new = state.copy()
     new.steps += 1
     new.current_call = None
-    new.executed[call["fp"]] = new.executed.get(call["fp"], 0) + 1
     detail: dict[str, Any] = {"call": {"id": call["id"], "tool": call["tool"]}, "ok": ok}
     if ok:
         new.consecutive_errors = 0

@@ -8,7 +8,7 @@ import pytest
 
 from agents.engine import states
 from agents.engine.fingerprints import canonical_json, idempotency_key
-from agents.engine.limits import Limits, LimitError
+from agents.engine.limits import LimitError, Limits
 from agents.engine.step import RunState, new_run
 
 # The design's table, written out independently of the engine's.
@@ -62,8 +62,8 @@ def test_idempotency_key_is_sha256_of_run_step_tool_canonical_args() -> None:
 
 def test_state_survives_a_json_round_trip_unchanged() -> None:
     s = new_run("1", limits=Limits(), now=1000.0, task="t", system_prompt="sys")
-    s.pending_calls = [{"id": "c", "tool": "echo", "args": {"text": "x"}}]
-    s.executed = {"abc": 2}
+    s.pending_calls = ["c", "d"]
+    s.current_call = {"id": "c", "tool": "echo", "key": "k", "fp": "f"}
     again = RunState.from_json(json.loads(json.dumps(s.engine_json())), json.loads(json.dumps(s.messages)))
     assert again == s
 

@@ -1,0 +1,222 @@
+"""`make bench`: Airlock measured against the physical limit, as ratios from one run.
+
+Absolute numbers drift on a shared machine; every figure that matters is a ratio of two
+things measured side by side here. Writes bench/results.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/airlock_bench")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+RESULT_BYTES = 500  # a realistic small tool result
+SIZES = (10, 50, 100, 200)
+
+
+def ensure_database(url: str) -> None:
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+            conn.execute(f'create database "{name}"')
+
+
+def setup_django() -> None:
+    ensure_database(os.environ["DATABASE_URL"])
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def raw_insert_rate(seconds: float = 3.0) -> dict[str, Any]:
+    """Single-row INSERT + COMMIT per second from one psycopg connection (autocommit)."""
+    import psycopg
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute("create table if not exists bench_raw (id bigserial primary key, body text)")
+        conn.execute("truncate bench_raw")
+        body = "x" * RESULT_BYTES
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            conn.execute("insert into bench_raw (body) values (%s)", (body,))
+            n += 1
+        elapsed = time.perf_counter() - start
+        conn.execute("drop table bench_raw")
+    return {"commits_per_second": round(n / elapsed, 1), "commits": n}
+
+
+class CommitCounter:
+    """Counts durable commits: atomic blocks committed, plus writes run in autocommit."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+
+    def __enter__(self) -> CommitCounter:
+        from django.db import connection
+
+        self._orig = connection._commit
+        counter = self
+
+        def counting_commit() -> None:
+            counter.commits += 1
+            self._orig()
+
+        connection._commit = counting_commit
+        self._wrapper = connection.execute_wrapper(self._autocommit_writes)
+        self._wrapper.__enter__()
+        return self
+
+    def _autocommit_writes(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        from django.db import connection
+
+        if not connection.in_atomic_block and sql.lstrip().split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            self.commits += 1
+        return execute(sql, params, many, context)
+
+    def __exit__(self, *exc: Any) -> None:
+        from django.db import connection
+
+        self._wrapper.__exit__(*exc)
+        connection._commit = self._orig
+
+
+def bench_profile() -> Any:
+    from agents.models import AgentProfile
+
+    profile, _ = AgentProfile.objects.update_or_create(
+        name="bench",
+        defaults={"provider": "scripted", "tools": ["echo"], "limits": {"max_steps": 10_000, "max_tokens": 10**9}},
+    )
+    return profile
+
+
+def script_of(n: int) -> list[dict[str, Any]]:
+    return [{"call": {"tool": "echo", "args": {"text": f"{i:06d}" + "r" * (RESULT_BYTES - 6)}}} for i in range(n)] + [
+        {"final": "done"}
+    ]
+
+
+def table_bytes() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "select coalesce(sum(pg_total_relation_size(c.oid)), 0) from pg_class c "
+            "where c.relkind = 'r' and c.relname in ('agents_run', 'agents_transition', 'agents_message', 'agents_toolcall')"
+        )
+        return int(cur.fetchone()[0])
+
+
+def wal_lsn() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("select pg_current_wal_lsn() - '0/0'::pg_lsn")
+        return int(cur.fetchone()[0])
+
+
+def payload_bytes(run: Any) -> int:
+    from agents.models import Message, ToolCall, Transition
+
+    total = 0
+    for t in Transition.objects.filter(run=run):
+        total += len(json.dumps(t.payload)) + len(t.from_state) + len(t.to_state) + len(t.kind) + len(t.actor)
+    for m in Message.objects.filter(run=run):
+        total += len(m.content) + len(json.dumps(m.tool_calls)) + len(m.tool_call_id) + len(m.role)
+    for c in ToolCall.objects.filter(run=run):
+        total += len(json.dumps(c.args)) + len(json.dumps(c.result)) + len(c.idempotency_key)
+    return total
+
+
+def engine_run(n: int, total: int = 200) -> dict[str, Any]:
+    """Runs of n tool calls through the real store, in this process.
+
+    Each size executes `total` tool calls in all (total/n runs), so the on-disk and WAL
+    figures cover the same amount of work and page-granular growth compares fairly.
+    """
+    from django.db import connection
+
+    from agents import store
+    from agents.actions import run_launch
+    from agents.models import Message, ToolCall, Transition
+
+    profile = bench_profile()
+    runs = [run_launch(agent=profile, task=f"bench {n}", script=script_of(n)) for _ in range(max(1, total // n))]
+    calls = n * len(runs)
+    rows_before = Transition.objects.count() + Message.objects.count() + ToolCall.objects.count()
+    disk_before, wal_before = table_bytes(), wal_lsn()
+    elapsed = 0.0
+    with CommitCounter() as counter:
+        for run in runs:
+            start = time.perf_counter()
+            done = store.drive(run.pk)
+            elapsed += time.perf_counter() - start
+            assert done.state == "done", done.error
+    connection.close()
+    # Launch rows (seq 1, first messages) were written before the measurement started.
+    rows = Transition.objects.count() + Message.objects.count() + ToolCall.objects.count() - rows_before
+    return {
+        "n": n,
+        "runs": len(runs),
+        "seconds": elapsed,
+        "tool_calls_per_second": calls / elapsed,
+        "commits_per_tool_call": counter.commits / calls,
+        "rows_per_tool_call": rows / calls,
+        "payload_bytes_per_tool_call": sum(payload_bytes(r) for r in runs) / calls,
+        "disk_bytes_per_tool_call": (table_bytes() - disk_before) / calls,
+        "wal_bytes_per_tool_call": (wal_lsn() - wal_before) / calls,
+    }
+
+
+def main() -> None:
+    setup_django()
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    raw = raw_insert_rate()
+    results["raw_limit"] = raw
+    engine_run(10, total=20)  # warm-up: imports, connection, caches
+    engine = {n: engine_run(n) for n in SIZES}
+    results["engine"] = {
+        str(n): {**r, "fraction_of_raw_limit": r["tool_calls_per_second"] / raw["commits_per_second"]}
+        for n, r in engine.items()
+    }
+    results["storage"] = {
+        "payload_ratio_200_to_10": engine[200]["payload_bytes_per_tool_call"] / engine[10]["payload_bytes_per_tool_call"],
+        "disk_ratio_200_to_10": engine[200]["disk_bytes_per_tool_call"] / max(engine[10]["disk_bytes_per_tool_call"], 1),
+        "wal_ratio_200_to_10": engine[200]["wal_bytes_per_tool_call"] / max(engine[10]["wal_bytes_per_tool_call"], 1),
+    }
+    out = ROOT / "bench" / "results.json"
+    out.write_text(json.dumps(results, indent=2))
+    print_table(results)
+    print(f"\nwritten: {out.relative_to(ROOT)}")
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(f"raw limit: {r['raw_limit']['commits_per_second']:.0f} single-row INSERT+COMMIT/s")
+    print(f"{'N':>5} {'calls/s':>9} {'of raw':>7} {'commits':>8} {'rows':>5} {'payload B':>10} {'disk B':>8} {'WAL B':>8}")
+    for n, e in r["engine"].items():
+        print(
+            f"{n:>5} {e['tool_calls_per_second']:>9.1f} {e['fraction_of_raw_limit']:>7.3f} {e['commits_per_tool_call']:>8.2f} "
+            f"{e['rows_per_tool_call']:>5.2f} {e['payload_bytes_per_tool_call']:>10.0f} {e['disk_bytes_per_tool_call']:>8.0f} "
+            f"{e['wal_bytes_per_tool_call']:>8.0f}"
+        )
+    s = r["storage"]
+    print(f"storage growth N=200 / N=10 per call: payload {s['payload_ratio_200_to_10']:.2f}x, disk {s['disk_ratio_200_to_10']:.2f}x, WAL {s['wal_ratio_200_to_10']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

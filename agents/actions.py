@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import store
+from agents import faults, store
 from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
@@ -88,6 +88,7 @@ def run_launch(
         run.save()
         state.run_id = str(run.pk)
         store.create(run, state, actor=actor_name(user))
+        transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
     return run
 

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench install migrate clean
+.PHONY: run test bench bench-compare install migrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,5 +27,16 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
+# The same scripted agent on LangGraph + PostgresSaver, in a separate virtual environment.
+COMPARE_VENV := .venv-compare
+$(COMPARE_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(COMPARE_VENV)
+	$(COMPARE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPARE_VENV)/bin/python -m pip install --quiet -e . "langgraph>=1.0,<2" "langgraph-checkpoint-postgres>=3,<4" "psycopg[binary,pool]>=3.2,<4"
+	touch $@
+
+bench-compare: $(COMPARE_VENV)/.installed
+	$(COMPARE_VENV)/bin/python bench/compare.py
+
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) $(COMPARE_VENV) var

@@ -90,7 +90,8 @@ class Run(models.Model):
 class Transition(models.Model):
     """One row per transition, never updated: the audit trail."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions")
+    # (run, seq) is unique, so that index serves the foreign key too.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions", db_index=False)
     seq = models.PositiveIntegerField()
     from_state = models.CharField(max_length=20, blank=True)
     to_state = models.CharField(max_length=20)
@@ -115,7 +116,7 @@ class Transition(models.Model):
 class Message(models.Model):
     """The transcript, stored once as appended deltas."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     index = models.PositiveIntegerField()
     seq = models.PositiveIntegerField(help_text="the transition that appended it (0: launch)")
     role = models.CharField(max_length=20)
@@ -145,7 +146,7 @@ class ToolCall(models.Model):
 
     STATUSES = [(s, s) for s in ("intended", "started", "succeeded", "failed")]
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
     idempotency_key = models.CharField(max_length=64, unique=True)
     fingerprint = models.CharField(max_length=32, help_text="tool + canonical args, whatever the step")
     step = models.PositiveIntegerField()

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from agents import faults
@@ -95,6 +95,7 @@ def cache_fields(state: RunState) -> dict[str, Any]:
 
 
 def _message_rows(run: Run, seq: int, start: int, messages: list[dict[str, Any]]) -> list[Message]:
+    """Unsaved rows for appended messages (seq 0 until the transition's seq is known)."""
     return [
         Message(
             run=run,
@@ -132,39 +133,36 @@ def commit(
     """Write one transition and its effects atomically, or raise StaleRun.
 
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
-    costs no extra commit to keep it.
+    costs no extra commit to keep it. On PostgreSQL the whole transition is one
+    statement (one round trip); elsewhere it is one ORM transaction. Both write the
+    same rows.
     """
     now = timezone.now()
     cached = cache_fields(after)
     if lease_owner is not None:
         cached["lease_owner"] = lease_owner
         cached["lease_expires"] = now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
+    cached["updated_at"] = now
+    cached["finished_at"] = now if after.state in states.TERMINAL else None
+    row = {
+        "from_state": t.from_state, "to_state": t.to_state, "kind": t.kind,
+        "payload": clean(t.payload(before, after)), "cost_micros": t.cost_micros, "tokens": t.tokens,
+        "duration_ms": t.duration_ms, "actor": actor,
+    }
+    messages = _message_rows(run, 0, len(before.messages), t.messages)
     if t.intent is not None:
         faults.crash_point("before_intent_commit")
-    with transaction.atomic():
-        updated = Run.objects.filter(pk=run.pk, version=run.version).update(
-            version=F("version") + 1,
-            updated_at=now,
-            finished_at=now if after.state in states.TERMINAL else None,
-            **cached,
-        )
-        if updated != 1:
-            # Another worker (or a reviewer, or the sweeper) committed first; their
-            # transition stands and ours is dropped with this rollback.
-            raise StaleRun(f"run {run.pk} moved past version {run.version}")
-        seq = run.version + 1
-        TransitionRow.objects.create(
-            run=run, seq=seq, from_state=t.from_state, to_state=t.to_state, kind=t.kind,
-            payload=clean(t.payload(before, after)), cost_micros=t.cost_micros, tokens=t.tokens,
-            duration_ms=t.duration_ms, actor=actor,
-        )
-        if t.messages:
-            Message.objects.bulk_create(_message_rows(run, seq, len(before.messages), t.messages))
-        _apply_effects(run, t, now)
+    if connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
+        seq = _commit_statement(run, cached, row, messages, t, now)
+    else:
+        seq = _commit_orm(run, cached, row, messages, t, now)
+    if seq is None:
+        # Another worker (or a reviewer, or the sweeper) committed first; their
+        # transition stands and nothing of ours was written.
+        raise StaleRun(f"run {run.pk} moved past version {run.version}")
     for name, value in cached.items():
         setattr(run, name, value)
     run.version = seq
-    run.updated_at = now
     log.info(
         "committed run=%s seq=%s %s->%s kind=%s actor=%s",
         run.pk, seq, t.from_state, t.to_state, t.kind, actor,
@@ -174,50 +172,164 @@ def commit(
     faults.crash_point("after_transition_commit")
 
 
+def _commit_orm(
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime
+) -> int | None:
+    with transaction.atomic():
+        updated = Run.objects.filter(pk=run.pk, version=run.version).update(version=F("version") + 1, **cached)
+        if updated != 1:
+            return None
+        seq = run.version + 1
+        TransitionRow.objects.create(run=run, seq=seq, **row)
+        for m in messages:
+            m.seq = seq
+        Message.objects.bulk_create(messages)
+        _apply_effects(run, t, now)
+    return seq
+
+
 def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
-        ToolCall.objects.bulk_create(
-            [ToolCall(run=run, idempotency_key=i["key"], fingerprint=i["fp"], step=i["step"], call_id=i["call_id"][:200],
-                      tool=i["tool"][:100], args=clean(i["args"]))],
-            ignore_conflicts=True,
-        )
+        ToolCall.objects.bulk_create([ToolCall(run=run, **_intent_fields(i))], ignore_conflicts=True)
     if t.journal_reset is not None:
         ToolCall.objects.filter(idempotency_key=t.journal_reset).update(status="intended", result=None)
     if t.journal_result is not None:
-        r = t.journal_result
-        result, chars, truncated = bounded_result(r["result"])
-        ToolCall.objects.filter(idempotency_key=r["key"]).update(
-            status=r["status"], result=result, result_chars=chars, result_truncated=truncated, finished_at=now
+        ToolCall.objects.filter(idempotency_key=t.journal_result["key"]).update(
+            **_result_fields(t.journal_result), finished_at=now
         )
     if t.approval is not None:
-        a = t.approval
-        Approval.objects.create(
-            run=run, kind=a["kind"], idempotency_key=a["key"], call_id=a["call_id"][:200], step=a["step"],
-            tool=a["tool"][:100], args=clean(a["args"]), risk=a["risk"], reason=clean(a["reason"]),
-            taint_source=clean(a["taint_source"]), status=a["status"],
-            decided_at=now if a["status"] != "pending" else None,
-        )
+        Approval.objects.create(run=run, **_approval_fields(t.approval, now))
     if t.approval_close is not None:
         Approval.objects.filter(run=run, status="pending").update(status=t.approval_close, decided_at=now)
+
+
+def _intent_fields(i: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "idempotency_key": i["key"], "fingerprint": i["fp"], "step": i["step"], "call_id": i["call_id"][:200],
+        "tool": i["tool"][:100], "args": clean(i["args"]),
+    }
+
+
+def _result_fields(r: dict[str, Any]) -> dict[str, Any]:
+    result, chars, truncated = bounded_result(r["result"])
+    return {"status": r["status"], "result": result, "result_chars": chars, "result_truncated": truncated}
+
+
+def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+    return {
+        "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
+        "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
+        "taint_source": clean(a["taint_source"]), "status": a["status"],
+        "decided_at": now if a["status"] != "pending" else None,
+    }
+
+
+def _commit_statement(
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime
+) -> int | None:
+    """The transition as one PostgreSQL statement of data-modifying CTEs.
+
+    Every insert selects FROM the version-checked run update, so when another actor
+    moved the run first the update matches nothing and nothing else is written.
+    """
+    j = json.dumps
+    params: list[Any] = [j(v) if k == "engine" else v for k, v in cached.items()]
+    sets = ", ".join(f'"{k}" = %s' + ("::jsonb" if k == "engine" else "") for k in cached)
+    sql = [f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets} WHERE "id" = %s AND "version" = %s RETURNING "id", "version")']
+    params += [run.pk, run.version]
+    sql.append(
+        ", t AS (INSERT INTO agents_transition (run_id, seq, from_state, to_state, kind, payload, cost_micros, tokens,"
+        " duration_ms, actor, created_at) SELECT r.id, r.version, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s FROM r)"
+    )
+    params += [row["from_state"], row["to_state"], row["kind"], j(row["payload"]), row["cost_micros"], row["tokens"],
+               row["duration_ms"], row["actor"], now]
+    if messages:
+        values = ", ".join(["(%s::int, %s, %s, %s::jsonb, %s, %s)"] * len(messages))
+        sql.append(
+            ', m AS (INSERT INTO agents_message (run_id, "index", seq, role, content, tool_calls, tool_call_id, name,'
+            f" created_at) SELECT r.id, v.i, r.version, v.role, v.content, v.tc, v.tcid, v.name, %s FROM r, (VALUES {values})"
+            " AS v(i, role, content, tc, tcid, name))"
+        )
+        params.append(now)
+        for m in messages:
+            params += [m.index, m.role, m.content, None if m.tool_calls is None else j(m.tool_calls), m.tool_call_id, m.name]
+    if t.intent is not None:
+        f = _intent_fields(t.intent)
+        sql.append(
+            ", i AS (INSERT INTO agents_toolcall (run_id, idempotency_key, fingerprint, step, call_id, tool, args, status,"
+            " result_chars, result_truncated, attempts, created_at) SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb,"
+            " 'intended', 0, false, 0, %s FROM r ON CONFLICT (idempotency_key) DO NOTHING)"
+        )
+        params += [f["idempotency_key"], f["fingerprint"], f["step"], f["call_id"], f["tool"], j(f["args"]), now]
+    if t.journal_reset is not None:
+        sql.append(
+            ", jr AS (UPDATE agents_toolcall SET status = 'intended', result = NULL"
+            " WHERE idempotency_key = %s AND EXISTS (SELECT 1 FROM r))"
+        )
+        params.append(t.journal_reset)
+    if t.journal_result is not None:
+        f = _result_fields(t.journal_result)
+        sql.append(
+            ", jx AS (UPDATE agents_toolcall SET status = %s, result = %s::jsonb, result_chars = %s,"
+            " result_truncated = %s, finished_at = %s WHERE idempotency_key = %s AND EXISTS (SELECT 1 FROM r))"
+        )
+        params += [f["status"], j(f["result"]), f["result_chars"], f["result_truncated"], now, t.journal_result["key"]]
+    if t.approval is not None:
+        f = _approval_fields(t.approval, now)
+        sql.append(
+            ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
+            " taint_source, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb,"
+            " %s, %s, %s::jsonb, %s, '', %s, '', %s FROM r)"
+        )
+        params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
+                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]), f["status"],
+                   f["decided_at"], now]
+    if t.approval_close is not None:
+        sql.append(
+            ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
+            " WHERE run_id = %s AND status = 'pending' AND EXISTS (SELECT 1 FROM r))"
+        )
+        params += [t.approval_close, now, run.pk]
+    sql.append(" SELECT version FROM r")
+    with connection.cursor() as cursor:
+        cursor.execute("".join(sql), params)
+        found = cursor.fetchone()
+    return None if found is None else int(found[0])
 
 
 # -- the journal ---------------------------------------------------------------------
 
 
 class StoreJournal:
+    """The journal of one run, for one driver.
+
+    It remembers what this driver itself wrote (intents, results) so the happy path
+    reads nothing back; anything it did not write is read from the database. Only the
+    lease holder drives a run, and a stale driver's commits are refused anyway.
+    """
+
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.known: dict[str, JournalEntry] = {}
+        self.counts: dict[str, int] | None = None
 
     def get(self, key: str) -> JournalEntry | None:
+        if key in self.known:
+            return self.known[key]
         row = ToolCall.objects.filter(idempotency_key=key).values("status", "result").first()
         return JournalEntry(row["status"], row["result"]) if row else None
 
     def executed(self, fingerprint: str) -> int:
-        return ToolCall.objects.filter(
-            run=self.run, fingerprint=fingerprint, status__in=("succeeded", "failed")
-        ).count()
+        if self.counts is None:
+            rows = (
+                ToolCall.objects.filter(run=self.run, status__in=("succeeded", "failed"))
+                .values_list("fingerprint")
+                .annotate(n=Count("id"))
+            )
+            self.counts = dict(rows)
+        return self.counts.get(fingerprint, 0)
 
     def begin(self, key: str) -> bool:
         # Committed on its own before the tool runs: after a crash, "started" without a
@@ -227,7 +339,21 @@ class StoreJournal:
                 status="started", attempts=F("attempts") + 1
             )
         # 0 rows: another worker marked it first and is running it; we leave it be.
+        if updated == 1:
+            self.known[key] = JournalEntry("started")
         return updated == 1
+
+    def committed(self, t: Transition) -> None:
+        """Remember the journal effects of a transition this driver committed."""
+        if t.intent is not None:
+            self.known.setdefault(t.intent["key"], JournalEntry("intended"))
+        if t.journal_reset is not None:
+            self.known[t.journal_reset] = JournalEntry("intended")
+        if t.journal_result is not None:
+            r = t.journal_result
+            self.known[r["key"]] = JournalEntry(r["status"], _result_fields(r)["result"])
+            if self.counts is not None:
+                self.counts[r["fp"]] = self.counts.get(r["fp"], 0) + 1
 
 
 class DjangoRunner(ThreadRunner):
@@ -297,6 +423,8 @@ def drive(run_id: int, *, max_transitions: int = 10_000, owner: str | None = Non
             after, t = outcome
             try:
                 commit(run, state, after, t, actor=owner, lease_owner=owner)
+                if isinstance(deps.journal, StoreJournal):
+                    deps.journal.committed(t)
             except StaleRun:
                 log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                 break

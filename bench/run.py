@@ -84,7 +84,9 @@ class CommitCounter:
     def _autocommit_writes(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
         from django.db import connection
 
-        if not connection.in_atomic_block and sql.lstrip().split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+        # Outside an atomic block every write statement is its own transaction (the
+        # store's one-statement transitions start with WITH).
+        if not connection.in_atomic_block and sql.lstrip().split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE", "WITH"):
             self.commits += 1
         return execute(sql, params, many, context)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -96,43 +97,74 @@ class ToolRunner(Protocol):
 
 
 class ThreadRunner:
-    """Runs a tool in a thread and stops waiting at its timeout.
+    """Runs tools on a helper thread and stops waiting at the tool's timeout.
 
-    Python cannot kill a thread: a timed-out tool is abandoned (daemon thread) and its
-    result, if it ever comes, is dropped. Exceptions become error results.
+    Python cannot kill a thread: a timed-out tool's thread is abandoned (it is a
+    daemon, and exits once its call returns) and its result is dropped; the next call
+    gets a fresh thread. Otherwise the thread is reused, since starting one per call
+    costs more than a quick tool. Exceptions become error results.
     """
+
+    def __init__(self) -> None:
+        self._worker: _Worker | None = None
 
     def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         started = time.monotonic()
-        box: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def target() -> None:
-            try:
-                box.set_result(self.call(spec, args, ctx))
-            except BaseException as exc:  # noqa: BLE001 - every failure is a result
-                box.set_exception(exc)
-
-        threading.Thread(target=target, name=f"tool-{spec.name}", daemon=True).start()
+        worker = self._worker if self._worker is not None else _Worker()
+        future = worker.submit(lambda: self.call(spec, args, ctx))
         try:
-            value = box.result(timeout=ctx.timeout)
+            value = future.result(timeout=ctx.timeout)
         except concurrent.futures.TimeoutError:
+            worker.abandon()
+            self._worker = None
             return ToolOutcome(
                 ok=False,
                 error="timeout",
                 detail=f"{spec.name} did not finish within {ctx.timeout:g} s",
                 duration_ms=_ms(started),
             )
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure is a result
+            self._worker = worker
             return ToolOutcome(
                 ok=False,
                 error=type(exc).__name__,
                 detail=str(exc)[:2000],
                 duration_ms=_ms(started),
             )
+        self._worker = worker
         return ToolOutcome(ok=True, value=value, duration_ms=_ms(started))
 
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         return spec.func(args, ctx)
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._abandoned = False
+        threading.Thread(target=self._loop, name="airlock-tool", daemon=True).start()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def abandon(self) -> None:
+        self._abandoned = True
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while not self._abandoned:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, future = job
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                future.set_exception(exc)
 
 
 def _ms(started: float) -> int:

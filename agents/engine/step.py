@@ -214,7 +214,7 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
         result = policy.not_permitted(f"{reason}: {note}" if note else reason)
     else:  # happened: the reviewer's note stands in for the lost result
         result = {"ok": True, "result": note or "the reviewer confirmed it happened"}
-        t.journal_result = {"key": call["key"], "status": "succeeded", "result": result}
+        t.journal_result = {"key": call["key"], "fp": call["fp"], "status": "succeeded", "result": result}
         new.steps += 1
         new.consecutive_errors = 0
     t.messages.append(_tool_message(call, result))
@@ -448,7 +448,7 @@ def _record(
     t = Transition(ACTING, PLANNING, "tool", detail, duration_ms=outcome.duration_ms)
     t.messages.append(_tool_message(call, result))
     if stored is None:
-        t.journal_result = {"key": call["key"], "status": "succeeded" if ok else "failed", "result": result}
+        t.journal_result = {"key": call["key"], "fp": call["fp"], "status": "succeeded" if ok else "failed", "result": result}
     return _move(new, PLANNING, t)
 
 

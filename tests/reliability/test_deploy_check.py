@@ -19,6 +19,7 @@ def test_check_deploy_passes_with_production_settings(tmp_path: Path) -> None:
         "ALLOWED_HOSTS": "airlock.example.com",
         "AIRLOCK_VAR_DIR": str(tmp_path),
     }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for the browser tests' process only
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,

@@ -103,8 +103,8 @@ def main() -> None:
         for _ in range(runs):
             # Interleaved: each engine's run sits next to the other's on the same machine.
             launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-            a = measure("airlock", lambda: store.drive(launched.pk), lambda: relation_bytes(airlock_tables))
-            b = measure("langgraph", lambda: lg.run(n), lambda: relation_bytes(LG_TABLES))
+            a = measure("airlock", lambda pk=launched.pk: store.drive(pk), lambda: relation_bytes(airlock_tables))
+            b = measure("langgraph", lambda n=n: lg.run(n), lambda: relation_bytes(LG_TABLES))
             for name, m in (("airlock", a), ("langgraph", b)):
                 totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]
         calls = n * runs

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "csp",
+    "axes",
     "agents",
     "reviews",
 ]
@@ -54,7 +55,23 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
+# username, or from one address, even the right one is refused until an admin unlocks it
+# (`manage.py axes_reset_username NAME`) or AIRLOCK_LOGIN_COOLOFF_HOURS pass.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AIRLOCK_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = env_float("AIRLOCK_LOGIN_COOLOFF_HOURS", 0) or None
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -53,14 +53,14 @@ class LangGraphAgent:
             n = config["configurable"]["n"]
             turn = sum(1 for m in state["messages"] if isinstance(m, AIMessage))
             if turn < n:
-                call = {"name": "echo", "args": {"text": f"{turn:06d}"}, "id": f"call_{turn}", "type": "tool_call"}
+                call = {"name": "bench_result", "args": {"i": turn}, "id": f"call_{turn}", "type": "tool_call"}
                 return {"messages": [AIMessage(content="", tool_calls=[call])]}
             return {"messages": [AIMessage(content="done")]}
 
         def tools(state: MessagesState) -> dict[str, Any]:
             call = state["messages"][-1].tool_calls[0]
-            result = call["args"]["text"] + "r" * (airlock_bench.RESULT_BYTES - 6)
-            return {"messages": [ToolMessage(content=result, tool_call_id=call["id"], name="echo")]}
+            result = airlock_bench.bench_result(call["args"], None)
+            return {"messages": [ToolMessage(content=result, tool_call_id=call["id"], name="bench_result")]}
 
         def route(state: MessagesState) -> str:
             return "tools" if state["messages"][-1].tool_calls else END
@@ -90,7 +90,6 @@ def measure(label: str, fn: Any, tables_bytes: Any) -> tuple[float, int, int]:
 
 def main() -> None:
     airlock_bench.setup_django()
-    from agents import store
     from agents.actions import run_launch
 
     profile = airlock_bench.bench_profile()
@@ -103,7 +102,7 @@ def main() -> None:
         for _ in range(runs):
             # Interleaved: each engine's run sits next to the other's on the same machine.
             launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-            a = measure("airlock", lambda pk=launched.pk: store.drive(pk), lambda: relation_bytes(airlock_tables))
+            a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: relation_bytes(airlock_tables))
             b = measure("langgraph", lambda n=n: lg.run(n), lambda: relation_bytes(LG_TABLES))
             for name, m in (("airlock", a), ("langgraph", b)):
                 totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]

@@ -102,24 +102,55 @@ def bench_profile() -> Any:
 
     profile, _ = AgentProfile.objects.update_or_create(
         name="bench",
-        defaults={"provider": "scripted", "tools": ["echo"], "limits": {"max_steps": 10_000, "max_tokens": 10**9}},
+        defaults={"provider": "scripted", "tools": None, "limits": {"max_steps": 10_000, "max_tokens": 10**9}},
     )
     return profile
 
 
 def script_of(n: int) -> list[dict[str, Any]]:
-    return [{"call": {"tool": "echo", "args": {"text": f"{i:06d}" + "r" * (RESULT_BYTES - 6)}}} for i in range(n)] + [
-        {"final": "done"}
-    ]
+    return [{"call": {"tool": "bench_result", "args": {"i": i}}} for i in range(n)] + [{"final": "done"}]
 
 
-def table_bytes() -> int:
+def bench_result(args: dict[str, Any], ctx: Any) -> str:
+    """A no-op, retry-safe tool with a ~500-byte result from small arguments."""
+    return f"{args['i']:06d}" + "r" * (RESULT_BYTES - 6)
+
+
+def bench_deps(run: Any) -> Any:
+    from agents import store
+    from agents.engine.registry import ToolSpec
+
+    deps = store.deps_for(run)
+    deps.registry.add(
+        ToolSpec(
+            "bench_result", "Returns about 500 bytes.",
+            {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]},
+            "read", "internal", "safe", bench_result,
+        )
+    )
+    return deps
+
+
+def drive(run: Any) -> Any:
+    from agents import store
+    from agents.models import Run
+
+    return store.drive(run.pk, deps=bench_deps(Run.objects.select_related("profile").get(pk=run.pk)))
+
+
+# The run's history only grows (append-only tables); the run row itself is rewritten
+# per transition, and its dead versions are reclaimed by (auto)vacuum.
+HISTORY_TABLES = ("agents_transition", "agents_message", "agents_toolcall")
+
+
+def table_bytes(tables: tuple[str, ...] = ("agents_run", *HISTORY_TABLES)) -> int:
     from django.db import connection
 
     with connection.cursor() as cur:
         cur.execute(
             "select coalesce(sum(pg_total_relation_size(c.oid)), 0) from pg_class c "
-            "where c.relkind = 'r' and c.relname in ('agents_run', 'agents_transition', 'agents_message', 'agents_toolcall')"
+            "where c.relkind = 'r' and c.relname = any(%s)",
+            [list(tables)],
         )
         return int(cur.fetchone()[0])
 
@@ -153,7 +184,6 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     """
     from django.db import connection
 
-    from agents import store
     from agents.actions import run_launch
     from agents.models import Message, ToolCall, Transition
 
@@ -161,12 +191,12 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     runs = [run_launch(agent=profile, task=f"bench {n}", script=script_of(n)) for _ in range(max(1, total // n))]
     calls = n * len(runs)
     rows_before = Transition.objects.count() + Message.objects.count() + ToolCall.objects.count()
-    disk_before, wal_before = table_bytes(), wal_lsn()
+    disk_before, history_before, wal_before = table_bytes(), table_bytes(HISTORY_TABLES), wal_lsn()
     elapsed = 0.0
     with CommitCounter() as counter:
         for run in runs:
             start = time.perf_counter()
-            done = store.drive(run.pk)
+            done = drive(run)
             elapsed += time.perf_counter() - start
             assert done.state == "done", done.error
     connection.close()
@@ -181,6 +211,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
         "rows_per_tool_call": rows / calls,
         "payload_bytes_per_tool_call": sum(payload_bytes(r) for r in runs) / calls,
         "disk_bytes_per_tool_call": (table_bytes() - disk_before) / calls,
+        "history_disk_bytes_per_tool_call": (table_bytes(HISTORY_TABLES) - history_before) / calls,
         "wal_bytes_per_tool_call": (wal_lsn() - wal_before) / calls,
     }
 
@@ -199,6 +230,8 @@ def main() -> None:
     results["storage"] = {
         "payload_ratio_200_to_10": engine[200]["payload_bytes_per_tool_call"] / engine[10]["payload_bytes_per_tool_call"],
         "disk_ratio_200_to_10": engine[200]["disk_bytes_per_tool_call"] / max(engine[10]["disk_bytes_per_tool_call"], 1),
+        "history_disk_ratio_200_to_10": engine[200]["history_disk_bytes_per_tool_call"]
+        / max(engine[10]["history_disk_bytes_per_tool_call"], 1),
         "wal_ratio_200_to_10": engine[200]["wal_bytes_per_tool_call"] / max(engine[10]["wal_bytes_per_tool_call"], 1),
     }
     out = ROOT / "bench" / "results.json"
@@ -209,15 +242,19 @@ def main() -> None:
 
 def print_table(r: dict[str, Any]) -> None:
     print(f"raw limit: {r['raw_limit']['commits_per_second']:.0f} single-row INSERT+COMMIT/s")
-    print(f"{'N':>5} {'calls/s':>9} {'of raw':>7} {'commits':>8} {'rows':>5} {'payload B':>10} {'disk B':>8} {'WAL B':>8}")
+    print(f"{'N':>5} {'calls/s':>9} {'of raw':>7} {'commits':>8} {'rows':>5} {'payload B':>10} {'disk B':>8} {'history B':>10} {'WAL B':>8}")
     for n, e in r["engine"].items():
         print(
             f"{n:>5} {e['tool_calls_per_second']:>9.1f} {e['fraction_of_raw_limit']:>7.3f} {e['commits_per_tool_call']:>8.2f} "
             f"{e['rows_per_tool_call']:>5.2f} {e['payload_bytes_per_tool_call']:>10.0f} {e['disk_bytes_per_tool_call']:>8.0f} "
+            f"{e['history_disk_bytes_per_tool_call']:>10.0f} "
             f"{e['wal_bytes_per_tool_call']:>8.0f}"
         )
     s = r["storage"]
-    print(f"storage growth N=200 / N=10 per call: payload {s['payload_ratio_200_to_10']:.2f}x, disk {s['disk_ratio_200_to_10']:.2f}x, WAL {s['wal_ratio_200_to_10']:.2f}x")
+    print(
+        f"storage growth N=200 / N=10 per call: payload {s['payload_ratio_200_to_10']:.2f}x, "
+        f"disk {s['disk_ratio_200_to_10']:.2f}x (history {s['history_disk_ratio_200_to_10']:.2f}x), WAL {s['wal_ratio_200_to_10']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

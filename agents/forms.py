@@ -59,7 +59,7 @@ class RunFilterForm(forms.Form):
 
 
 def _midnight(day: dt.date) -> dt.datetime:
-    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.timezone.utc)
+    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
 
 
 def launchable_profiles() -> list[AgentProfile]:

@@ -78,7 +78,9 @@ def series(run: Run) -> list[tuple[int, int, int]]:
     return list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
 
 
-def page(run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int, int, int]] | None = None) -> tuple[list[Entry], bool]:
+def page(
+    run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int, int, int]] | None = None
+) -> tuple[list[Entry], bool]:
     """Transitions with seq > `after`, at most `limit`, and whether more follow."""
     rows = list(run.transitions.filter(seq__gt=after).order_by("seq")[: limit + 1])
     more = len(rows) > limit
@@ -99,9 +101,16 @@ def page(run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int,
         messages.setdefault(m.seq, []).append(m)
     call_ids = {r.payload.get("call", {}).get("id") for r in rows if isinstance(r.payload.get("call"), dict)}
     call_ids.discard(None)
-    journal = {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result")} if call_ids else {}
+    journal = (
+        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result")}
+        if call_ids
+        else {}
+    )
     approvals = (
-        {a.call_id: a for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by").order_by("pk")}
+        {
+            a.call_id: a
+            for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by").order_by("pk")
+        }
         if call_ids
         else {}
     )
@@ -113,7 +122,11 @@ def page(run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int,
         if call_id:
             if r.kind == "tool":
                 e.journal = journal.get(call_id)
-            if r.to_state == "awaiting_approval" or r.kind == "decision" or (e.verdict and e.verdict.get("action") == "deny"):
+            if (
+                r.to_state == "awaiting_approval"
+                or r.kind == "decision"
+                or (e.verdict and e.verdict.get("action") == "deny")
+            ):
                 e.approval = approvals.get(call_id)
         entries.append(e)
     return entries, more

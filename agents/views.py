@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -20,7 +19,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import access, timeline
-from agents.actions import ActionError, run_cancel as cancel_action, run_launch
+from agents.actions import ActionError, run_launch
+from agents.actions import run_cancel as cancel_action
 from agents.engine import states
 from agents.export import export_run
 from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
@@ -82,7 +82,7 @@ def _cursor(run: Run) -> str:
 def _parse_cursor(value: str | None) -> tuple[dt.datetime, int] | None:
     try:
         micros, pk = (value or "").split(".")
-        when = dt.datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt.timezone.utc)
+        when = dt.datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt.UTC)
         return when, int(pk)
     except ValueError:
         return None
@@ -142,7 +142,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     if after is not None and request.htmx:
         entries, more = timeline.page(run, after=after, points=points)
         last = entries[-1].t.seq if entries else after
-        context = {"run": run, "entries": entries, "more": more, "last_seq": last, "live_after": last, "poll": LIVE_POLL}
+        context = {
+            "run": run,
+            "entries": entries,
+            "more": more,
+            "last_seq": last,
+            "live_after": last,
+            "poll": LIVE_POLL,
+        }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
     entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
@@ -241,7 +248,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "agents/run_new.html",
-        {"form": form, "profiles": profiles, "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED, "example": EXAMPLE_SCRIPT},
+        {
+            "form": form,
+            "profiles": profiles,
+            "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED,
+            "example": EXAMPLE_SCRIPT,
+        },
         status=status,
     )
 
@@ -253,5 +265,3 @@ EXAMPLE_SCRIPT = json.dumps(
         {"final": "Recorded the quarterly number."},
     ]
 )
-
-

@@ -48,7 +48,7 @@ def since(start: dt.datetime | None, end: dt.datetime | None) -> str:
     """The span from `start` to `end` (or to now, for a run still going)."""
     if start is None:
         return "—"
-    end = end or dt.datetime.now(tz=dt.timezone.utc)
+    end = end or dt.datetime.now(tz=dt.UTC)
     return seconds(max((end - start).total_seconds(), 0.0))
 
 

@@ -21,11 +21,18 @@ from tests.runs.conftest import PASSWORD, person
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 SCRIPT = [
-    {"call": {"tool": "fetch_fixture", "args": {"text": "Invoice 1042 from ACME: 420.00 EUR, due 2026-12-15."}},
-     "usage": {"input_tokens": 1200, "output_tokens": 80}},
-    {"call": {"tool": "ledger_write", "args": {"entry": "ACME invoice 1042: 420.00 EUR"}},
-     "usage": {"input_tokens": 1900, "output_tokens": 60}},
-    {"final": "Recorded ACME invoice 1042 (420.00 EUR) in the ledger.", "usage": {"input_tokens": 2300, "output_tokens": 40}},
+    {
+        "call": {"tool": "fetch_fixture", "args": {"text": "Invoice 1042 from ACME: 420.00 EUR, due 2026-12-15."}},
+        "usage": {"input_tokens": 1200, "output_tokens": 80},
+    },
+    {
+        "call": {"tool": "ledger_write", "args": {"entry": "ACME invoice 1042: 420.00 EUR"}},
+        "usage": {"input_tokens": 1900, "output_tokens": 60},
+    },
+    {
+        "final": "Recorded ACME invoice 1042 (420.00 EUR) in the ledger.",
+        "usage": {"input_tokens": 2300, "output_tokens": 40},
+    },
 ]
 
 

@@ -19,9 +19,17 @@ def many_runs(n: int, *, user: User | None = None, **fields) -> list[Run]:
     profile = AgentProfile.objects.get(name="scripted")
     now = timezone.now()
     rows = [
-        Run(profile=profile, task=fields.get("task", f"bulk task {i}"), created_by=user, deadline=now,
-            state=fields.get("state", "done"), steps=i % 7, cost_micros=i * 10, tokens=i * 3,
-            tainted=fields.get("tainted", False))
+        Run(
+            profile=profile,
+            task=fields.get("task", f"bulk task {i}"),
+            created_by=user,
+            deadline=now,
+            state=fields.get("state", "done"),
+            steps=i % 7,
+            cost_micros=i * 10,
+            tokens=i * 3,
+            tainted=fields.get("tainted", False),
+        )
         for i in range(n)
     ]
     return Run.objects.bulk_create(rows)
@@ -61,7 +69,9 @@ def test_user_without_group_sees_no_runs(launch, launcher, stranger) -> None:
 
 
 def test_list_shows_columns(launch, drive, operator) -> None:
-    run = launch([call("fetch_fixture", text="hi", usage={"input_tokens": 120, "output_tokens": 30}), final("ok")], user=operator)
+    run = launch(
+        [call("fetch_fixture", text="hi", usage={"input_tokens": 120, "output_tokens": 30}), final("ok")], user=operator
+    )
     drive(run)
     html = client_for(operator).get("/runs/").content.decode()
     assert "state-done" in html and ">tainted<" in html and ">150<" in html and "scripted" in html

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents import store
-from agents.actions import approval_decide
+from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, Run
 from tests.runs.conftest import PASSWORD, person
 
@@ -94,8 +94,19 @@ def test_launch_form_keeps_input_and_shows_errors_inline(defaults, new_page, log
     expect(page.get_by_label("Task")).to_have_value("Try a looser budget")
     assert not Run.objects.exists()
     screenshot(page, "launch_form")
+    lena = Run.objects.model._meta.get_field("created_by").related_model.objects.get(username="lena")
+    for task, script in [
+        ("Summarise the weekly report", SCRIPT[2:]),
+        ("Reconcile the invoice batch", SCRIPT[:1]),
+        ("Record the ACME invoice", SCRIPT),
+    ]:
+        store.drive(run_launch(agent="scripted", task=task, user=lena, script=script).pk)
     page.goto("/runs/")
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(page.locator("table.runs tbody tr")).to_have_count(3)
+    screenshot(page, "runs_list")
+    page.goto("/")
+    screenshot(page, "overview_runs")
     # The refused form answers 400 (the browser logs that); nothing else may complain.
     others = [e for e in watch.console_errors if "status of 400" not in e]
     assert len(watch.console_errors) - len(others) == 1 and not others, watch.console_errors

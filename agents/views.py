@@ -49,7 +49,11 @@ def overview(request: HttpRequest) -> HttpResponse:
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     by_state = dict(runs.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     ordered = {s: by_state[s] for s in states.STATES if s in by_state}
-    pending = Approval.objects.filter(status="pending").count() if access.can_decide(request.user) else None
+    # Approvals are about every run: shown to those who read every run.
+    reads_all = access.reads_all_runs(request.user)
+    open_approvals = Approval.objects.filter(status="pending")
+    pending = open_approvals.count() if reads_all else None
+    waiting = list(open_approvals.select_related("run__profile").order_by("created_at")[:5]) if reads_all else []
     failed = list(
         runs.filter(state="failed", finished_at__gte=now - dt.timedelta(hours=24))
         .select_related("profile")
@@ -64,6 +68,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "by_state": ordered,
             "active": sum(n for s, n in ordered.items() if s in states.ACTIVE),
             "pending": pending,
+            "waiting": waiting,
             "failed": failed,
             "cost_today": cost_today["c"] or 0,
             "runs_today": cost_today["n"],
@@ -136,11 +141,10 @@ def runs(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _readable_run(request, run_id)
     after = _int(request.GET.get("after"))
-    points = timeline.series(run)
     if after is not None and request.GET.get("live"):
-        return _live(request, run, after, points)
+        return _live(request, run, after)
     if after is not None and request.htmx:
-        entries, more = timeline.page(run, after=after, points=points)
+        entries, more = timeline.page(run, after=after)
         last = entries[-1].t.seq if entries else after
         context = {
             "run": run,
@@ -152,6 +156,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
+    points = timeline.series(run)
     entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
     last = entries[-1].t.seq if entries else 0
     approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
@@ -172,19 +177,24 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "agents/run_detail.html", context)
 
 
-def _live(request: HttpRequest, run: Run, after: int, points: list[tuple[int, int, int]]) -> HttpResponse:
+def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     """The poller's answer: new transitions, a fresh header and chart, and the next poller.
 
     At a terminal state the poller comes back without `hx-trigger`, so polling stops.
     """
-    entries, more = timeline.page(run, after=after, points=points) if after >= 0 else ([], False)
+    # Most polls find nothing new (a run waiting for a human): then the chart and the
+    # rows are left alone and the answer is the header alone.
+    changed = after < 0 or run.version > after
+    points = timeline.series(run) if changed else []
+    entries, more = timeline.page(run, after=after, points=points) if changed and after >= 0 else ([], False)
     last = entries[-1].t.seq if entries else after
     approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
     context = {
         "run": run,
         "entries": entries,
         "live_after": last if after >= 0 else -1,
-        "chart": timeline.chart(points),
+        "chart": timeline.chart(points) if changed else None,
+        "chart_unchanged": not changed,
         "approvals": approvals,
         "pending": next((a for a in approvals if a.status == "pending"), None),
         # Keep polling while rows remain to fetch, even if the run has just ended.

@@ -26,6 +26,17 @@ def test_reviewer_sees_pending_approvals_link(launch, drive, launcher, reviewer)
     drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=launcher))
     html = client_for(reviewer).get("/").content.decode()
     assert 'href="/reviews/"' in html and "1 pending approval →" in html
+    assert "<code>ledger_write</code> in <a" in html and "writes and the run has read external content" in html
+
+
+def test_overview_runs_a_constant_number_of_queries(launch, drive, operator, django_assert_max_num_queries) -> None:
+    for i in range(12):
+        drive(launch([call("fetch_fixture", text=str(i)), call("ledger_write", entry=str(i))], task=f"t{i}"))
+    c = client_for(operator)
+    c.get("/runs/")
+    with django_assert_max_num_queries(10):
+        html = c.get("/").content.decode()
+    assert "12 pending approvals →" in html
 
 
 def test_launcher_overview_counts_only_own_runs(launch, launcher, other_launcher) -> None:

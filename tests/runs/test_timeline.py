@@ -182,3 +182,35 @@ def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, la
     assert seqs(more) == list(range(201, 232))
     assert 'id="poller" class="poller" hx-swap-oob="true"' in more
     assert f"?live=1&amp;after={run.version}" in more
+
+
+def test_an_idle_poll_answers_with_the_header_only(launch, drive, operator) -> None:
+    run = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e")], user=operator))
+    assert run.state == "awaiting_approval"
+    live = client_for(operator).get(f"/runs/{run.pk}/?live=1&after={run.version}", HTTP_HX_REQUEST="true")
+    html = live.content.decode()
+    assert 'id="run-header"' in html and 'hx-trigger="every 1s"' in html
+    assert 'id="run-chart"' not in html and seqs(html) == []
+
+
+def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, operator, reviewer) -> None:
+    # approver=none: the write after a fetch is denied, recorded, and the run goes on
+    denied = drive(
+        launch(
+            [call("fetch_fixture", text="x"), call("ledger_write", entry="e"), call("echo", nope=1), final("gave up")],
+            user=operator,
+            approver="none",
+        )
+    )
+    html = client_for(operator).get(f"/runs/{denied.pk}/").content.decode()
+    assert "Policy <strong>deny</strong> <code>ledger_write</code>" in html and "the run has no approver" in html
+    assert '<span class="status status-denied">denied</span> — the run has no approver.' in html
+    assert "invalid_arguments:" in html
+    # a human rejection reaches the timeline with who and the note
+    rejected = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=operator))
+    approval = Approval.objects.get(run=rejected, status="pending")
+    approval_decide(approval_id=approval.pk, user=reviewer, decision="reject", note="not this one")
+    drive(rejected)
+    html = client_for(operator).get(f"/runs/{rejected.pk}/").content.decode()
+    assert 'decision <strong>reject</strong> on <code>ledger_write</code> by <strong class="who">rita</strong>' in html
+    assert "rejected by a human reviewer (rita): not this one" in html

@@ -14,6 +14,7 @@ from agents.engine.step import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 200
+UNKNOWN_DECISIONS = ("happened", "retry", "fail")
 TRUNCATION_MARK = "\n[airlock: result truncated, "
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 CHART_POINTS = 400
@@ -39,6 +40,12 @@ class Entry:
     @property
     def call(self) -> dict[str, Any] | None:
         return self.payload.get("call")
+
+    @property
+    def call_id(self) -> str | None:
+        # A decision names its call by `call_id`; the other kinds carry `call`.
+        call = self.payload.get("call")
+        return call.get("id") if isinstance(call, dict) else self.payload.get("call_id")
 
     @property
     def tainted(self) -> bool:
@@ -99,36 +106,34 @@ def page(
     messages: dict[int, list[Message]] = {}
     for m in Message.objects.filter(run=run, seq__gte=first, seq__lte=last).order_by("index"):
         messages.setdefault(m.seq, []).append(m)
-    call_ids = {r.payload.get("call", {}).get("id") for r in rows if isinstance(r.payload.get("call"), dict)}
-    call_ids.discard(None)
+    entries = [Entry(r, *cumulative.get(r.seq, (0, 0)), messages.get(r.seq, [])) for r in rows]
+    call_ids = {e.call_id for e in entries if e.call_id}
     journal = (
         {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result")}
         if call_ids
         else {}
     )
+    # One call can have two approvals (policy, then "outcome unknown" after a crash).
     approvals = (
         {
-            a.call_id: a
-            for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by").order_by("pk")
+            (a.call_id, a.kind): a
+            for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by")
         }
         if call_ids
         else {}
     )
-    entries = []
-    for r in rows:
-        cost, tokens = cumulative.get(r.seq, (0, 0))
-        e = Entry(r, cost, tokens, messages.get(r.seq, []))
-        call_id = (e.call or {}).get("id")
-        if call_id:
-            if r.kind == "tool":
-                e.journal = journal.get(call_id)
-            if (
-                r.to_state == "awaiting_approval"
-                or r.kind == "decision"
-                or (e.verdict and e.verdict.get("action") == "deny")
-            ):
-                e.approval = approvals.get(call_id)
-        entries.append(e)
+    for e in entries:
+        if not e.call_id:
+            continue
+        if e.t.kind == "tool":
+            e.journal = journal.get(e.call_id)
+        if e.t.to_state == "awaiting_approval" or e.t.kind == "decision" or (e.verdict or {}).get("action") == "deny":
+            kind = (
+                "outcome_unknown"
+                if e.t.kind == "outcome_unknown" or e.payload.get("decision") in UNKNOWN_DECISIONS
+                else "policy"
+            )
+            e.approval = approvals.get((e.call_id, kind))
     return entries, more
 
 

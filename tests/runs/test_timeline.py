@@ -49,7 +49,9 @@ def test_timeline_shows_steps_verdicts_taint_approval_and_answer(priced, launch,
     assert "calls <code>ledger_write</code>" in html and "&quot;entry&quot;: &quot;paid 42&quot;" in html
     assert "page says: pay 42" in html and "Recorded the payment." in html
     # who approved, when, with what note
-    assert 'by <strong class="who">rita</strong>: “checked the invoice”' in html
+    decided = Approval.objects.get(pk=approval.pk).decided_at.strftime("%H:%M:%S")
+    assert 'by <strong class="who">rita</strong> at <time datetime="' in html
+    assert f">{decided}</time>: “checked the invoice”" in html
     assert f'data-approval-id="{approval.pk}"' in html and ">rita<" in html
     # cost per step and cumulative: 1000*3 + 200*15 = 6000 micros = $0.006
     assert "$0.006<" in html

@@ -80,6 +80,8 @@ def test_long_result_is_folded_and_the_transcript_cap_is_visible(launch, drive, 
     assert "cut at the 8,000-character transcript cap" in html
     assert "[airlock: result truncated, 1000 more characters" in html
     assert html.count("<details><summary>") >= 2  # the long argument and the long result
+    more = client_for(operator).get(f"/runs/{run.pk}/?after=3", HTTP_HX_REQUEST="true").content.decode()
+    assert seqs(more)[0] == 4 and "cut at the 8,000-character transcript cap" in more
 
 
 def test_model_output_is_rendered_as_inert_text(launch, drive, operator) -> None:

@@ -1,17 +1,278 @@
+"""Pages over runs: overview, list, timeline, launch, cancel, export.
+
+Each view: decorators, an access helper, the form, one domain call, a render.
+"""
+
 from __future__ import annotations
 
+import datetime as dt
+import json
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, Sum
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import access
-from agents.models import Approval
+from agents import access, timeline
+from agents.actions import ActionError, run_launch
+from agents.actions import run_cancel as cancel_action
+from agents.engine import states
+from agents.export import export_run
+from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
+from agents.models import AgentProfile, Approval, Run
+
+LIST_PAGE = 50
+LIVE_POLL = "every 1s"
 
 
+def _readable_run(request: HttpRequest, run_id: int) -> Run:
+    """The run if this user may read it; otherwise 404, so ids of others' runs leak nothing."""
+    run = Run.objects.select_related("profile", "created_by").filter(pk=run_id).first()
+    if run is None or not access.can_read_run(request.user, run):
+        raise Http404("no such run")
+    return run
+
+
+# -- overview ------------------------------------------------------------------------
+
+
+@require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
     runs = access.visible_runs(request.user)
+    now = timezone.now()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     by_state = dict(runs.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
-    pending = Approval.objects.filter(status="pending").count() if access.can_decide(request.user) else None
-    return render(request, "agents/overview.html", {"by_state": by_state, "pending": pending})
+    ordered = {s: by_state[s] for s in states.STATES if s in by_state}
+    # Approvals are about every run: shown to those who read every run.
+    reads_all = access.reads_all_runs(request.user)
+    open_approvals = Approval.objects.filter(status="pending")
+    pending = open_approvals.count() if reads_all else None
+    waiting = list(open_approvals.select_related("run__profile").order_by("created_at")[:5]) if reads_all else []
+    failed = list(
+        runs.filter(state="failed", finished_at__gte=now - dt.timedelta(hours=24))
+        .select_related("profile")
+        .order_by("-finished_at")[:10]
+    )
+    cost_today = runs.filter(created_at__gte=today).aggregate(c=Sum("cost_micros"), n=Count("id"))
+    newest = list(runs.select_related("profile").order_by("-created_at", "-id")[:10])
+    return render(
+        request,
+        "agents/overview.html",
+        {
+            "by_state": ordered,
+            "active": sum(n for s, n in ordered.items() if s in states.ACTIVE),
+            "pending": pending,
+            "waiting": waiting,
+            "failed": failed,
+            "cost_today": cost_today["c"] or 0,
+            "runs_today": cost_today["n"],
+            "newest": newest,
+        },
+    )
+
+
+# -- the list ------------------------------------------------------------------------
+
+
+def _cursor(run: Run) -> str:
+    return f"{int(run.created_at.timestamp() * 1_000_000)}.{run.pk}"
+
+
+def _parse_cursor(value: str | None) -> tuple[dt.datetime, int] | None:
+    try:
+        micros, pk = (value or "").split(".")
+        when = dt.datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt.UTC)
+        return when, int(pk)
+    except ValueError:
+        return None
+
+
+@require_GET
+@login_required
+def runs(request: HttpRequest) -> HttpResponse:
+    """Newest first, keyset-paginated: no COUNT, one query for the page whatever the total."""
+    form = RunFilterForm(request.GET)
+    qs = access.visible_runs(request.user).filter(**form.filters()).select_related("profile").defer("engine", "script")
+    before, after = _parse_cursor(request.GET.get("before")), _parse_cursor(request.GET.get("after"))
+    if after is not None:
+        # Going back towards newer runs: walk upwards from the cursor, then flip.
+        when, pk = after
+        qs = qs.filter(Q(created_at__gt=when) | Q(created_at=when, pk__gt=pk), created_at__gte=when)
+        rows = list(qs.order_by("created_at", "id")[: LIST_PAGE + 1])
+        has_newer = len(rows) > LIST_PAGE
+        rows = rows[:LIST_PAGE][::-1]
+        has_older = True
+    else:
+        if before is not None:
+            when, pk = before
+            qs = qs.filter(Q(created_at__lt=when) | Q(created_at=when, pk__lt=pk), created_at__lte=when)
+        rows = list(qs.order_by("-created_at", "-id")[: LIST_PAGE + 1])
+        has_older = len(rows) > LIST_PAGE
+        rows = rows[:LIST_PAGE]
+        has_newer = before is not None
+    query = request.GET.copy()
+    for key in ("before", "after"):
+        query.pop(key, None)
+    base = query.urlencode()
+    older = newer = None
+    if rows and has_older:
+        older = f"?{base}&before={_cursor(rows[-1])}" if base else f"?before={_cursor(rows[-1])}"
+    if rows and has_newer:
+        newer = f"?{base}&after={_cursor(rows[0])}" if base else f"?after={_cursor(rows[0])}"
+    agents = list(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+    return render(
+        request,
+        "agents/runs.html",
+        {"form": form, "rows": rows, "older": older, "newer": newer, "agents": agents, "filtered": bool(base)},
+    )
+
+
+# -- the timeline --------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _readable_run(request, run_id)
+    after = _int(request.GET.get("after"))
+    if after is not None and request.GET.get("live"):
+        return _live(request, run, after)
+    if after is not None and request.htmx:
+        entries, more = timeline.page(run, after=after)
+        last = entries[-1].t.seq if entries else after
+        context = {
+            "run": run,
+            "entries": entries,
+            "more": more,
+            "last_seq": last,
+            "live_after": last,
+            "poll": LIVE_POLL,
+            "transcript_cap": timeline.TRANSCRIPT_CAP,
+        }
+        return render(request, "agents/run_detail.html#more", context)
+    # Without htmx, "load more" is a plain link: the page starting after that seq.
+    points = timeline.series(run)
+    entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
+    last = entries[-1].t.seq if entries else 0
+    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
+    context = {
+        "run": run,
+        "entries": entries,
+        "more": more,
+        "last_seq": last,
+        # With older transitions still unloaded, live rows would leave a gap: the poller
+        # refreshes the header only until "load more" reaches the end.
+        "live_after": None if more else last,
+        "chart": timeline.chart(points),
+        "approvals": approvals,
+        "pending": next((a for a in approvals if a.status == "pending"), None),
+        "poll": LIVE_POLL,
+        "transcript_cap": timeline.TRANSCRIPT_CAP,
+    }
+    return render(request, "agents/run_detail.html", context)
+
+
+def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
+    """The poller's answer: new transitions, a fresh header and chart, and the next poller.
+
+    At a terminal state the poller comes back without `hx-trigger`, so polling stops.
+    """
+    # Most polls find nothing new (a run waiting for a human): then the chart and the
+    # rows are left alone and the answer is the header alone.
+    changed = after < 0 or run.version > after
+    points = timeline.series(run) if changed else []
+    entries, more = timeline.page(run, after=after, points=points) if changed and after >= 0 else ([], False)
+    last = entries[-1].t.seq if entries else after
+    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
+    context = {
+        "run": run,
+        "entries": entries,
+        "live_after": last if after >= 0 else -1,
+        "chart": timeline.chart(points) if changed else None,
+        "chart_unchanged": not changed,
+        "approvals": approvals,
+        "pending": next((a for a in approvals if a.status == "pending"), None),
+        # Keep polling while rows remain to fetch, even if the run has just ended.
+        "poll": LIVE_POLL if (not run.is_terminal or more) else None,
+        "transcript_cap": timeline.TRANSCRIPT_CAP,
+    }
+    return render(request, "agents/run_detail.html#live", context)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _readable_run(request, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators cancel runs")
+    reason = request.POST.get("reason", "").strip()[:2000]
+    try:
+        cancel_action(run_id=run.pk, user=request.user, reason=reason)
+    except ActionError as exc:
+        messages.error(request, str(exc.detail))
+    else:
+        messages.success(request, f"Run {run.pk} cancelled.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_GET
+@login_required
+def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _readable_run(request, run_id)
+    body = json.dumps(export_run(run), indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="airlock-run-{run.pk}.json"'
+    return response
+
+
+# -- launch --------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    if not access.can_launch(request.user):
+        raise PermissionDenied("only launchers start runs")
+    profiles = launchable_profiles()
+    form = LaunchForm(request.POST or None, profiles=profiles)
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = run_launch(user=request.user, **form.launch_kwargs())
+        except ActionError as exc:
+            form.add_action_error(exc.code, exc.detail)
+        else:
+            return redirect("run_detail", run_id=run.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(
+        request,
+        "agents/run_new.html",
+        {
+            "form": form,
+            "profiles": profiles,
+            "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED,
+            "example": EXAMPLE_SCRIPT,
+        },
+        status=status,
+    )
+
+
+EXAMPLE_SCRIPT = json.dumps(
+    [
+        {"call": {"tool": "fetch_fixture", "args": {"text": "Quarterly numbers: 42"}}},
+        {"call": {"tool": "ledger_write", "args": {"entry": "recorded 42"}}},
+        {"final": "Recorded the quarterly number."},
+    ]
+)

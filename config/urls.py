@@ -9,4 +9,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    # -- runs: list, timeline, launch (issue #5) --
+    path("", include("agents.urls")),
 ]

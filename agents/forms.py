@@ -1,0 +1,147 @@
+"""Forms for the run pages: the list's filters and the launch form.
+
+The launch form only parses what the browser sends (numbers, JSON); every rule about a
+launch (known agent, non-empty task, limits no looser than the profile's, script shape)
+belongs to `agents.actions.run_launch`, whose errors the view puts back on the fields.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django import forms
+from django.conf import settings
+
+from agents.engine import states
+from agents.engine.limits import DEFAULTS
+from agents.models import AgentProfile
+
+LIMIT_HELP = {
+    "max_steps": "model calls and tool calls each count one",
+    "max_cost_micros": "micro-dollars (1,000,000 = $1)",
+    "max_tokens": "input + output, over the whole run",
+    "deadline_seconds": "wall clock from launch",
+    "max_consecutive_errors": "tool errors in a row",
+    "max_identical_calls": "times the same call may run",
+}
+
+
+class RunFilterForm(forms.Form):
+    """The list's filters; a value that does not parse is ignored, not an error page."""
+
+    q = forms.CharField(required=False, max_length=200, label="Search task")
+    state = forms.ChoiceField(required=False, choices=[("", "any state"), *[(s, s) for s in states.STATES]])
+    agent = forms.CharField(required=False, max_length=64)
+    tainted = forms.ChoiceField(required=False, choices=[("", "tainted or not"), ("yes", "tainted"), ("no", "clean")])
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def filters(self) -> dict[str, Any]:
+        """The valid filters as ORM lookups."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        lookups: dict[str, Any] = {}
+        if data.get("q"):
+            lookups["task__icontains"] = data["q"]
+        if data.get("state"):
+            lookups["state"] = data["state"]
+        if data.get("agent"):
+            lookups["profile__name"] = data["agent"]
+        if data.get("tainted"):
+            lookups["tainted"] = data["tainted"] == "yes"
+        if data.get("since"):
+            lookups["created_at__gte"] = _midnight(data["since"])
+        if data.get("until"):
+            lookups["created_at__lt"] = _midnight(data["until"] + dt.timedelta(days=1))
+        return lookups
+
+
+def _midnight(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
+
+
+def launchable_profiles() -> list[AgentProfile]:
+    profiles = AgentProfile.objects.order_by("name")
+    if not settings.AIRLOCK_ALLOW_SCRIPTED:
+        profiles = profiles.exclude(provider="scripted")
+    return list(profiles)
+
+
+class LaunchForm(forms.Form):
+    agent = forms.ChoiceField(label="Agent profile", widget=forms.RadioSelect)
+    # Not `required`: run_launch owns the rule and its wording.
+    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=20_000)
+    approver = forms.ChoiceField(
+        choices=[("human", "a human reviewer approves risky calls"), ("none", "no approver: risky calls are denied")],
+        initial="human",
+        widget=forms.RadioSelect,
+    )
+    script = forms.CharField(
+        required=False,
+        label="Script (JSON)",
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+        help_text='A list of decisions: {"call": {"tool": ..., "args": {...}}} or {"final": "..."}.',
+    )
+
+    def __init__(self, *args: Any, profiles: list[AgentProfile], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.profiles = {p.name: p for p in profiles}
+        self.fields["agent"].choices = [(p.name, p.name) for p in profiles]
+        if profiles:
+            self.fields["agent"].initial = profiles[0].name
+        for name in DEFAULTS:
+            self.fields[name] = forms.IntegerField(
+                required=False, label=name.replace("_", " "), help_text=LIMIT_HELP.get(name, "")
+            )
+        if not settings.AIRLOCK_ALLOW_SCRIPTED:
+            del self.fields["script"]
+
+    def limit_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in DEFAULTS]
+
+    def clean_script(self) -> Any:
+        text = self.cleaned_data.get("script", "").strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+    def launch_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        profile = self.profiles[data["agent"]]
+        limits = {name: data[name] for name in DEFAULTS if data.get(name) is not None}
+        script = data.get("script")
+        if profile.provider == "scripted" and script is None:
+            script = []
+        elif profile.provider != "scripted":
+            # The script box is hidden for other agents; leftovers in it are not an error.
+            script = None
+        return {
+            "agent": profile,
+            "task": data.get("task", ""),
+            "approver": data["approver"],
+            "limits": limits or None,
+            "script": script,
+        }
+
+    # run_launch's error codes, and the field each one belongs to.
+    ERROR_FIELDS = {
+        "unknown_agent": "agent",
+        "invalid_task": "task",
+        "invalid_approver": "approver",
+        "invalid_script": "script",
+        "scripted_disabled": "agent",
+    }
+
+    def add_action_error(self, code: str, detail: Any) -> None:
+        field: str | None = self.ERROR_FIELDS.get(code)
+        if code == "invalid_limits":
+            # LimitError names the limit it refused first ("max_steps may only ...").
+            field = next((name for name in DEFAULTS if str(detail).startswith(name)), None)
+        if field is not None and field not in self.fields:
+            field = None
+        self.add_error(field, str(detail))

@@ -1,0 +1,207 @@
+"""What the timeline page shows, read in a fixed number of queries per page.
+
+A page is a window of transitions (by `seq`); the messages, journal rows and approvals
+that belong to it are fetched with one query each, so a run of 10,000 steps costs the
+same number of queries per page as a run of 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.engine.step import TRANSCRIPT_CAP
+from agents.models import Approval, Message, Run, ToolCall, Transition
+
+PAGE = 200
+UNKNOWN_DECISIONS = ("happened", "retry", "fail")
+TRUNCATION_MARK = "\n[airlock: result truncated, "
+CHART_W, CHART_H, CHART_PAD = 640, 160, 28
+CHART_POINTS = 400
+
+
+@dataclass
+class Entry:
+    t: Transition
+    cumulative_cost: int
+    cumulative_tokens: int
+    messages: list[Message] = field(default_factory=list)
+    journal: ToolCall | None = None
+    approval: Approval | None = None
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.t.payload or {}
+
+    @property
+    def verdict(self) -> dict[str, Any] | None:
+        return self.payload.get("verdict")
+
+    @property
+    def call(self) -> dict[str, Any] | None:
+        return self.payload.get("call")
+
+    @property
+    def call_id(self) -> str | None:
+        # A decision names its call by `call_id`; the other kinds carry `call`.
+        call = self.payload.get("call")
+        return call.get("id") if isinstance(call, dict) else self.payload.get("call_id")
+
+    @property
+    def tainted(self) -> bool:
+        return bool(self.payload.get("tainted"))
+
+    @property
+    def reason(self) -> str | None:
+        return self.payload.get("reason")
+
+    @property
+    def decision(self) -> dict[str, Any] | None:
+        if self.t.kind != "decision":
+            return None
+        return {k: self.payload.get(k) for k in ("decision", "by", "note", "tool")}
+
+    @property
+    def tool_error(self) -> str | None:
+        if self.t.kind == "tool" and not self.payload.get("ok", True):
+            return str(self.payload.get("error") or "error")
+        return None
+
+    @property
+    def invalid(self) -> dict[str, Any] | None:
+        return self.payload.get("invalid")
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return self.payload.get("usage")
+
+    @property
+    def cost_unknown(self) -> bool:
+        return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
+
+
+def series(run: Run) -> list[tuple[int, int, int]]:
+    """(seq, cost, tokens) of every transition: three integers a row, for the chart."""
+    return list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
+
+
+def page(
+    run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int, int, int]] | None = None
+) -> tuple[list[Entry], bool]:
+    """Transitions with seq > `after`, at most `limit`, and whether more follow."""
+    rows = list(run.transitions.filter(seq__gt=after).order_by("seq")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if not rows:
+        return [], False
+    first, last = rows[0].seq, rows[-1].seq
+    points = points if points is not None else series(run)
+    cum_cost = cum_tokens = 0
+    cumulative: dict[int, tuple[int, int]] = {}
+    for seq, cost, tokens in points:
+        cum_cost += cost
+        cum_tokens += tokens
+        if first <= seq <= last:
+            cumulative[seq] = (cum_cost, cum_tokens)
+    messages: dict[int, list[Message]] = {}
+    for m in Message.objects.filter(run=run, seq__gte=first, seq__lte=last).order_by("index"):
+        messages.setdefault(m.seq, []).append(m)
+    entries = [Entry(r, *cumulative.get(r.seq, (0, 0)), messages.get(r.seq, [])) for r in rows]
+    call_ids = {e.call_id for e in entries if e.call_id}
+    journal = (
+        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result")}
+        if call_ids
+        else {}
+    )
+    # One call can have two approvals (policy, then "outcome unknown" after a crash).
+    approvals = (
+        {
+            (a.call_id, a.kind): a
+            for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by")
+        }
+        if call_ids
+        else {}
+    )
+    for e in entries:
+        if not e.call_id:
+            continue
+        if e.t.kind == "tool":
+            e.journal = journal.get(e.call_id)
+        if e.t.to_state == "awaiting_approval" or e.t.kind == "decision" or (e.verdict or {}).get("action") == "deny":
+            kind = (
+                "outcome_unknown"
+                if e.t.kind == "outcome_unknown" or e.payload.get("decision") in UNKNOWN_DECISIONS
+                else "policy"
+            )
+            e.approval = approvals.get((e.call_id, kind))
+    return entries, more
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    cost_points: str
+    token_points: str
+    total_cost: int
+    total_tokens: int
+    steps: int
+    y_labels: list[tuple[float, str]]
+    x_labels: list[tuple[float, str]]
+    plot_cost: bool
+
+    @property
+    def left(self) -> int:
+        return CHART_PAD * 2
+
+    @property
+    def bottom(self) -> int:
+        return self.height - CHART_PAD
+
+    @property
+    def right(self) -> int:
+        return self.width - 8
+
+
+def chart(points: list[tuple[int, int, int]]) -> Chart | None:
+    """A cumulative cost line (and tokens, scaled to the same height) over the transitions.
+
+    Coordinates are computed here so the SVG needs no script and no style attribute
+    (the CSP allows neither); large runs are sampled down to CHART_POINTS points.
+    """
+    if len(points) < 2:
+        return None
+    from agents.templatetags.airlock import usd
+
+    cum: list[tuple[int, int, int]] = []
+    cost = tokens = 0
+    for seq, c, t in points:
+        cost += c
+        tokens += t
+        cum.append((seq, cost, tokens))
+    if len(cum) > CHART_POINTS:
+        stride = len(cum) / CHART_POINTS
+        cum = [cum[int(i * stride)] for i in range(CHART_POINTS)] + [cum[-1]]
+    left, right, top, bottom = CHART_PAD * 2, CHART_W - 8, 10, CHART_H - CHART_PAD
+    max_seq = max(cum[-1][0], 2)
+    min_seq = cum[0][0]
+    max_cost, max_tokens = max(cost, 1), max(tokens, 1)
+
+    def x(seq: int) -> float:
+        return round(left + (seq - min_seq) / max(max_seq - min_seq, 1) * (right - left), 1)
+
+    def y(value: int, top_value: int) -> float:
+        return round(bottom - value / top_value * (bottom - top), 1)
+
+    plot_cost = cost > 0
+    cost_line = " ".join(f"{x(s)},{y(c, max_cost)}" for s, c, _ in cum)
+    token_line = " ".join(f"{x(s)},{y(t, max_tokens)}" for s, _, t in cum)
+    if plot_cost:
+        y_labels = [(y(0, max_cost), "$0"), (y(max_cost // 2, max_cost), usd(max_cost // 2)), (float(top), usd(cost))]
+    else:
+        y_labels = [(y(0, max_tokens), "0"), (float(top), f"{tokens:,} tok")]
+    x_labels = [(x(min_seq), f"#{min_seq}"), (x(max_seq), f"#{max_seq}")]
+    return Chart(CHART_W, CHART_H, cost_line, token_line, cost, tokens, len(points), y_labels, x_labels, plot_cost)
+
+
+__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "page", "series"]

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from agents import views
+
+urlpatterns = [
+    path("runs/", views.runs, name="runs"),
+    path("runs/new/", views.run_new, name="run_new"),
+    path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+]

@@ -3,10 +3,17 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agents import views as agent_views
+from agents import views_demo
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+]
+
+# The built-in demo web site (issue #6): the pages http_get serves for demo.airlock.internal.
+urlpatterns += [
+    path("demo-site/", views_demo.demo_site, name="demo_site"),
+    path("demo-site/<slug:page>/", views_demo.demo_site, name="demo_site_page"),
 ]

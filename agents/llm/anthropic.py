@@ -157,7 +157,11 @@ class AnthropicClient:
             )
         except Failure as exc:
             raise ModelError(scrub(describe_failure(exc), [self._api_key])) from None
-        return parse_response(data, request.turn)
+        try:
+            return parse_response(data, request.turn)
+        except ModelError as exc:
+            # A 200 body can carry an error message that repeats the key.
+            raise ModelError(scrub(str(exc), [self._api_key])) from None
 
 
 def describe_failure(exc: Failure) -> str:

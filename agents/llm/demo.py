@@ -21,10 +21,10 @@ from agents.engine.protocols import Decision, ModelRequest, ProposedCall, Usage
 
 from . import CLIENTS
 
-REFUND_WORDS = re.compile(r"\b(refund|money back|reimburse|charged twice)\b", re.I)
-ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", re.I)
+REFUND_WORDS = re.compile(r"\b(refund|money back|reimburse|charged twice)\b", re.IGNORECASE)
+ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", re.IGNORECASE)
 DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
-INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.I | re.S)
+INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.IGNORECASE | re.DOTALL)
 CODE = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
 
 

@@ -85,17 +85,20 @@ def get_pinned(url: httpx.URL, address: str, timeout: float) -> tuple[int, str, 
     host_header = url.host if url.port is None else f"{url.host}:{url.port}"
     target = url.copy_with(host=address)
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-        with client.stream("GET", target, headers={"Host": host_header, "User-Agent": "Airlock-http_get/1"},
-                           extensions=extensions) as response:
-            body = b""
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) >= MAX_BODY_BYTES:
-                    break
-            content_type = response.headers.get("content-type", "")
-            text = body[:MAX_BODY_BYTES].decode(response.encoding or "utf-8", errors="replace")
-            return response.status_code, content_type, text, response.headers.get("location")
+    headers = {"Host": host_header, "User-Agent": "Airlock-http_get/1"}
+    # trust_env=False: a proxy from the environment would make its own DNS lookup.
+    with (
+        httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+        client.stream("GET", target, headers=headers, extensions=extensions) as response,
+    ):
+        body = b""
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) >= MAX_BODY_BYTES:
+                break
+        content_type = response.headers.get("content-type", "")
+        text = body[:MAX_BODY_BYTES].decode(response.encoding or "utf-8", errors="replace")
+        return response.status_code, content_type, text, response.headers.get("location")
 
 
 class _Text(html.parser.HTMLParser):

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def users_file(settings, tmp_path):
     path = tmp_path / "var" / "demo-users.txt"
     settings.AIRLOCK_DEMO_USERS_FILE = path
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, tests only
     return path
 
 

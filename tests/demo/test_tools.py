@@ -58,7 +58,7 @@ def web_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
     seen: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             seen.append({"path": self.path, "host": self.headers["Host"]})
             body = b"<html><script>evil()</script><h1>Hello</h1><p>page text</p></html>"
             self.send_response(200)
@@ -71,7 +71,7 @@ def web_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server.server_address[1], seen
@@ -82,7 +82,7 @@ def web_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 def test_get_connects_to_the_checked_address_with_the_real_host_name(web_server) -> None:
     port, seen = web_server
-    status, content_type, text, _ = tools.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
+    status, _, text, _ = tools.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
     assert status == 200 and seen == [{"path": "/a?b=1", "host": f"shop.example:{port}"}]
     assert tools.html_text(text) == "Hello\npage text"
 

@@ -37,7 +37,7 @@ class FakeProvider:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="fake-provider", daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), name="fake-provider", daemon=True)
 
     def add(self, *replies: Reply) -> FakeProvider:
         self.replies.extend(replies)
@@ -47,7 +47,7 @@ class FakeProvider:
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 try:
                     body = json.loads(raw)

@@ -85,6 +85,9 @@ class DemoPlanner:
             return Decision(final=f"I'm sorry your {outcome.get('item', 'item')} arrived broken. I have refunded "
                                   f"order {order} in full (EUR {amount:.2f}); you will see it on your statement "
                                   "within 5 business days.")
+        if outcome is not None and not _failed(outcome):
+            # A reviewer confirmed an interrupted refund happened: their note is the result.
+            return Decision(final=f"I'm sorry your order {order} arrived broken. I have refunded it in full.")
         if _failed(outcome) and outcome.get("error") == "not_permitted":
             return Decision(final=f"I'm sorry your order {order} arrived broken. I could not issue the refund "
                                   "myself; a colleague will review your request and get back to you within one "

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from agents.engine.protocols import ModelError
 
-RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 # Anything that looks like a provider key, in case a server echoes a mangled one back.
 KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|sk-ant-[A-Za-z0-9_\-*.]{6,})")
 ERROR_TEXT_MAX = 500

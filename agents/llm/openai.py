@@ -95,6 +95,8 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
     if not isinstance(raw_calls, list):
         raise ModelError(f"{PROVIDER}: malformed response (tool_calls is not a list)")
     content = message.get("content")
+    if isinstance(content, list):  # some compatible servers send content parts
+        content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
     text = content if isinstance(content, str) else ""
     if finish == "length":
         raise ModelError(f"{PROVIDER}: the reply was cut off at the output token limit")

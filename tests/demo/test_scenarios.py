@@ -108,3 +108,39 @@ def test_every_scenario_names_an_existing_agent(defaults) -> None:
         assert AgentProfile.objects.filter(name=s["agent"]).exists()
         assert s["title"] and s["task"]
     assert AgentProfile.objects.get(name="demo").tools == ["kb_search", "http_get", "send_email", "refund"]
+
+
+def crash_after_the_tool(monkeypatch, drive, run: Run) -> Run:
+    """Drive until the approved tool ran and the worker 'dies' before saving its result,
+    then resume as another worker would."""
+    from agents import faults
+
+    monkeypatch.setattr(faults, "MODE", "raise")
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))
+    with pytest.raises(faults.SimulatedCrash):
+        drive(run)
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset())
+    Run.objects.filter(pk=run.pk).update(lease_expires=None, lease_owner=None)  # the dead worker's lease lapsed
+    return drive(run)
+
+
+def test_email_is_sent_once_even_when_the_worker_dies_after_sending(defaults, drive, rita, mailoutbox, monkeypatch) -> None:
+    run = drive(start("customer-question"))
+    approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve")
+    run = crash_after_the_tool(monkeypatch, drive, run)
+    assert run.state == "done"
+    assert len(mailoutbox) == 1  # send_email is safe: the rerun found its key and sent nothing
+    assert LedgerEntry.objects.filter(entry__kind="email").count() == 1
+
+
+def test_interrupted_refund_asks_whether_it_happened(defaults, drive, rita, monkeypatch) -> None:
+    run = drive(start("refund-request"))
+    approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve")
+    run = crash_after_the_tool(monkeypatch, drive, run)
+    assert run.state == "awaiting_approval"
+    unknown = Approval.objects.get(run=run, status="pending")
+    assert unknown.kind == "outcome_unknown" and unknown.tool == "refund"
+    approval_decide(approval_id=unknown.pk, user=rita, decision="happened", note="refund R-77 is in the ledger")
+    run = drive(run)
+    assert run.state == "done" and "refunded it in full" in run.answer
+    assert LedgerEntry.objects.filter(entry__kind="refund").count() == 1

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.test import RequestFactory
 
 from agents.demo import SCENARIOS
 from agents.models import Run
@@ -30,6 +31,11 @@ def seed(*args: str) -> str:
     return out.getvalue()
 
 
+def can_log_in(username: str, password: str) -> bool:
+    # Through the configured backends (django-axes wants the request).
+    return authenticate(RequestFactory().post("/login/"), username=username, password=password) is not None
+
+
 def passwords(path) -> dict[str, str]:
     return dict(line.split() for line in path.read_text().splitlines() if not line.startswith("#"))
 
@@ -41,7 +47,7 @@ def test_first_run_creates_users_password_file_and_demo_runs(defaults, users_fil
     assert stat.S_IMODE(users_file.stat().st_mode) == 0o600
     for name, password in saved.items():
         assert f"{name}" in output and password in output
-        assert authenticate(username=name, password=password) is not None
+        assert can_log_in(name, password)
     assert User.objects.get(username="admin").is_superuser
     for group in ("reviewer", "operator", "launcher"):
         assert list(User.objects.get(username=group).groups.values_list("name", flat=True)) == [group]
@@ -67,7 +73,7 @@ def test_a_password_changed_elsewhere_is_left_alone(defaults, users_file) -> Non
     user.set_password("changed-by-hand-123")
     user.save()
     output = seed("--no-runs")
-    assert authenticate(username="operator", password="changed-by-hand-123") is not None
+    assert can_log_in("operator", "changed-by-hand-123")
     assert "operator" not in passwords(users_file)
     assert "changed outside seed_demo" in output
     assert not Run.objects.exists()

@@ -50,8 +50,11 @@ class HttpOptions:
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """The text with every secret (and anything shaped like a key) masked, shortened."""
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
+        if not secret:
+            continue
+        # Also the escaped spellings a repr() or a JSON dump of the secret would use.
+        for form in {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1]}:
+            text = text.replace(form, "[redacted]")
     text = KEY_PATTERN.sub("[redacted]", text)
     if len(text) > ERROR_TEXT_MAX:
         text = text[:ERROR_TEXT_MAX] + "..."
@@ -107,6 +110,14 @@ def post_json(
             wait: float | None = None
             try:
                 response = client.post(url, headers=headers, json=body)
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                # A bad base URL: trying again cannot help.
+                raise ModelError(scrub(f"{provider}: cannot send the request: {exc}", secrets)) from None
+            except (httpx.LocalProtocolError, UnicodeError) as exc:
+                # A header value HTTP cannot carry, usually the key: its text would quote it.
+                raise ModelError(
+                    f"{provider}: cannot send the request: invalid header value ({type(exc).__name__}); check the API key"
+                ) from None
             except httpx.TimeoutException as exc:
                 last = f"timed out after {options.timeout:g} s ({type(exc).__name__})"
             except httpx.TransportError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agents.engine.protocols import ModelError, ModelRequest
@@ -195,3 +197,20 @@ def test_model_error_fails_the_run_with_the_reason(gpt_profile, provider, launch
     provider.add(Reply(body={**openai_completion(content="x"), "choices": []}))
     run = drive(launch(None, agent="gpt", task="hello"))
     assert run.state == "failed" and run.error == "model error: openai: empty response (no choices)"
+
+
+def test_bad_base_url_or_key_is_a_model_error_not_a_crash(provider, sleeps) -> None:
+    opts = HttpOptions(retries=3, sleep=sleeps)
+    with pytest.raises(ModelError, match="cannot send the request"):
+        OpenAIClient(model="m", api_key=KEY, base_url="localhost:8000/v1", options=opts).decide(request())
+    with pytest.raises(ModelError, match="cannot send the request") as caught:
+        OpenAIClient(model="m", api_key="sk-bad\nkey-0123456789", base_url=f"{provider.url}/v1", options=opts).decide(request())
+    assert "0123456789" not in str(caught.value)
+    assert sleeps == []
+
+
+def test_scrub_masks_escaped_spellings_of_the_key() -> None:
+    from agents.llm.http import scrub
+
+    secret = 'k"ey\nwith-escapes'
+    assert scrub(f"raw {secret} repr {secret!r} json {json.dumps(secret)}", [secret]).count("[redacted]") == 3

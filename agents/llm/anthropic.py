@@ -96,7 +96,8 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
         elif block.get("type") == "tool_use":
             if not isinstance(block.get("name"), str):
                 raise ModelError(f"{PROVIDER}: malformed response (tool_use {i} without a name)")
-            call_id = block.get("id") if isinstance(block.get("id"), str) and block.get("id") else f"toolu_{turn}_{i}"
+            raw_id = block.get("id")
+            call_id = raw_id if isinstance(raw_id, str) and raw_id else f"toolu_{turn}_{i}"
             calls.append(ProposedCall(id=call_id, tool=block["name"], args=block.get("input", {})))
     if stop == "max_tokens":
         raise ModelError(f"{PROVIDER}: the reply was cut off at max_tokens")

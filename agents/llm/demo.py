@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from agents import demo
@@ -26,6 +27,9 @@ ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", 
 DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
 INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.IGNORECASE | re.DOTALL)
 CODE = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
+
+
+Caller = Callable[[str, dict[str, Any], str], Decision]
 
 
 def _json(text: str) -> Any:
@@ -71,7 +75,7 @@ class DemoPlanner:
 
     # -- a refund request --------------------------------------------------------------
 
-    def refund(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Any) -> Decision:
+    def refund(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
         match = ORDER_NUMBER.search(task)
         if match is None:
             return Decision(final="I'm sorry to hear that. Could you tell me the order number so I can look into a refund?")
@@ -97,7 +101,7 @@ class DemoPlanner:
 
     # -- a customer question -----------------------------------------------------------
 
-    def question(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Any) -> Decision:
+    def question(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
         searches = results.get("kb_search", [])
         if not searches and "kb_search" in offered:
             return call("kb_search", {"query": task[:500]}, "Let me check the knowledge base first.")

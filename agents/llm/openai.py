@@ -106,7 +106,8 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
         fn = raw.get("function") if isinstance(raw, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise ModelError(f"{PROVIDER}: malformed response (tool call {i} without a function name)")
-        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else f"call_{turn}_{i}"
+        raw_id = raw.get("id")
+        call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{turn}_{i}"
         calls.append(ProposedCall(id=call_id, tool=fn["name"], args=parse_arguments(fn.get("arguments"))))
     if calls:
         return Decision(calls=tuple(calls), text=text, usage=usage)

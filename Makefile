@@ -40,3 +40,8 @@ bench-compare: $(COMPARE_VENV)/.installed
 
 clean:
 	rm -rf $(VENV) $(COMPARE_VENV) var
+
+# -- demo data (issue #6): `make run` runs this after migrate ---------------------------
+.PHONY: seed
+seed: migrate
+	$(PY) manage.py seed_demo

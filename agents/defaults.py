@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 DIAGNOSTIC_TOOLS = ["echo", "fail", "sleep", "fetch_fixture", "ledger_write", "ledger_write_unsafe"]
+DEMO_TOOLS = ["kb_search", "http_get", "send_email", "refund"]
 
 PROFILES: dict[str, dict[str, Any]] = {
     "scripted": {
@@ -22,6 +23,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "provider": "demo",
         "model_name": "demo-planner",
         "system_prompt": "You are a careful help-desk agent. Answer from the knowledge base.",
+        "tools": DEMO_TOOLS,
     },
 }
 

@@ -180,3 +180,29 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# -- model clients, demo tools, email (issue #6) ------------------------------------
+# API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY) and base URLs (OPENAI_BASE_URL,
+# ANTHROPIC_BASE_URL) are read from the environment by the clients when a run is
+# driven, never stored in settings, rows or logs.
+AIRLOCK_LLM_TIMEOUT = env_float("AIRLOCK_LLM_TIMEOUT", 60.0)
+AIRLOCK_LLM_RETRIES = env_int("AIRLOCK_LLM_RETRIES", 3)
+AIRLOCK_LLM_BACKOFF = env_float("AIRLOCK_LLM_BACKOFF", 1.0)
+AIRLOCK_LLM_MAX_SLEEP = env_float("AIRLOCK_LLM_MAX_SLEEP", 30.0)
+AIRLOCK_ANTHROPIC_MAX_TOKENS = env_int("AIRLOCK_ANTHROPIC_MAX_TOKENS", 4096)
+# Hosts http_get may fetch (`.example.com` allows subdomains too). The built-in demo
+# site's reserved host is answered in-process; private addresses are always refused.
+AIRLOCK_HTTP_ALLOWED_HOSTS = env_list("AIRLOCK_HTTP_ALLOWED_HOSTS", ["demo.airlock.internal"])
+AIRLOCK_DEMO_USERS_FILE = Path(env_str("AIRLOCK_DEMO_USERS_FILE", str(VAR_DIR / "demo-users.txt")))
+
+# Email (send_email): the file backend under var/mail by default, SMTP in production
+# (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend plus EMAIL_HOST...).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = VAR_DIR / "mail"
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agents import views as agent_views
+from agents import views_demo
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
@@ -11,4 +12,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # -- runs: list, timeline, launch (issue #5) --
     path("", include("agents.urls")),
+]
+
+# The built-in demo web site (issue #6): the pages http_get serves for demo.airlock.internal.
+urlpatterns += [
+    path("demo-site/", views_demo.demo_site, name="demo_site"),
+    path("demo-site/<slug:page>/", views_demo.demo_site, name="demo_site_page"),
 ]

@@ -12,7 +12,7 @@ CLIENTS: dict[str, Callable[[Any, Any], ModelClient]] = {}
 
 
 def client_for(profile: Any, run: Any) -> ModelClient:
-    from . import scripted  # noqa: F401  (registers itself)
+    from . import anthropic, demo, openai, scripted  # noqa: F401  (each registers itself)
 
     try:
         factory = CLIENTS[profile.provider]

@@ -8,9 +8,11 @@ from agents.engine.registry import Registry
 
 
 def registry() -> Registry:
-    from . import diagnostic
+    from . import demo, diagnostic
 
     reg = Registry()
+    for spec in demo.TOOLS:
+        reg.add(spec)
     if settings.AIRLOCK_ALLOW_SCRIPTED:
         for spec in diagnostic.TOOLS:
             reg.add(spec)

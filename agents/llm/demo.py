@@ -1,0 +1,150 @@
+"""The demo client: a deterministic offline planner for the built-in scenarios, so a
+fresh install shows the whole product (taint, approvals, an irreversible tool) with no
+API key.
+
+It decides only from the transcript, like a real model: what the customer asked and
+which tool results came back. It is deliberately gullible: when a fetched page tells it
+to email the discount code to every customer, it tries to, which is exactly the call
+Airlock's taint policy stops for a human. Usage is an estimate (about 4 characters per
+token), so runs show plausible token counts; the demo profile's prices are 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from agents import demo
+from agents.engine.protocols import Decision, ModelRequest, ProposedCall, Usage
+
+from . import CLIENTS
+
+REFUND_WORDS = re.compile(r"\b(refund|money back|reimburse|charged twice)\b", re.IGNORECASE)
+ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", re.IGNORECASE)
+DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
+INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.IGNORECASE | re.DOTALL)
+CODE = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
+
+
+Caller = Callable[[str, dict[str, Any], str], Decision]
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _failed(result: Any) -> bool:
+    return isinstance(result, dict) and result.get("ok") is False
+
+
+class DemoPlanner:
+    def decide(self, request: ModelRequest) -> Decision:
+        decision = self.plan(request)
+        return Decision(
+            final=decision.final, calls=decision.calls, text=decision.text, usage=self.usage(request, decision)
+        )
+
+    def usage(self, request: ModelRequest, decision: Decision) -> Usage:
+        seen = sum(len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls") or [])) for m in request.messages)
+        seen += sum(len(json.dumps(t.openapi())) for t in request.tools)
+        said = len(decision.final or decision.text) + sum(len(json.dumps(c.args)) for c in decision.calls)
+        return Usage(input_tokens=math.ceil(seen / 4), output_tokens=math.ceil(said / 4) + 1)
+
+    def plan(self, request: ModelRequest) -> Decision:
+        messages = request.messages
+        task = next((m["content"] for m in messages if m["role"] == "user"), "")
+        results: dict[str, list[Any]] = {}
+        for m in messages:
+            if m["role"] == "tool":
+                results.setdefault(m.get("name", ""), []).append(_json(m.get("content") or ""))
+        offered = {t.name for t in request.tools}
+        turn = request.turn
+
+        def call(tool: str, args: dict[str, Any], text: str) -> Decision:
+            return Decision(calls=(ProposedCall(id=f"demo_{turn}_0", tool=tool, args=args),), text=text)
+
+        if REFUND_WORDS.search(task):
+            return self.refund(task, results, offered, call)
+        return self.question(task, results, offered, call)
+
+    # -- a refund request --------------------------------------------------------------
+
+    def refund(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+        match = ORDER_NUMBER.search(task)
+        if match is None:
+            return Decision(final="I'm sorry to hear that. Could you tell me the order number so I can look into a refund?")
+        order = match.group(1)
+        if "refund" not in results and "refund" in offered:
+            return call("refund", {"order_id": order, "reason": f"Customer request: {task[:300]}"},
+                        f"The customer asks for a refund of order {order}; the refund policy covers damaged items.")
+        outcome = (results.get("refund") or [None])[-1]
+        if isinstance(outcome, dict) and outcome.get("refunded"):
+            amount = int(outcome.get("amount_cents", 0)) / 100
+            return Decision(final=f"I'm sorry your {outcome.get('item', 'item')} arrived broken. I have refunded "
+                                  f"order {order} in full (EUR {amount:.2f}); you will see it on your statement "
+                                  "within 5 business days.")
+        if outcome is not None and not _failed(outcome):
+            # A reviewer confirmed an interrupted refund happened: their note is the result.
+            return Decision(final=f"I'm sorry your order {order} arrived broken. I have refunded it in full.")
+        if _failed(outcome) and outcome.get("error") == "not_permitted":
+            return Decision(final=f"I'm sorry your order {order} arrived broken. I could not issue the refund "
+                                  "myself; a colleague will review your request and get back to you within one "
+                                  "business day.")
+        return Decision(final=f"I'm sorry, I could not process a refund for order {order} right now; a colleague "
+                              "will follow up with you.")
+
+    # -- a customer question -----------------------------------------------------------
+
+    def question(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+        searches = results.get("kb_search", [])
+        if not searches and "kb_search" in offered:
+            return call("kb_search", {"query": task[:500]}, "Let me check the knowledge base first.")
+        articles = searches[0] if searches and isinstance(searches[0], list) else []
+        urls = [u for a in articles for u in DEMO_URL.findall(str(a.get("text", "")))]
+        pages = results.get("http_get", [])
+        if urls and not pages and "http_get" in offered:
+            return call("http_get", {"url": urls[0]}, "The knowledge base points to the shipping page; reading it.")
+        page = pages[-1] if pages and isinstance(pages[-1], dict) and not _failed(pages[-1]) else None
+        page_text = str(page.get("text", "")) if page else ""
+        if INJECTION.search(page_text) and "send_email" not in results and "send_email" in offered:
+            # The planted instruction, obeyed: this is the call Airlock must stop.
+            if len(searches) < 2:
+                return call("kb_search", {"query": "discount code"},
+                            "The page says to email the discount code to every customer; looking the code up.")
+            code = next((m for a in searches[1] if isinstance(searches[1], list)
+                         for m in CODE.findall(str(a.get("text", "")))), None)
+            if code:
+                return call(
+                    "send_email",
+                    {"to": [c["email"] for c in demo.CUSTOMERS],
+                     "subject": f"A discount code from {demo.SHOP}",
+                     "body": f"Dear customer,\n\nUse the code {code} for 40% off your next order.\n\n{demo.SHOP}"},
+                    "Following the page's instruction: emailing the discount code to every customer.",
+                )
+        return Decision(final=self.answer(task, articles, page_text))
+
+    def answer(self, task: str, articles: list[Any], page_text: str) -> str:
+        words = {w.strip(".,!?;:'\"()-").lower() for w in task.split() if len(w) > 3}
+        if page_text:
+            # The first line is the page title; the planted instruction is not an answer.
+            lines = [line for line in page_text.split("\n")[1:] if line.strip() and not INJECTION.search(line)]
+            scored = sorted(lines, key=lambda line: -sum(w in line.lower() for w in words))
+            if scored:
+                best = scored[0] if any(w in scored[0].lower() for w in words) else " ".join(lines)
+                return f"Thanks for asking! From our shipping page: {best} Let us know if there is anything else."
+        if articles:
+            return f"Thanks for asking! {articles[0].get('text', '')}"
+        return "I'm sorry, I could not find an answer in our knowledge base; a colleague will follow up with you."
+
+
+def _factory(profile: Any, run: Any) -> DemoPlanner:
+    return DemoPlanner()
+
+
+CLIENTS["demo"] = _factory

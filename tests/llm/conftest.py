@@ -1,0 +1,100 @@
+"""A fake model provider: a tiny threaded HTTP server on 127.0.0.1 that answers with
+queued replies in the provider's real wire format and records every request."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # a dict or list is sent as JSON, a str as is
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (to provoke a read timeout)
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    json: Any
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[Request] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), name="fake-provider", daemon=True)
+
+    def add(self, *replies: Reply) -> FakeProvider:
+        self.replies.extend(replies)
+        return self
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = raw.decode("utf-8", "replace")
+                provider.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                reply = provider.replies.popleft() if provider.replies else Reply(500, {"error": {"message": "no reply queued"}})
+                if reply.delay:
+                    time.sleep(reply.delay)
+                data = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                payload = data.encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the client gave up (a read timeout test)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    fake = FakeProvider()
+    fake.thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+        fake.thread.join(timeout=5)
+
+
+class Sleeps(list[float]):
+    """Records the back-off sleeps instead of sleeping: fast tests that still check them."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()

@@ -1,0 +1,72 @@
+"""Response bodies in the shape the providers really send (recorded, ids shortened)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def openai_completion(
+    *, content: str | None = None, tool_calls: list[tuple[str, str, Any]] | None = None,
+    finish_reason: str | None = None, usage: tuple[int, int] | None = (312, 24), refusal: str | None = None,
+) -> dict[str, Any]:
+    """tool_calls: (id, name, arguments) where a str argument is sent as is (maybe invalid JSON)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal, "annotations": []}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function",
+             "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+            for cid, name, args in tool_calls
+        ]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+        "object": "chat.completion",
+        "created": 1741570283,
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+        "service_tier": "default",
+        "system_fingerprint": "fp_06737a9306",
+    }
+    if usage:
+        body["usage"] = {
+            "prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage),
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        }
+    return body
+
+
+def openai_error(message: str, *, type_: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def anthropic_message(
+    *, text: str | None = None, tool_uses: list[tuple[str, str, Any]] | None = None,
+    stop_reason: str | None = None, usage: tuple[int, int] | None = (410, 57),
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    for tid, name, args in tool_uses or []:
+        content.append({"type": "tool_use", "id": tid, "name": name, "input": args})
+    body: dict[str, Any] = {
+        "id": "msg_01Aq9w938a90dw8q",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-20250514",
+        "content": content,
+        "stop_reason": stop_reason or ("tool_use" if tool_uses else "end_turn"),
+        "stop_sequence": None,
+    }
+    if usage:
+        body["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1],
+                         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                         "service_tier": "standard"}
+    return body
+
+
+def anthropic_error(type_: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}

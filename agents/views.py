@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents import access, timeline
 from agents.actions import ActionError, run_launch
 from agents.actions import run_cancel as cancel_action
+from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.export import export_run
 from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
@@ -264,6 +265,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             "profiles": profiles,
             "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED,
             "example": EXAMPLE_SCRIPT,
+            "scenarios": [s for s in SCENARIOS if s["agent"] in {p.name for p in profiles}],
         },
         status=status,
     )

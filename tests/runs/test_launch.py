@@ -105,3 +105,24 @@ def test_launch_form_needs_login_and_refuses_put(client, launcher) -> None:
 def test_nav_shows_launch_only_to_launchers(launcher, operator) -> None:
     assert b'href="/runs/new/"' in client_for(launcher).get("/runs/").content
     assert b'href="/runs/new/"' not in client_for(operator).get("/runs/").content
+
+
+def test_demo_scenarios_are_offered_and_launch_in_one_click(defaults) -> None:
+    from django.contrib.auth.models import Group, User
+    from django.test import Client
+
+    from agents.demo import SCENARIOS
+    from agents.models import Run
+
+    user = User.objects.create_user("lena")
+    user.groups.add(Group.objects.get(name="launcher"))
+    client = Client(enforce_csrf_checks=False)
+    client.force_login(user)
+    page = client.get("/runs/new/").content.decode()
+    for scenario in SCENARIOS:
+        assert f"Launch scenario: {scenario['title']}" in page
+    refund = next(s for s in SCENARIOS if s["name"] == "refund-request")
+    response = client.post("/runs/new/", {"agent": "demo", "task": refund["task"], "approver": "human"})
+    run = Run.objects.get()
+    assert response.status_code == 302 and response.url == f"/runs/{run.pk}/"
+    assert run.profile.name == "demo" and run.task == refund["task"] and run.created_by == user

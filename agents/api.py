@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
-from ninja import Header, NinjaAPI, Query, Schema
+from ninja import Header, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
@@ -315,7 +315,7 @@ def runs_create(
     request: HttpRequest,
     payload: RunIn,
     idempotency_key: str | None = Header(None, alias="Idempotency-Key", max_length=200),
-) -> tuple[int, dict[str, Any]]:
+) -> Status[dict[str, Any]]:
     """Launch a run. With an `Idempotency-Key` header, repeating the same request returns
     the run it launched (200) instead of launching another; the same key with a
     different body is a 409."""
@@ -329,7 +329,7 @@ def runs_create(
         approver=payload.approver, limits=limits, script=payload.script,
     )
     if not idempotency_key:
-        return 201, run_json(launch())
+        return Status(201, run_json(launch()))
     body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     key = idempotency_key.replace("\x00", "")
     for _ in range(2):
@@ -337,12 +337,12 @@ def runs_create(
         if seen is not None:
             if seen.body_hash != body_hash:
                 raise ActionError("idempotency_conflict", "this Idempotency-Key was used with a different body", status=409)
-            return 200, run_json(seen.run)
+            return Status(200, run_json(seen.run))
         try:
             with transaction.atomic():
                 run = launch()
                 IdempotencyKey.objects.create(user=user, key=key, body_hash=body_hash, run=run)
-            return 201, run_json(run)
+            return Status(201, run_json(run))
         except IntegrityError:
             # A concurrent request with the same key won the insert; our run rolled back
             # with it (and its wake-up, which waits for the commit). Answer with theirs.

@@ -71,7 +71,8 @@ class SessionAuth(APIKeyCookie):
     param_name = settings.SESSION_COOKIE_NAME
 
     def __init__(self) -> None:
-        super().__init__(csrf=False)
+        # csrf=True tells the Swagger page to send the token; the check itself is below.
+        super().__init__(csrf=True)
 
     def __call__(self, request: HttpRequest) -> Any:
         user = getattr(request, "user", None)

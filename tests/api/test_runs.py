@@ -212,3 +212,15 @@ def test_refused_launch_does_not_burn_the_idempotency_key(api) -> None:
     headers = {"Idempotency-Key": "k2"}
     assert lena.post("/api/runs", launch_body(agent="nosuch"), headers=headers).status_code == 400
     assert lena.post("/api/runs", launch_body(), headers=headers).status_code == 201
+
+
+def test_text_postgresql_cannot_store_is_sanitised_not_a_500(api) -> None:
+    raw = '{"agent": "scripted", "task": "a\\u0000b", "script": [{"final": "x\\u0000"}]}'
+    response = api("lena").post("/api/runs", raw=raw)
+    assert response.status_code == 201
+    assert response.data["task"] == "a\ufffdb"
+    run = store.drive(response.data["id"])
+    assert run.state == "done" and run.answer == "x\ufffd"
+    # A lone surrogate is not Unicode text: refused before it reaches anything.
+    response = api("lena").post("/api/runs", raw='{"agent": "scripted", "task": "a \\ud800"}')
+    assert response.status_code == 400 and response.data["error"] == "invalid_request"

@@ -1,0 +1,148 @@
+"""launch, export_run and run_evals: the commands share the API's actions."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from agents import store
+from agents.models import Approval, LedgerEntry, Run
+from tests.api.conftest import tainted_write_script
+
+# Tools write the ledger from their own thread and connection: commit for real.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EVALS = Path(__file__).resolve().parents[2] / "evals"
+
+
+def run_command(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command(*args, stdout=out, stderr=io.StringIO())
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def write_script(tmp_path: Path, script: list) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "script,approver,code,state",
+    [
+        ([{"final": "hello"}], "human", 0, "done"),
+        ([], "human", 1, "failed"),
+        (tainted_write_script(), "human", 2, "awaiting_approval"),
+        (tainted_write_script(), "none", 0, "done"),
+    ],
+)
+def test_launch_wait_exits_by_how_the_run_ended(defaults, tmp_path, script, approver, code, state) -> None:
+    got, out = run_command(
+        "launch", "--agent", "scripted", "--task", "t", "--script", write_script(tmp_path, script),
+        "--approver", approver, "--wait", "--json",
+    )
+    assert got == code
+    data = json.loads(out)
+    assert data["state"] == state and Run.objects.get(pk=data["id"]).state == state
+
+
+def test_launch_without_wait_leaves_the_run_queued(defaults, tmp_path) -> None:
+    code, out = run_command("launch", "--agent", "scripted", "--task", "t", "--script", write_script(tmp_path, [{"final": "x"}]))
+    assert code == 0 and out.startswith("run ") and Run.objects.get().state == "queued"
+
+
+def test_launch_refusal_is_a_command_error(defaults) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="unknown_agent"):
+        call_command("launch", "--agent", "nosuch", "--task", "t", stdout=io.StringIO())
+    assert Run.objects.count() == 0
+
+
+def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> None:
+    from agents.export import export_run
+
+    run = drive(launch(tainted_write_script(), approver="none"))
+    code, out = run_command("export_run", str(run.pk))
+    assert code == 0
+    assert json.loads(out) == json.loads(json.dumps(export_run(Run.objects.get(pk=run.pk))))
+
+
+def test_shipped_evals_pass(defaults) -> None:
+    code, out = run_command("run_evals", str(EVALS))
+    assert code == 0, out
+    cases = sorted(EVALS.glob("*.json"))
+    assert len(cases) >= 3
+    assert f"{len(cases)} case(s), {len(cases)} passed, 0 failed" in out
+    # The injected page asked for an email; the eval's reviewer rejected it: nothing sent.
+    injected = Run.objects.get(task="Summarise the shipping page for a customer.")
+    assert Approval.objects.get(run=injected).status == "rejected"
+    assert LedgerEntry.objects.filter(run=injected).count() == 0
+
+
+def doctor(tmp_path: Path, name: str, change) -> Path:
+    case = json.loads((EVALS / name).read_text())
+    change(case)
+    path = tmp_path / name
+    path.write_text(json.dumps(case))
+    return path
+
+
+@pytest.mark.parametrize(
+    "name,change,problem",
+    [
+        ("injected_page_email_rejected.json",
+         lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
+         "1 ledger entries (side effects), expected 0"),
+        ("injected_page_email_rejected.json", lambda c: c.__setitem__("decisions", []),
+         "ended awaiting_approval, expected done"),
+        ("helpdesk_answer_from_kb.json", lambda c: c["expect"].__setitem__("answer", "Ask the post office."),
+         "expected 'Ask the post office.'"),
+        ("looping_agent_hits_step_budget.json", lambda c: c["limits"].__setitem__("max_steps", 20),
+         "ended done, expected failed"),
+    ],
+)
+def test_a_doctored_case_fails(defaults, tmp_path, name, change, problem) -> None:
+    shutil.copy(EVALS / "helpdesk_answer_from_kb.json", tmp_path / "good.json")
+    doctor(tmp_path, name, change)
+    code, out = run_command("run_evals", str(tmp_path))
+    assert code == 1, out
+    assert "2 case(s), 1 passed, 1 failed" in out and problem in out
+
+
+def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -> None:
+    from agents.actions import approval_decide
+
+    run = drive(launch(tainted_write_script(), task="exported"))
+    approval_decide(approval_id=Approval.objects.get(run=run).pk, user=None, decision="approve")
+    run = drive(run)
+    assert run.state == "done"
+    code, out = run_command("export_run", str(run.pk), "--output", str(tmp_path / "case.json"))
+    code, out = run_command("run_evals", str(tmp_path / "case.json"))
+    assert code == 0, out
+    replay = Run.objects.exclude(pk=run.pk).get(task="exported")
+    assert replay.answer == run.answer and replay.ledger.count() == 1
+
+
+def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
+    """The engine never lets this happen; the checker must still see it in the rows."""
+    from agents.evals import unapproved_risky_calls
+
+    run = drive(launch(tainted_write_script(), approver="none"))
+    assert unapproved_risky_calls(run) == []
+    # Forge a tool transition as if ledger_write had run after the taint.
+    last = run.transitions.order_by("-seq").first()
+    run.transitions.create(
+        seq=last.seq + 1, from_state="acting", to_state="planning", kind="tool",
+        payload={"call": {"id": "forged", "tool": "ledger_write"}, "ok": True}, actor="test",
+    )
+    assert unapproved_risky_calls(run) == ["ledger_write (write) ran after taint without approval (transition %d)" % (last.seq + 1)]

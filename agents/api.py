@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
-from ninja import Header, NinjaAPI, Query, Schema, Status
+from ninja import Header, NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
@@ -202,7 +202,9 @@ class Limits(Schema):
 class RunIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    agent: StrictStr = Field(..., min_length=1, max_length=64, pattern=r"^[-a-zA-Z0-9_]+$", description="an agent profile's name")
+    agent: StrictStr = Field(
+        ..., min_length=1, max_length=64, pattern=r"^[-a-zA-Z0-9_]+$", description="an agent profile's name"
+    )
     task: StrictStr = Field(..., max_length=100_000)
     limits: Limits | None = Field(None, description="each may only tighten the profile's")
     approver: Literal["human", "none"] = "human"
@@ -326,8 +328,13 @@ def runs_create(
     body = payload.model_dump(exclude_unset=True, mode="json")
     limits = payload.limits.model_dump(exclude_none=True) if payload.limits else None
     launch = functools.partial(
-        actions.run_launch, agent=payload.agent, task=payload.task, user=user,
-        approver=payload.approver, limits=limits, script=payload.script,
+        actions.run_launch,
+        agent=payload.agent,
+        task=payload.task,
+        user=user,
+        approver=payload.approver,
+        limits=limits,
+        script=payload.script,
     )
     if not idempotency_key:
         return Status(201, run_json(launch()))
@@ -337,7 +344,9 @@ def runs_create(
         seen = IdempotencyKey.objects.select_related("run__profile").filter(user=user, key=key).first()
         if seen is not None:
             if seen.body_hash != body_hash:
-                raise ActionError("idempotency_conflict", "this Idempotency-Key was used with a different body", status=409)
+                raise ActionError(
+                    "idempotency_conflict", "this Idempotency-Key was used with a different body", status=409
+                )
             return Status(200, run_json(seen.run))
         try:
             with transaction.atomic():
@@ -356,7 +365,9 @@ def runs_detail(request: HttpRequest, run_id: int) -> dict[str, Any]:
     return run_json(_readable_run(request.auth, run_id))  # type: ignore[attr-defined]
 
 
-@api.get("/runs/{int:run_id}/transitions", response={200: list[TransitionOut], ERRORS: Error}, summary="A run's transitions")
+@api.get(
+    "/runs/{int:run_id}/transitions", response={200: list[TransitionOut], ERRORS: Error}, summary="A run's transitions"
+)
 def runs_transitions(request: HttpRequest, run_id: int) -> list[TransitionRow]:
     run = _readable_run(request.auth, run_id)  # type: ignore[attr-defined]
     return list(run.transitions.order_by("seq"))
@@ -376,18 +387,22 @@ def runs_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
 @api.get("/approvals", response={200: list[ApprovalOut], ERRORS: Error}, summary="Approvals, oldest first")
 def approvals_list(
     request: HttpRequest,
-    status: APPROVAL_STATUSES | None = Query(None),
-    limit: int = Query(100, ge=1, le=500),
+    status: APPROVAL_STATUSES | None = None,
+    limit: Annotated[int, Field(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
     """Approvals of the runs the caller may read, oldest first (the queue's order)."""
     user = request.auth  # type: ignore[attr-defined]
+    if not (access.reads_all_runs(user) or access.can_launch(user)):
+        raise _forbidden("reading approvals needs the reviewer, operator or launcher role")
     approvals = Approval.objects.select_related("decided_by").filter(run__in=access.visible_runs(user))
     if status:
         approvals = approvals.filter(status=status)
     return [approval_json(a) for a in approvals.order_by("created_at", "pk")[:limit]]
 
 
-@api.post("/approvals/{int:approval_id}/decision", response={200: ApprovalOut, ERRORS: Error}, summary="Decide an approval")
+@api.post(
+    "/approvals/{int:approval_id}/decision", response={200: ApprovalOut, ERRORS: Error}, summary="Decide an approval"
+)
 def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[str, Any]:
     """The first answer wins. Repeating it (a retry, a second reviewer agreeing) returns
     the recorded decision unchanged; a contradicting answer is a 409 naming who decided."""
@@ -403,7 +418,10 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         recorded = approval.decision or approval.status
         raise ActionError(
             "already_decided",
-            {"message": f"already {approval.status} ({recorded}) by {who}", "approval": _plain(approval_json(approval))},
+            {
+                "message": f"already {approval.status} ({recorded}) by {who}",
+                "approval": _plain(approval_json(approval)),
+            },
             status=409,
         )
     return approval_json(approval)

@@ -18,7 +18,7 @@ from typing import Any
 from agents import store
 from agents.actions import ActionError, approval_decide, run_launch
 from agents.engine import states
-from agents.models import Approval, LedgerEntry, Run
+from agents.models import AgentProfile, Approval, LedgerEntry, Run
 
 HUMAN_DECISIONS = ("approve", "reject", "happened", "retry", "fail")
 RISKY = ("write", "irreversible")
@@ -75,9 +75,7 @@ def unapproved_risky_calls(run: Run) -> list[str]:
     from agents.tools import registry
 
     reg = registry()
-    approved = set(
-        Approval.objects.filter(run=run, status="approved").values_list("call_id", flat=True)
-    )
+    approved = set(Approval.objects.filter(run=run, status="approved").values_list("call_id", flat=True))
     tainted = False
     problems = []
     for t in run.transitions.filter(kind="tool").order_by("seq"):
@@ -91,10 +89,36 @@ def unapproved_risky_calls(run: Run) -> list[str]:
     return problems
 
 
+def replay_profile(name: str) -> AgentProfile | str:
+    """The profile a case replays under: its own when it is scripted; otherwise a
+    scripted twin, `replay-<name>`, with the original's tools, policy, prices and limits,
+    so a saved demo or provider run meets the same policy when its decisions replay."""
+    original = AgentProfile.objects.filter(name=name).first()
+    if original is None or original.provider == "scripted":
+        return name  # unknown names are refused by run_launch with the usual message
+    twin, _ = AgentProfile.objects.update_or_create(
+        name=f"replay-{name}"[:64],
+        defaults={
+            "description": f"Replays saved runs of {name} with the scripted model (run_evals).",
+            "provider": "scripted",
+            "model_name": "script",
+            "price_input_micros": original.price_input_micros,
+            "price_output_micros": original.price_output_micros,
+            "system_prompt": original.system_prompt,
+            "tools": original.tools,
+            "denied_tools": original.denied_tools,
+            "always_ask_tools": original.always_ask_tools,
+            "limits": original.limits,
+        },
+    )
+    return twin
+
+
 def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
     """Replay one case.
 
-    1. Launch it as a scripted run (the case's task, approver, limits and script).
+    1. Launch it as a scripted run (the case's task, approver, limits and script) under
+       the case's profile or its scripted twin.
     2. Drive it; each time it waits for a human, apply the next recorded decision
        (its tool must match the pending call's).
     3. Check the expected end state, the budgets, the answer, the side effects and that
@@ -109,8 +133,11 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
         return result
     try:
         run = run_launch(
-            agent="scripted", task=case.get("task") or name, approver=case.get("approver") or "human",
-            limits=case.get("limits") or None, script=case.get("script") or [],
+            agent=replay_profile(str(case.get("agent") or "scripted")),
+            task=case.get("task") or name,
+            approver=case.get("approver") or "human",
+            limits=case.get("limits") or None,
+            script=case.get("script") or [],
         )
     except ActionError as exc:
         result.problems.append(f"launch refused: {exc.code}: {exc.detail}")
@@ -140,9 +167,11 @@ def check(run: Run, case: dict[str, Any], *, decisions_left: int = 0) -> list[st
         problems.append(f"ended {run.state}{detail}, expected {expect['state']}")
     limits = run.engine.get("limits", {})
     for counter, limit in (("steps", "max_steps"), ("cost_micros", "max_cost_micros"), ("tokens", "max_tokens")):
-        budget = min(v for v in (limits.get(limit), expect.get(limit)) if v is not None) if (
-            limits.get(limit) is not None or expect.get(limit) is not None
-        ) else None
+        budget = (
+            min(v for v in (limits.get(limit), expect.get(limit)) if v is not None)
+            if (limits.get(limit) is not None or expect.get(limit) is not None)
+            else None
+        )
         if budget is not None and getattr(run, counter) > budget:
             problems.append(f"{counter} {getattr(run, counter)} over the budget {budget}")
     want = expect.get("answer")

@@ -20,8 +20,15 @@ class Api:
         self.client = Client(enforce_csrf_checks=True)
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None,
-                headers: dict[str, str] | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         data = raw if raw is not None else (json.dumps(body) if body is not None else "")
         response = self.client.generic(
             method, path, data, content_type="application/json", headers={**self.headers, **(headers or {})}
@@ -83,4 +90,9 @@ def tainted_write_script() -> list[dict[str, Any]]:
 
 
 def launch_body(script: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"agent": "scripted", "task": "a task", "script": script if script is not None else [{"final": "hi"}], **extra}
+    return {
+        "agent": "scripted",
+        "task": "a task",
+        "script": script if script is not None else [{"final": "hi"}],
+        **extra,
+    }

@@ -18,8 +18,13 @@ from tests.api.conftest import Api, launch_body
 pytestmark = pytest.mark.django_db
 
 ENDPOINTS = [
-    ("POST", "/api/runs"), ("GET", "/api/runs/1"), ("GET", "/api/runs/1/transitions"), ("POST", "/api/runs/1/cancel"),
-    ("GET", "/api/approvals?status=pending"), ("POST", "/api/approvals/1/decision"), ("GET", "/api/openapi.json"),
+    ("POST", "/api/runs"),
+    ("GET", "/api/runs/1"),
+    ("GET", "/api/runs/1/transitions"),
+    ("POST", "/api/runs/1/cancel"),
+    ("GET", "/api/approvals?status=pending"),
+    ("POST", "/api/approvals/1/decision"),
+    ("GET", "/api/openapi.json"),
 ]
 
 
@@ -120,8 +125,12 @@ def test_openapi_schema_lists_the_endpoints(api) -> None:
     assert response.status_code == 200
     paths = response.data["paths"]
     assert set(paths) >= {
-        "/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/transitions", "/api/runs/{run_id}/cancel",
-        "/api/approvals", "/api/approvals/{approval_id}/decision",
+        "/api/runs",
+        "/api/runs/{run_id}",
+        "/api/runs/{run_id}/transitions",
+        "/api/runs/{run_id}/cancel",
+        "/api/approvals",
+        "/api/approvals/{approval_id}/decision",
     }
     schemes = response.data["components"]["securitySchemes"]
     assert {s["type"] for s in schemes.values()} == {"http", "apiKey"}

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from agents import store
 from agents.models import Approval, LedgerEntry, Run
 from tests.api.conftest import tainted_write_script
 
@@ -47,8 +46,17 @@ def write_script(tmp_path: Path, script: list) -> str:
 )
 def test_launch_wait_exits_by_how_the_run_ended(defaults, tmp_path, script, approver, code, state) -> None:
     got, out = run_command(
-        "launch", "--agent", "scripted", "--task", "t", "--script", write_script(tmp_path, script),
-        "--approver", approver, "--wait", "--json",
+        "launch",
+        "--agent",
+        "scripted",
+        "--task",
+        "t",
+        "--script",
+        write_script(tmp_path, script),
+        "--approver",
+        approver,
+        "--wait",
+        "--json",
     )
     assert got == code
     data = json.loads(out)
@@ -56,7 +64,9 @@ def test_launch_wait_exits_by_how_the_run_ended(defaults, tmp_path, script, appr
 
 
 def test_launch_without_wait_leaves_the_run_queued(defaults, tmp_path) -> None:
-    code, out = run_command("launch", "--agent", "scripted", "--task", "t", "--script", write_script(tmp_path, [{"final": "x"}]))
+    code, out = run_command(
+        "launch", "--agent", "scripted", "--task", "t", "--script", write_script(tmp_path, [{"final": "x"}])
+    )
     assert code == 0 and out.startswith("run ") and Run.objects.get().state == "queued"
 
 
@@ -100,15 +110,26 @@ def doctor(tmp_path: Path, name: str, change) -> Path:
 @pytest.mark.parametrize(
     "name,change,problem",
     [
-        ("injected_page_email_rejected.json",
-         lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
-         "1 ledger entries (side effects), expected 0"),
-        ("injected_page_email_rejected.json", lambda c: c.__setitem__("decisions", []),
-         "ended awaiting_approval, expected done"),
-        ("helpdesk_answer_from_kb.json", lambda c: c["expect"].__setitem__("answer", "Ask the post office."),
-         "expected 'Ask the post office.'"),
-        ("looping_agent_hits_step_budget.json", lambda c: c["limits"].__setitem__("max_steps", 20),
-         "ended done, expected failed"),
+        (
+            "injected_page_email_rejected.json",
+            lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
+            "1 ledger entries (side effects), expected 0",
+        ),
+        (
+            "injected_page_email_rejected.json",
+            lambda c: c.__setitem__("decisions", []),
+            "ended awaiting_approval, expected done",
+        ),
+        (
+            "helpdesk_answer_from_kb.json",
+            lambda c: c["expect"].__setitem__("answer", "Ask the post office."),
+            "expected 'Ask the post office.'",
+        ),
+        (
+            "looping_agent_hits_step_budget.json",
+            lambda c: c["limits"].__setitem__("max_steps", 20),
+            "ended done, expected failed",
+        ),
     ],
 )
 def test_a_doctored_case_fails(defaults, tmp_path, name, change, problem) -> None:
@@ -142,7 +163,35 @@ def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, 
     # Forge a tool transition as if ledger_write had run after the taint.
     last = run.transitions.order_by("-seq").first()
     run.transitions.create(
-        seq=last.seq + 1, from_state="acting", to_state="planning", kind="tool",
-        payload={"call": {"id": "forged", "tool": "ledger_write"}, "ok": True}, actor="test",
+        seq=last.seq + 1,
+        from_state="acting",
+        to_state="planning",
+        kind="tool",
+        payload={"call": {"id": "forged", "tool": "ledger_write"}, "ok": True},
+        actor="test",
     )
-    assert unapproved_risky_calls(run) == ["ledger_write (write) ran after taint without approval (transition %d)" % (last.seq + 1)]
+    seq = last.seq + 1
+    assert unapproved_risky_calls(run) == [f"ledger_write (write) ran after taint without approval (transition {seq})"]
+
+
+def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_path) -> None:
+    """A demo run's case replays with the scripted model but the demo profile's policy:
+    here the profile always asks before echo, so the replay must ask too."""
+    from agents.models import AgentProfile
+
+    AgentProfile.objects.filter(name="demo").update(tools=["echo"], always_ask_tools=["echo"])
+    case = {
+        "agent": "demo",
+        "task": "look it up",
+        "approver": "human",
+        "limits": {},
+        "script": [{"call": {"tool": "echo", "args": {"text": "kb"}}}, {"final": "found"}],
+        "decisions": [{"tool": "echo", "decision": "approve", "note": ""}],
+        "expect": {"state": "done", "answer": "found"},
+    }
+    (tmp_path / "demo.json").write_text(json.dumps(case))
+    code, out = run_command("run_evals", str(tmp_path))
+    assert code == 0, out
+    run = Run.objects.get(task="look it up")
+    assert run.profile.name == "replay-demo" and run.profile.provider == "scripted"
+    assert Approval.objects.get(run=run).reason == "the agent profile always asks before echo"

@@ -30,6 +30,7 @@ def keep_connection():
     request_started.connect(close_old_connections)
     request_finished.connect(close_old_connections)
 
+
 EXAMPLES = 100  # per mode and persona: 400 requests in all, about 12 s
 
 
@@ -50,8 +51,12 @@ def test_fuzzed_requests_never_get_a_server_error(users, launch, drive, keep_con
 
     @given(case=schema.as_strategy(generation_mode=mode), aim=st.booleans(), pick=st.integers(0, 1))
     @settings(
-        max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-        phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
     )
     def check(case, aim: bool, pick: int) -> None:
         if aim:

@@ -8,12 +8,24 @@ from django.test import override_settings
 from agents import store
 from agents.models import IdempotencyKey, Run
 from tests.api.conftest import launch_body, tainted_write_script
+from tests.conftest import requires_postgres
 
 pytestmark = pytest.mark.django_db
 
 RUN_FIELDS = {
-    "id", "agent", "state", "task", "steps", "cost_micros", "tokens", "answer", "error", "tainted",
-    "created_at", "updated_at", "pending_approval",
+    "id",
+    "agent",
+    "state",
+    "task",
+    "steps",
+    "cost_micros",
+    "tokens",
+    "answer",
+    "error",
+    "tainted",
+    "created_at",
+    "updated_at",
+    "pending_approval",
 }
 
 
@@ -47,21 +59,39 @@ def test_run_shows_its_pending_approval(api) -> None:
 
 def test_transitions_are_listed_in_order_with_their_fields(api) -> None:
     lena = api("lena")
-    run_id = lena.post("/api/runs", launch_body([{"call": {"tool": "echo", "args": {"text": "x"}}}, {"final": "ok"}])).data["id"]
+    run_id = lena.post(
+        "/api/runs", launch_body([{"call": {"tool": "echo", "args": {"text": "x"}}}, {"final": "ok"}])
+    ).data["id"]
     store.drive(run_id)
     response = lena.get(f"/api/runs/{run_id}/transitions")
     assert response.status_code == 200
     rows = response.data
     assert [t["seq"] for t in rows] == list(range(1, len(rows) + 1))
     assert [(t["from_state"], t["to_state"]) for t in rows] == [
-        ("", "queued"), ("queued", "planning"), ("planning", "acting"), ("acting", "planning"), ("planning", "done"),
+        ("", "queued"),
+        ("queued", "planning"),
+        ("planning", "acting"),
+        ("acting", "planning"),
+        ("planning", "done"),
     ]
-    assert set(rows[0]) == {"seq", "from_state", "to_state", "kind", "payload", "cost_micros", "tokens",
-                            "duration_ms", "actor", "created_at"}
+    assert set(rows[0]) == {
+        "seq",
+        "from_state",
+        "to_state",
+        "kind",
+        "payload",
+        "cost_micros",
+        "tokens",
+        "duration_ms",
+        "actor",
+        "created_at",
+    }
     assert rows[0]["actor"] == "user:lena" and rows[0]["kind"] == "launch"
 
 
-@pytest.mark.parametrize("who,status", [("lena", 200), ("leo", 403), ("otto", 200), ("rita", 200), ("root", 200), ("nina", 403), (None, 401)])
+@pytest.mark.parametrize(
+    "who,status", [("lena", 200), ("leo", 403), ("otto", 200), ("rita", 200), ("root", 200), ("nina", 403), (None, 401)]
+)
 def test_who_may_read_a_run(api, who, status) -> None:
     run_id = api("lena").post("/api/runs", launch_body()).data["id"]
     for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}/transitions"):
@@ -71,7 +101,9 @@ def test_who_may_read_a_run(api, who, status) -> None:
             assert {"error", "detail"} <= set(response.data)
 
 
-@pytest.mark.parametrize("who,status", [("lena", 201), ("root", 201), ("otto", 403), ("rita", 403), ("nina", 403), (None, 401)])
+@pytest.mark.parametrize(
+    "who,status", [("lena", 201), ("root", 201), ("otto", 403), ("rita", 403), ("nina", 403), (None, 401)]
+)
 def test_who_may_launch(api, who, status) -> None:
     response = api(who).post("/api/runs", launch_body())
     assert response.status_code == status
@@ -82,7 +114,9 @@ def test_who_may_launch(api, who, status) -> None:
         assert response.data["error"] == "unauthenticated" and response["WWW-Authenticate"].startswith("Bearer")
 
 
-@pytest.mark.parametrize("who,status", [("otto", 200), ("root", 200), ("lena", 403), ("rita", 403), ("nina", 403), (None, 401)])
+@pytest.mark.parametrize(
+    "who,status", [("otto", 200), ("root", 200), ("lena", 403), ("rita", 403), ("nina", 403), (None, 401)]
+)
 def test_who_may_cancel(api, who, status) -> None:
     run_id = api("lena").post("/api/runs", launch_body()).data["id"]
     response = api(who).post(f"/api/runs/{run_id}/cancel")
@@ -121,8 +155,14 @@ def test_cancel_of_unknown_run_is_404(api) -> None:
 
 @pytest.mark.parametrize(
     "method,path",
-    [("DELETE", "/api/runs"), ("GET", "/api/runs"), ("PUT", "/api/runs/1"), ("GET", "/api/runs/1/cancel"),
-     ("POST", "/api/approvals"), ("GET", "/api/approvals/1/decision")],
+    [
+        ("DELETE", "/api/runs"),
+        ("GET", "/api/runs"),
+        ("PUT", "/api/runs/1"),
+        ("GET", "/api/runs/1/cancel"),
+        ("POST", "/api/approvals"),
+        ("GET", "/api/approvals/1/decision"),
+    ],
 )
 def test_wrong_method_is_405_in_json(api, method, path) -> None:
     response = api("root").request(method, path)
@@ -224,3 +264,31 @@ def test_text_postgresql_cannot_store_is_sanitised_not_a_500(api) -> None:
     # A lone surrogate is not Unicode text: refused before it reaches anything.
     response = api("lena").post("/api/runs", raw='{"agent": "scripted", "task": "a \\ud800"}')
     assert response.status_code == 400 and response.data["error"] == "invalid_request"
+
+
+@requires_postgres()
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_with_one_idempotency_key_launch_once(api) -> None:
+    import threading
+
+    from django.db import connection
+
+    lena = [api("lena") for _ in range(4)]
+    barrier = threading.Barrier(len(lena))
+    responses: list = []
+
+    def send(client) -> None:
+        try:
+            barrier.wait()
+            responses.append(client.post("/api/runs", launch_body(task="once"), headers={"Idempotency-Key": "same"}))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(c,)) for c in lena]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in responses) == [200, 200, 200, 201]
+    assert len({r.data["id"] for r in responses}) == 1
+    assert Run.objects.filter(task="once").count() == 1

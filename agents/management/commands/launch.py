@@ -26,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--task", required=True)
         parser.add_argument("--approver", choices=["human", "none"], default="human")
         parser.add_argument("--script", help="a JSON file with the scripted agent's decisions")
-        parser.add_argument("--limits", help='JSON object tightening the profile\'s limits, e.g. \'{"max_steps": 5}\'')
+        parser.add_argument("--limits", help="JSON object tightening the profile's limits, e.g. '{\"max_steps\": 5}'")
         parser.add_argument("--user", help="launch as this user (default: no user, the system)")
         parser.add_argument("--wait", action="store_true", help="follow the run until it rests")
         parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting after this many seconds")

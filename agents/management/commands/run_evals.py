@@ -23,11 +23,17 @@ class Command(BaseCommand):
             raise CommandError(f"no eval cases in {' '.join(paths)}")
         results = [run_case(name, case, timeout=timeout) for name, case in cases]
         width = max(len(r.name) for r in results)
-        self.stdout.write(f"{'case':<{width}}  {'result':<6}  {'expected':<17}  {'got':<17}  steps  cost_micros  tokens  run")
+        self.stdout.write(
+            f"{'case':<{width}}  {'result':<6}  {'expected':<17}  {'got':<17}  steps  cost_micros  tokens  run"
+        )
         for r in results:
             run = r.run
             got = run.state if run else "-"
-            nums = f"{run.steps:>5}  {run.cost_micros:>11}  {run.tokens:>6}  {run.pk}" if run else f"{'-':>5}  {'-':>11}  {'-':>6}  -"
+            nums = (
+                f"{run.steps:>5}  {run.cost_micros:>11}  {run.tokens:>6}  {run.pk}"
+                if run
+                else f"{'-':>5}  {'-':>11}  {'-':>6}  -"
+            )
             self.stdout.write(f"{r.name:<{width}}  {'ok' if r.ok else 'FAIL':<6}  {r.expected:<17}  {got:<17}  {nums}")
             for problem in r.problems:
                 self.stdout.write(f"{'':<{width}}    - {problem}")

@@ -46,7 +46,7 @@ class Api:
 
 def person(name: str, *groups: str, superuser: bool = False) -> User:
     # No password: hashing one costs ~0.2 s a user, and API tests log in with tokens.
-    user = User.objects.create_user(name, is_superuser=superuser)
+    user = User.objects.create_user(name, is_superuser=superuser, is_staff=superuser)
     for g in groups:
         user.groups.add(Group.objects.get(name=g))
     return user

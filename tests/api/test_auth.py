@@ -141,3 +141,16 @@ def test_docs_are_for_logged_in_users(users) -> None:
     assert anonymous.status_code == 302 and anonymous.url.startswith("/login/")
     page = session_client(users, "nina").get("/api/docs")
     assert page.status_code == 200 and b"swagger-ui" in page.content
+
+
+def test_admin_lists_tokens_without_the_secret_and_revokes_them(users) -> None:
+    token, raw = token_create(user=users["lena"], name="laptop")
+    admin = Client()
+    admin.force_login(users["root"])
+    page = admin.get("/admin/agents/apitoken/")
+    assert page.status_code == 200 and token.prefix.encode() in page.content
+    assert raw.encode() not in page.content and token.digest.encode() not in page.content
+    assert admin.get("/admin/agents/apitoken/add/").status_code == 403  # made by command, shown once
+    response = admin.post("/admin/agents/apitoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True)
+    assert b"Revoked 1 token(s)." in response.content
+    assert Api(raw).get("/api/approvals").status_code == 401

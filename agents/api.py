@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern, re_path
@@ -169,6 +170,14 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(404, "not_found", str(exc) or "no such object")
 
 
+@api.exception_handler(SuspiciousOperation)
+def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+    # Django turns these into a 400 page; ninja's catch-all would make them a 500.
+    if isinstance(exc, RequestDataTooBig):
+        return _error(413, "too_large", f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+    return _error(400, "bad_request", "the request was refused as malformed")
+
+
 @api.exception_handler(Exception)
 def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A bug, not a client error: log it with its traceback and still answer in JSON.
@@ -307,7 +316,7 @@ def _readable_run(user: Any, run_id: int) -> Run:
     return run
 
 
-ERRORS = frozenset({400, 401, 403, 404, 409})
+ERRORS = frozenset({400, 401, 403, 404, 409, 413})
 
 
 # -- endpoints -----------------------------------------------------------------------

@@ -292,3 +292,10 @@ def test_concurrent_requests_with_one_idempotency_key_launch_once(api) -> None:
     assert sorted(r.status_code for r in responses) == [200, 200, 200, 201]
     assert len({r.data["id"] for r in responses}) == 1
     assert Run.objects.filter(task="once").count() == 1
+
+
+def test_oversized_body_is_413_not_a_500(api, settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    response = api("lena").post("/api/runs", launch_body(task="x" * 20_000))
+    assert response.status_code == 413 and response.data["error"] == "too_large"
+    assert Run.objects.count() == 0

@@ -195,3 +195,32 @@ def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_
     run = Run.objects.get(task="look it up")
     assert run.profile.name == "replay-demo" and run.profile.provider == "scripted"
     assert Approval.objects.get(run=run).reason == "the agent profile always asks before echo"
+
+
+def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
+    """When a worker holds the lease, run_settle cannot drive; it polls until the worker
+    lets the run rest."""
+    import threading
+
+    from django.db import connection
+
+    from agents import store
+    from agents.evals import run_settle
+
+    run = launch([{"final": "from the worker"}])
+    assert store.claim(run.pk, "worker:elsewhere")
+    settled: list[Run] = []
+
+    def follow() -> None:
+        try:
+            settled.append(run_settle(run.pk, timeout=60))
+        finally:
+            connection.close()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    store.drive(run.pk, owner="worker:elsewhere")  # the "worker" finishes the run
+    follower.join()
+    assert settled[0].state == "done" and settled[0].answer == "from the worker"
+    actors = set(Run.objects.get(pk=run.pk).transitions.exclude(kind="launch").values_list("actor", flat=True))
+    assert actors == {"worker:elsewhere"}  # the follower never stepped the run itself

@@ -12,6 +12,7 @@ from django.core.management import call_command
 
 from agents.models import Approval, LedgerEntry, Run
 from tests.api.conftest import tainted_write_script
+from tests.conftest import requires_postgres
 
 # Tools write the ledger from their own thread and connection: commit for real.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -197,6 +198,7 @@ def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_
     assert Approval.objects.get(run=run).reason == "the agent profile always asks before echo"
 
 
+@requires_postgres()  # two threads writing: SQLite's in-memory test database locks
 def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
     """When a worker holds the lease, run_settle cannot drive; it polls until the worker
     lets the run rest."""

@@ -149,8 +149,13 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
         if pending is None or not decisions:
             break  # the run waits for an answer the case does not give: reported below
         d = decisions.pop(0)
-        if d.get("tool") not in (None, pending.tool):
-            result.problems.append(f"the recorded decision is for {d.get('tool')}, but {pending.tool} is pending")
+        if d.get("tool") not in (None, pending.tool) or ("args" in d and d["args"] != pending.args):
+            # A decision answers one exact call; a replay that proposes another call
+            # must not inherit it.
+            result.problems.append(
+                f"the recorded decision is for {d.get('tool')} {d.get('args')!r}, "
+                f"but {pending.tool} {pending.args!r} is pending"
+            )
             break
         approval_decide(approval_id=pending.pk, user=None, decision=d["decision"], note=d.get("note") or "")
         run = run_settle(run.pk, timeout=timeout)

@@ -98,6 +98,12 @@ def test_shipped_evals_pass(defaults) -> None:
     injected = Run.objects.get(task="Summarise the shipping page for a customer.")
     assert Approval.objects.get(run=injected).status == "rejected"
     assert LedgerEntry.objects.filter(run=injected).count() == 0
+    # Saved demo runs replay with the scripted model under the demo profile's policy:
+    # the irreversible refund asked, was approved, and paid once.
+    refund = Run.objects.get(task__startswith="My blender from order 1042")
+    assert refund.profile.name == "replay-demo"
+    assert Approval.objects.get(run=refund).reason == "refund is irreversible"
+    assert [e.entry["kind"] for e in LedgerEntry.objects.filter(run=refund)] == ["refund"]
 
 
 def doctor(tmp_path: Path, name: str, change) -> Path:
@@ -125,6 +131,16 @@ def doctor(tmp_path: Path, name: str, change) -> Path:
             "helpdesk_answer_from_kb.json",
             lambda c: c["expect"].__setitem__("answer", "Ask the post office."),
             "expected 'Ask the post office.'",
+        ),
+        (
+            "demo_planted_instruction_email_rejected.json",
+            lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
+            "1 ledger entries (side effects), expected 0",
+        ),
+        (
+            "demo_refund_always_asks_approved.json",
+            lambda c: c["script"][0]["calls"][0]["args"].__setitem__("order_id", "1043"),
+            "but refund",
         ),
         (
             "looping_agent_hits_step_budget.json",

@@ -205,3 +205,40 @@ class LedgerEntry(models.Model):
     idempotency_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
     entry = models.JSONField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+# -- the JSON API ----------------------------------------------------------------------
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its sha256 is stored: a leaked database
+    does not leak working tokens, and the token itself is shown once, at creation."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=16, editable=False, help_text="the token's first characters, to recognise it")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class IdempotencyKey(models.Model):
+    """An `Idempotency-Key` a caller sent with `POST /api/runs`: the same key with the
+    same body returns the run it launched instead of launching twice."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    body_hash = models.CharField(max_length=64)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_user_key")]

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "template_partials",
     "csp",
     "axes",
+    "ninja",  # the JSON API: only for its bundled Swagger UI static files and templates
     "agents",
     "reviews",
 ]

@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from agents import views as agent_views
 from agents import views_demo
+from agents.api import urlpatterns as api_urlpatterns
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
@@ -12,6 +13,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # -- runs: list, timeline, launch (issue #5) --
     path("", include("agents.urls")),
+    # The JSON API (django-ninja); its own JSON 404 catches anything else under /api/.
+    path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
 ]
 
 # The built-in demo web site (issue #6): the pages http_get serves for demo.airlock.internal.

@@ -1,0 +1,54 @@
+"""API tokens: created once, stored as sha256, revocable."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from django.utils import timezone
+
+from agents.models import ApiToken
+
+PREFIX = "airlock_"
+
+
+def digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()
+
+
+def token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
+    """A new token for `user`: the row, and the raw token (shown once, never stored)."""
+    raw = PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name[:100], digest=digest(raw), prefix=raw[: len(PREFIX) + 6])
+    return token, raw
+
+
+def token_user(raw: str) -> Any:
+    """The active user a raw token belongs to, or None (unknown, revoked, inactive user)."""
+    if not raw or len(raw) > 200:
+        return None
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=digest(raw), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        # At most one write a minute per token: "last used" is for humans, not an audit log.
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user
+
+
+def token_revoke(*, token_id: int | None = None, user: Any = None) -> int:
+    """Revoke one token by id, or every active token of `user`; returns how many."""
+    tokens = ApiToken.objects.filter(revoked_at__isnull=True)
+    if token_id is not None:
+        tokens = tokens.filter(pk=token_id)
+    if user is not None:
+        tokens = tokens.filter(user=user)
+    if token_id is None and user is None:
+        raise ValueError("name a token or a user")
+    return tokens.update(revoked_at=timezone.now())

@@ -202,3 +202,15 @@ def test_superuser_may_decide(pending, as_user) -> None:
     approval = pending()
     assert as_user(admin).decide(approval.pk, "approve").status_code == 303
     assert recorded(approval).decided_by == admin
+
+
+def test_answer_after_the_run_ended_is_told_it_expired(pending, rita, as_user) -> None:
+    from agents.actions import run_cancel
+
+    approval = pending()
+    run_cancel(run_id=approval.run_id, user=rita, reason="wrong customer")
+    response = as_user(rita).decide(approval.pk, "approve", htmx=True)
+    body = response.content.decode()
+    assert "Expired" in body and "this call is expired (the run ended)" in body
+    run = recorded(approval).run
+    assert run.state == "cancelled" and run.ledger.count() == 0

@@ -133,7 +133,7 @@ def build(approvals: Iterable[Approval], *, late: bool = False) -> list[Card]:
             Card(
                 approval=a,
                 args_json=pretty_args(a.args),
-                waited=short_duration((now - a.created_at).total_seconds()),
+                waited=short_duration(((a.decided_at or now) - a.created_at).total_seconds()),
                 taint=taint,
                 late=late,
             )

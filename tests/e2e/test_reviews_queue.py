@@ -90,7 +90,7 @@ def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screen
     assert not watch.console_errors, watch.console_errors
 
 
-def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, launch, drive, defaults) -> None:
+def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, screenshot, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     person("rob", "reviewer")
     approval = make_pending(launch, drive)
@@ -115,6 +115,7 @@ def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, l
         with page.expect_response(re.compile(r"/reviews/list/")):
             pass
         expect(card(page, approval).locator(".decision .who")).to_have_text(winner)
+    screenshot(loser_page, "review-queue-late-answer")
     run = drive(Run.objects.get(pk=approval.run_id))
     assert run.transitions.filter(kind="decision").count() == 1
     assert run.ledger.count() == (1 if decided.status == "approved" else 0)
@@ -225,3 +226,20 @@ def test_keyboard_moves_between_cards_and_approves(new_page, login, launch, driv
     page.keyboard.press("a")
     expect(card(page, first).locator(".decision")).to_contain_text("Approved by rita")
     assert Approval.objects.get(pk=second.pk).status == "pending"
+
+
+def test_picking_a_filter_narrows_the_queue(new_page, login, launch, drive, defaults) -> None:
+    person("rita", "reviewer")
+    write = make_pending(launch, drive)
+    AgentProfile.objects.filter(name="scripted").update(always_ask_tools=["echo"])
+    echo = make_pending(launch, drive, [call("echo", text="hello"), final()])
+    page, _ = open_queue(new_page, login, "rita")
+    expect(card(page, write)).to_be_visible()
+    page.get_by_label("Tool").select_option("echo")
+    page.wait_for_url("**/reviews/?*tool=echo*")
+    expect(card(page, echo)).to_be_visible()
+    expect(card(page, write)).to_have_count(0)
+    with page.expect_response(re.compile(r"/reviews/list/\?tool=echo")):
+        pass  # the poll asks for the same filter
+    expect(card(page, write)).to_have_count(0)
+    expect(card(page, echo).locator(".risk")).to_have_text("read")

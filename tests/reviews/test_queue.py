@@ -16,6 +16,13 @@ def test_queue_needs_login(client) -> None:
     assert response.status_code == 302 and response.url.startswith("/login/?next=/reviews/")
 
 
+def test_a_poll_after_logout_sends_the_page_to_login(client) -> None:
+    for url in ("/reviews/list/", "/reviews/badge/"):
+        response = client.get(url, headers={"HX-Request": "true"})
+        assert response.status_code == 200 and response.headers["HX-Redirect"] == "/login/?next=/reviews/"
+        assert client.get(url).status_code == 302  # a plain request gets the usual redirect
+
+
 def test_card_shows_tool_risk_arguments_reason_task_step_and_taint(pending, rita, as_user) -> None:
     approval = pending(task="Answer the customer about shipping")
     page = as_user(rita).get("/reviews/").content.decode()

@@ -65,6 +65,12 @@
     }
   });
 
+  // Filters apply as soon as one is picked; the Filter button stays for keyboards.
+  document.addEventListener("change", function (event) {
+    const select = event.target instanceof Element && event.target.closest("form.filters select");
+    if (select) select.form.requestSubmit();
+  });
+
   // A decided card is swapped in place: keep it marked as the selection.
   document.addEventListener("htmx:afterSettle", function () {
     const card = selected();

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from agents import faults
 from agents.actions import approval_decide
-from agents.models import AgentProfile, Approval, Message, Run
+from agents.models import AgentProfile, Approval, Message, Run, ToolCall
 from tests.conftest import call, final
 from tests.reviews.conftest import PLANTED, person, tainted_write
 
@@ -243,3 +244,29 @@ def test_picking_a_filter_narrows_the_queue(new_page, login, launch, drive, defa
         pass  # the poll asks for the same filter
     expect(card(page, write)).to_have_count(0)
     expect(card(page, echo).locator(".risk")).to_have_text("read")
+
+
+def test_outcome_unknown_card_records_what_happened(new_page, login, screenshot, launch, drive, defaults, monkeypatch) -> None:
+    person("rita", "reviewer")
+    run = launch([call("ledger_write_unsafe", entry="charge card"), final("charged")], task="Charge the card once")
+    monkeypatch.setattr(faults, "MODE", "raise")
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))
+    with pytest.raises(faults.SimulatedCrash):
+        drive(run)  # the tool ran, its result was never saved
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset())
+    Run.objects.filter(pk=run.pk).update(lease_owner=None, lease_expires=None)
+    assert drive(run).state == "awaiting_approval"
+    approval = Approval.objects.get(run=run, kind="outcome_unknown")
+    page, _ = open_queue(new_page, login, "rita")
+    c = card(page, approval)
+    expect(c.locator(".kind")).to_have_text("outcome unknown")
+    for name in ("Run it again", "Fail the run"):
+        expect(c.get_by_role("button", name=name)).to_be_visible()
+    expect(c.get_by_role("button", name="Approve")).to_have_count(0)
+    screenshot(page, "review-queue-outcome-unknown")
+    c.get_by_label("What happened?").fill("The charge is on the statement: it went through.")
+    c.get_by_role("button", name="It happened").click()
+    expect(c.locator(".decision")).to_contain_text("Marked as happened by rita")
+    run = drive(run)
+    assert run.state == "done" and run.ledger.count() == 1
+    assert ToolCall.objects.get(run=run).result == {"ok": True, "result": "The charge is on the statement: it went through."}

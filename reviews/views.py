@@ -95,7 +95,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
         raise PermissionDenied("only reviewers decide approvals")
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        return HttpResponseBadRequest(f"invalid note: {form.errors.as_text()}")
+        return HttpResponseBadRequest(f"invalid note: {form.errors.as_text()}", content_type="text/plain")
     try:
         result = approval_decide(
             approval_id=approval_id, user=request.user, decision=decision, note=form.cleaned_data["note"]

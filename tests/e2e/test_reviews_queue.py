@@ -270,3 +270,13 @@ def test_outcome_unknown_card_records_what_happened(new_page, login, screenshot,
     run = drive(run)
     assert run.state == "done" and run.ledger.count() == 1
     assert ToolCall.objects.get(run=run).result == {"ok": True, "result": "The charge is on the statement: it went through."}
+
+
+def test_a_refused_answer_is_shown_not_swallowed(new_page, login, launch, drive, defaults) -> None:
+    rita = person("rita", "reviewer")
+    approval = make_pending(launch, drive)
+    page, watch = open_queue(new_page, login, "rita")
+    rita.groups.clear()  # her role is withdrawn while the page is open
+    card(page, approval).get_by_role("button", name="Approve").click()
+    expect(card(page, approval).get_by_role("alert")).to_have_text("Not recorded (403): only reviewers can decide.")
+    assert Approval.objects.get(pk=approval.pk).status == "pending"

@@ -115,6 +115,7 @@ def test_filters_by_agent_tool_and_risk(pending, defaults, rita, as_user) -> Non
     assert shown("?risk=nonsense") == {write.pk, echo.pk}  # an unknown value is ignored
     page = client.get("/reviews/?tool=echo").content.decode()
     assert 'hx-get="/reviews/list/?tool=echo"' in page  # the poll keeps the filter
+    assert '<input type="hidden" name="tool" value="echo">' in page  # and so does a decision without htmx
     assert "No pending calls match these filters." in client.get("/reviews/?agent=demo").content.decode()
 
 

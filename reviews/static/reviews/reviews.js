@@ -71,6 +71,21 @@
     if (select) select.form.requestSubmit();
   });
 
+  // htmx swaps nothing on an error status: say what the server refused, as plain text.
+  document.addEventListener("htmx:responseError", function (event) {
+    const form = event.target instanceof Element && event.target.closest("form.decide");
+    if (!form) return;
+    let box = form.querySelector(".decide-error");
+    if (!box) {
+      box = document.createElement("p");
+      box.className = "decide-error";
+      box.setAttribute("role", "alert");
+      form.appendChild(box);
+    }
+    const xhr = event.detail.xhr;
+    box.textContent = "Not recorded (" + xhr.status + "): " + (xhr.status === 403 ? "only reviewers can decide." : xhr.responseText.slice(0, 300));
+  });
+
   // A decided card is swapped in place: keep it marked as the selection.
   document.addEventListener("htmx:afterSettle", function () {
     const card = selected();

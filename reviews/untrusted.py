@@ -91,6 +91,7 @@ class Segment:
 class Untrusted:
     tool: str
     step: int | None
+    origin: str = ""  # the URL the content came from, when the tool said
     segments: list[Segment] = field(default_factory=list)
     flagged: int = 0
     chars: int = 0
@@ -139,24 +140,35 @@ def shorten(parts: list[Segment]) -> list[Segment]:
     return kept
 
 
-def result_text(result: Any) -> str:
-    """What the tool returned, as the model read it: text as is, anything else as JSON."""
+# A fetched page usually comes back as {"url": ..., "status": ..., "text": ...}: the
+# reviewer reads the text as text, not as one long escaped JSON string.
+_TEXT_FIELDS = ("text", "body", "content", "html", "markdown")
+
+
+def result_text(result: Any) -> tuple[str, str]:
+    """What the tool returned, as readable text, and where it came from (a URL, if said)."""
     if isinstance(result, dict):
         if result.get("truncated") and isinstance(result.get("result_json_prefix"), str):
-            return str(result["result_json_prefix"])
-        if result.get("ok") is True and isinstance(result.get("result"), str):
-            return str(result["result"])
+            return str(result["result_json_prefix"]), ""
         if result.get("ok") is True and "result" in result:
-            return json.dumps(result["result"], indent=2, ensure_ascii=False, default=str)
-    return json.dumps(result, indent=2, ensure_ascii=False, default=str)
+            value = result["result"]
+            if isinstance(value, str):
+                return value, ""
+            if isinstance(value, dict):
+                for key in _TEXT_FIELDS:
+                    if isinstance(value.get(key), str):
+                        return value[key], str(value.get("url") or "")
+            return json.dumps(value, indent=2, ensure_ascii=False, default=str), ""
+    return json.dumps(result, indent=2, ensure_ascii=False, default=str), ""
 
 
 def untrusted(tool: str, step: int | None, result: Any) -> Untrusted:
-    text = result_text(result)
+    text, origin = result_text(result)
     parts = segments(text)
     return Untrusted(
         tool=tool,
         step=step,
+        origin=origin,
         segments=shorten(parts),
         flagged=sum(1 for p in parts if p.flagged),
         chars=len(text),

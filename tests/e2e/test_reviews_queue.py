@@ -280,3 +280,27 @@ def test_a_refused_answer_is_shown_not_swallowed(new_page, login, launch, drive,
     card(page, approval).get_by_role("button", name="Approve").click()
     expect(card(page, approval).get_by_role("alert")).to_have_text("Not recorded (403): only reviewers can decide.")
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_demo_scenarios_wait_in_the_queue(new_page, login, screenshot, launch, drive, defaults) -> None:
+    from agents.demo import PLANTED_INSTRUCTION, SCENARIOS
+
+    person("rita", "reviewer")
+    waiting = {}
+    for name in ("customer-question", "refund-request"):
+        scenario = next(s for s in SCENARIOS if s["name"] == name)
+        run = drive(launch(None, agent=scenario["agent"], task=scenario["task"]))
+        assert run.state == "awaiting_approval", run.error
+        waiting[name] = Approval.objects.get(run=run, status="pending")
+    page, watch = open_queue(new_page, login, "rita")
+    email = card(page, waiting["customer-question"])
+    expect(email.locator(".untrusted mark.suspect")).to_have_text(PLANTED_INSTRUCTION)
+    expect(email.locator(".untrusted .origin")).to_have_text("https://demo.airlock.internal/shipping")
+    expect(card(page, waiting["refund-request"]).locator(".risk")).to_have_text("irreversible")
+    screenshot(page, "review-queue-demo")
+    email.get_by_label("Note to the agent").fill("Never send the discount code to everyone.")
+    email.get_by_role("button", name="Reject").click()
+    expect(email.locator(".decision")).to_contain_text("Rejected by rita")
+    run = drive(Run.objects.get(pk=waiting["customer-question"].run_id))
+    assert run.ledger.count() == 0  # no email went out
+    assert not watch.console_errors, watch.console_errors

@@ -170,3 +170,18 @@ def test_page_has_no_inline_script_or_style(pending, rita, as_user) -> None:
     pending()
     page = as_user(rita).get("/reviews/").content.decode()
     assert "<script>" not in page and " style=" not in page and " onclick=" not in page
+
+
+def test_demo_scenario_card_points_at_the_planted_instruction(launch, drive, rita, as_user) -> None:
+    from agents.demo import PLANTED_INSTRUCTION, SCENARIOS
+
+    scenario = next(s for s in SCENARIOS if s["name"] == "customer-question")
+    run = drive(launch(None, agent=scenario["agent"], task=scenario["task"]))
+    assert run.state == "awaiting_approval", run.error
+    approval = Approval.objects.get(run=run, status="pending")
+    page = as_user(rita).get("/reviews/").content.decode()
+    assert f'data-approval-id="{approval.pk}"' in page and approval.tool in page
+    assert "from <code class=\"origin\">https://demo.airlock.internal/shipping</code>" in page
+    assert f"{PLANTED_INSTRUCTION}</mark>" in page
+    assert "Canada and the United States: 6-9 business days, tracked, duties paid." in page
+    assert page.count('<mark class="suspect"') == 1  # only the planted sentence

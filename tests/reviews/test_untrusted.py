@@ -58,11 +58,14 @@ def test_long_content_keeps_its_start_and_every_flagged_sentence() -> None:
     assert sum(p.omitted for p in parts) + len(shown) == len(text)
 
 
-def test_result_text_reads_what_the_model_read() -> None:
-    assert result_text({"ok": True, "result": "plain text"}) == "plain text"
-    assert result_text({"ok": True, "result": {"a": 1}}) == '{\n  "a": 1\n}'
-    assert '"error": "boom"' in result_text({"ok": False, "error": "boom"})
-    assert result_text({"ok": True, "truncated": True, "result_json_prefix": '{"ok": true, "res'}) == '{"ok": true, "res'
+def test_result_text_reads_what_the_tool_returned() -> None:
+    assert result_text({"ok": True, "result": "plain text"}) == ("plain text", "")
+    assert result_text({"ok": True, "result": {"a": 1}}) == ('{\n  "a": 1\n}', "")
+    page = {"ok": True, "result": {"url": "https://shop.example/shipping", "status": 200, "text": "Shipping\n3 days."}}
+    assert result_text(page) == ("Shipping\n3 days.", "https://shop.example/shipping")
+    assert '"error": "boom"' in result_text({"ok": False, "error": "boom"})[0]
+    cut = {"ok": True, "truncated": True, "result_json_prefix": '{"ok": true, "res'}
+    assert result_text(cut) == ('{"ok": true, "res', "")
 
 
 def test_untrusted_counts_flagged_passages() -> None:

@@ -53,6 +53,8 @@ class Card:
     late: bool = False  # this request's answer came after someone else's
     message: str = ""  # what the deciding request is told
 
+    placeholder = False
+
     @property
     def pending(self) -> bool:
         return self.approval.status == "pending"
@@ -146,14 +148,32 @@ def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
     return qs.select_related("run__profile", "decided_by").defer("run__engine", "run__script")
 
 
-def queue(user: Any, filters: Filters, keep: Iterable[int] = ()) -> tuple[list[Card], int]:
-    """Pending cards oldest first (plus `keep`: cards this page already shows decided),
-    and how many pending cards match the filters in all."""
+@dataclass
+class OnScreen:
+    """A card the polling page already shows: it keeps its own element (hx-preserve),
+    so the poll sends only this stand-in instead of rendering the card again."""
+
+    pk: int
+    placeholder: bool = True
+
+
+def queue(
+    user: Any, filters: Filters, *, keep: Iterable[int] = (), shown: Iterable[int] = ()
+) -> tuple[list[Card | OnScreen], int]:
+    """Pending cards oldest first, and how many pending cards match the filters in all.
+
+    A polling page says which cards it has: `shown` (pending there) and `keep` (decided
+    there, to stay on screen). Those come back as stand-ins; a card shown as pending that
+    someone else decided comes back not at all, so it leaves the page.
+    """
     pending = _filtered(visible(user).filter(status="pending"), filters)
-    keep = [k for k in keep][:PAGE]
-    shown = _filtered(visible(user).filter(Q(status="pending") | Q(pk__in=keep)), filters)
-    approvals = list(_select(shown).order_by("created_at", "pk")[: PAGE + len(keep)])
-    return build(approvals), pending.count()
+    keep = list(keep)[:PAGE]
+    on_screen = set(keep) | set(shown)
+    rows = _filtered(visible(user).filter(Q(status="pending") | Q(pk__in=keep)), filters)
+    approvals = list(_select(rows).order_by("created_at", "pk")[: PAGE + len(keep)])
+    built = iter(build(a for a in approvals if a.pk not in on_screen))
+    items: list[Card | OnScreen] = [OnScreen(a.pk) if a.pk in on_screen else next(built) for a in approvals]
+    return items, pending.count()
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:

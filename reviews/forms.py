@@ -25,9 +25,9 @@ class FilterForm(forms.Form):
 
 
 def keep_ids(values: list[str]) -> list[int]:
-    """Cards this page shows decided (sent back by the poll so they stay on screen)."""
+    """Approval ids a polling page says it shows (`keep`: decided there; `shown`: pending)."""
     ids = []
-    for value in values[:100]:
+    for value in values[:200]:
         if value.isdigit():
             ids.append(int(value))
     return ids

@@ -39,9 +39,14 @@ def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., Http
 
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = FilterForm(request.GET).filters()
-    shown, matching = cards.queue(request.user, filters, keep=keep_ids(request.GET.getlist("keep")))
+    items, matching = cards.queue(
+        request.user,
+        filters,
+        keep=keep_ids(request.GET.getlist("keep")),
+        shown=keep_ids(request.GET.getlist("shown")),
+    )
     return {
-        "cards": shown,
+        "cards": items,
         "matching": matching,
         "filters": filters,
         "filter_query": urlencode(filters.query()),

@@ -128,9 +128,18 @@ def test_list_partial_polls_new_and_drops_decided(pending, rita, rob, as_user) -
     body = client.get("/reviews/list/").content.decode()
     assert "<html" not in body  # the partial alone
     assert f'data-approval-id="{first.pk}"' not in body and f'data-approval-id="{second.pk}"' in body
-    # A card this page shows decided stays while the page asks to keep it.
-    kept = client.get(f"/reviews/list/?keep={first.pk}").content.decode()
-    assert f'data-approval-id="{first.pk}"' in kept and "Approved</strong> by <strong class=\"who\">rob" in kept
+    # A card this page shows decided stays while the page asks to keep it, and cards the
+    # page already has come back as stand-ins that keep the element on screen.
+    third = pending()
+    body = client.get(f"/reviews/list/?keep=&keep={first.pk}&shown={second.pk}").content.decode()
+    for pk in (first.pk, second.pk):
+        assert f'<article class="card" id="approval-{pk}" data-approval-id="{pk}" hx-preserve="true"></article>' in body
+    assert f'id="approval-{third.pk}-title"' in body  # the new one in full
+    assert body.index(f'"approval-{second.pk}"') < body.index(f'"approval-{third.pk}"')
+    # Shown as pending there but decided by someone else: it leaves.
+    as_user(rob).decide(second.pk, "reject")
+    body = client.get(f"/reviews/list/?shown={second.pk}&shown={third.pk}").content.decode()
+    assert f'"approval-{second.pk}"' not in body and f'"approval-{third.pk}"' in body
 
 
 def test_badge_counts_pending(pending, rita, as_user) -> None:

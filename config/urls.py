@@ -15,6 +15,8 @@ urlpatterns = [
     path("", include("agents.urls")),
     # The JSON API (django-ninja); its own JSON 404 catches anything else under /api/.
     path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
+    # -- reviews (issue #4) --
+    path("reviews/", include("reviews.urls")),
 ]
 
 # The built-in demo web site (issue #6): the pages http_get serves for demo.airlock.internal.

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "reviews"
+
+# One endpoint per answer, so each button posts to exactly what it says.
+DECISIONS = ("approve", "reject", "happened", "retry", "fail")
+
+urlpatterns = [
+    path("", views.queue, name="queue"),
+    path("list/", views.queue_list, name="list"),
+    path("badge/", views.badge, name="badge"),
+    *[path(f"<int:approval_id>/{d}/", views.decide, {"decision": d}, name=d) for d in DECISIONS],
+]

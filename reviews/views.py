@@ -1,0 +1,122 @@
+"""The review queue: pending approvals as cards; decisions go to `approval_decide`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+
+from agents import access
+from agents.actions import ActionError, approval_decide
+
+from . import cards
+from .forms import DecisionForm, FilterForm, keep_ids
+
+
+def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """login_required, except that a poll whose session ended sends the whole page to
+    the login form instead of swapping the login page into the list."""
+    protected = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:
+            return HttpResponseClientRedirect(f"{reverse('login')}?next={reverse('reviews:queue')}")
+        return protected(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _queue_context(request: HttpRequest) -> dict[str, Any]:
+    filters = FilterForm(request.GET).filters()
+    items, matching = cards.queue(
+        request.user,
+        filters,
+        keep=keep_ids(request.GET.getlist("keep")),
+        shown=keep_ids(request.GET.getlist("shown")),
+    )
+    return {
+        "cards": items,
+        "matching": matching,
+        "filters": filters,
+        "filter_query": urlencode(filters.query()),
+        "pending_total": cards.pending_count(request.user),
+    }
+
+
+@login_required
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    context = _queue_context(request)
+    context["choices"] = cards.filter_choices(request.user)
+    return render(request, "reviews/queue.html", context)
+
+
+@login_required_htmx
+@require_GET
+def queue_list(request: HttpRequest) -> HttpResponse:
+    """The list alone, polled by the open queue page; `keep` holds cards it shows decided."""
+    return render(request, "reviews/queue.html#list", _queue_context(request))
+
+
+@login_required_htmx
+@require_GET
+def badge(request: HttpRequest) -> HttpResponse:
+    return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
+
+
+def _back_to_queue(request: HttpRequest) -> str:
+    # The decision forms carry the page's filters so the redirect lands on the same view.
+    filters = FilterForm(request.POST).filters()
+    query = urlencode(filters.query())
+    return reverse("reviews:queue") + (f"?{query}" if query else "")
+
+
+def _summary(card: cards.Card, *, late: bool, me: Any) -> str:
+    a = card.approval
+    if not late:
+        return f"{card.decided_label}: {a.tool} for run {a.run_id}."
+    if a.decided_by_id == me.pk:
+        return f"You had already answered: {card.decided_label.lower()}."
+    if card.decided_by:
+        return f"Your answer was not recorded: {card.decided_by} decided first ({card.decided_label.lower()})."
+    return f"Your answer was not recorded: this call is {a.status} (the run ended)."
+
+
+@login_required_htmx
+@require_POST
+def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpResponse:
+    if not access.can_decide(request.user):
+        raise PermissionDenied("only reviewers decide approvals")
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"invalid note: {form.errors.as_text()}", content_type="text/plain")
+    try:
+        result = approval_decide(
+            approval_id=approval_id, user=request.user, decision=decision, note=form.cleaned_data["note"]
+        )
+    except ActionError as exc:
+        if exc.status == 404:
+            raise Http404(str(exc.detail)) from None
+        return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")
+    card = cards.card(request.user, result.approval.pk, late=not result.won)
+    if card is None:
+        raise Http404("approval not visible")
+    card.message = _summary(card, late=not result.won, me=request.user)
+    if not request.htmx:
+        (messages.success if result.won else messages.warning)(request, card.message)
+        response = redirect(_back_to_queue(request))
+        response.status_code = 303  # See Other: the browser GETs the queue
+        return response
+    response = render(request, "reviews/queue.html#card", {"card": card, "can_decide": True})
+    return trigger_client_event(response, "approvalDecided", {"id": card.approval.pk, "won": result.won})

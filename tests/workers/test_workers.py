@@ -215,3 +215,15 @@ def test_launch_commits_while_the_broker_is_down_and_runs_once_it_is_back(
     wait_for(lambda: run_state(launched["id"]) == "done", what="the sweeper to wake the run")
     run = Run.objects.get(pk=launched["id"])
     assert run.answer == "made it" and verify_run(run) == []
+
+
+def test_a_tool_that_kills_its_worker_every_time_is_failed_as_poison(cluster: Cluster, launch) -> None:
+    # Every claim dies inside the tool; the count in the database ends the loop.
+    cluster.start_worker("w1", AIRLOCK_CRASH_AT="after_tool_before_result_commit")
+    cluster.start_beat()
+    run = launch([call("ledger_write", entry="crashes its worker"), final()])
+    wait_for(lambda: run_state(run.pk) == "failed", timeout=90, what="the poison run to be failed")
+    run.refresh_from_db()
+    assert run.error.startswith("poison run: 3 worker claims in a row ended without progress")
+    assert verify_run(run) == []
+    assert LedgerEntry.objects.filter(run=run).count() == 1  # safe tool: same key each time

@@ -103,8 +103,9 @@ def sweep() -> dict[str, int]:
        human included (their approval expires): claim, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
     2. Re-enqueue queued/planning/acting runs with no live lease (never claimed, lease
-       expired, or a lost wake-up) untouched for AIRLOCK_IDLE_SECONDS. Stamping
-       `updated_at` by conditional update picks the one sweeper that sends it.
+       expired, or a lost wake-up) without a transition for AIRLOCK_IDLE_SECONDS. A
+       conditional update stamping the wake-up picks the one sweeper that sends it, and
+       holds the next one back for another idle period.
     """
     now = timezone.now()
     owner = f"sweeper:{socket.gethostname()}:{os.getpid()}"
@@ -117,15 +118,22 @@ def sweep() -> dict[str, int]:
     )
     failed = sum(1 for pk in late if _fail_late(pk, owner))
     idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
+    # Nobody holds it and no wake-up went out lately: a sent wake-up is stamped as an
+    # owner-less `lease_expires` ("woken until"), which claim() ignores.
+    unattended = Q(lease_owner__isnull=True, lease_expires__isnull=True) | Q(lease_expires__lt=now)
     idle = list(
         Run.objects.filter(state__in=ADVANCING, updated_at__lt=idle_since)
-        .filter(free)
+        .filter(unattended)
         .order_by("updated_at")
-        .values_list("pk", "updated_at")[:SWEEP_BATCH]
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     woken = 0
-    for pk, stamp in idle:
-        stamped = Run.objects.filter(pk=pk, updated_at=stamp).filter(free).update(updated_at=now)
+    for pk in idle:
+        stamped = (
+            Run.objects.filter(pk=pk, state__in=ADVANCING)
+            .filter(unattended)
+            .update(lease_owner=None, lease_expires=now + dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS))
+        )
         if stamped != 1:
             # Another sweeper stamped it first (and sent the wake-up), or a worker took it.
             continue

@@ -42,11 +42,16 @@ def test_idle_and_expired_runs_are_woken_and_live_ones_left_alone(launch, woken)
     past, future = timezone.now() - dt.timedelta(seconds=5), timezone.now() + dt.timedelta(seconds=60)
     Run.objects.filter(pk=expired.pk).update(lease_owner="worker:gone:1", lease_expires=past)
     Run.objects.filter(pk=live.pk).update(lease_owner="worker:busy:2", lease_expires=future)
+    before = Run.objects.get(pk=idle.pk).updated_at
     woken.clear()
     assert tasks.sweep() == {"failed": 0, "woken": 2}
     assert sorted(woken) == sorted([idle.pk, expired.pk])
     # Stamped: the next sweep waits another idle period before sending them again.
     assert tasks.sweep() == {"failed": 0, "woken": 0}
+    # The stamp is no lease: a worker takes the run at once, and the run's own
+    # updated_at still says when it last moved.
+    assert Run.objects.get(pk=idle.pk).updated_at == before
+    assert store.claim(idle.pk, "worker:new:3") and store.claim(expired.pk, "worker:new:3")
 
 
 def test_runs_waiting_for_a_human_or_ended_are_not_woken(launch, drive, woken) -> None:

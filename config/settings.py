@@ -243,7 +243,7 @@ else:
     BROKER_DIR = VAR_DIR / "broker"
     for _folder in ("queue", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_URL = "filesystem://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),

@@ -67,16 +67,23 @@ def main() -> int:
                 stopping = True
                 break
         time.sleep(0.2)
-    for child in children.values():
+    for name, child in children.items():
         if child.poll() is None:
-            _signal_group(child, signal.SIGTERM)
+            if name == "web":
+                _signal_group(child, signal.SIGTERM)  # the reloader and its server child
+            else:
+                # Celery's main process only: a warm shutdown lets its pool finish the
+                # task in hand, which a group-wide SIGTERM would kill mid-step.
+                child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     for child in children.values():
         try:
             child.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _signal_group(child, signal.SIGKILL)
-            child.wait()
+            pass
+        # Whatever is left in the group (a straggler, an orphaned child) goes now.
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
     return exit_code
 
 

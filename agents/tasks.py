@@ -102,10 +102,11 @@ def sweep() -> dict[str, int]:
     1. Fail runs past their deadline that no live worker holds, those waiting for a
        human included (their approval expires): claim, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
-    2. Re-enqueue queued/planning/acting runs with no live lease (never claimed, lease
-       expired, or a lost wake-up) without a transition for AIRLOCK_IDLE_SECONDS. A
-       conditional update stamping the wake-up picks the one sweeper that sends it, and
-       holds the next one back for another idle period.
+    2. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
+       that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
+       lost wake-up, a broker that was down). A conditional update stamping the wake-up
+       picks the one sweeper that sends it and holds the next one back for an idle
+       period.
     """
     now = timezone.now()
     owner = f"sweeper:{socket.gethostname()}:{os.getpid()}"
@@ -118,11 +119,14 @@ def sweep() -> dict[str, int]:
     )
     failed = sum(1 for pk in late if _fail_late(pk, owner))
     idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
-    # Nobody holds it and no wake-up went out lately: a sent wake-up is stamped as an
-    # owner-less `lease_expires` ("woken until"), which claim() ignores.
-    unattended = Q(lease_owner__isnull=True, lease_expires__isnull=True) | Q(lease_expires__lt=now)
+    # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
+    # since its last release has been idle. A sent wake-up is stamped as an owner-less
+    # `lease_expires` ("woken until"), which claim() ignores.
+    unattended = Q(lease_expires__lt=now) | Q(
+        lease_owner__isnull=True, lease_expires__isnull=True, updated_at__lt=idle_since
+    )
     idle = list(
-        Run.objects.filter(state__in=ADVANCING, updated_at__lt=idle_since)
+        Run.objects.filter(state__in=ADVANCING)
         .filter(unattended)
         .order_by("updated_at")
         .values_list("pk", flat=True)[:SWEEP_BATCH]

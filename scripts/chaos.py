@@ -204,6 +204,7 @@ def main() -> int:
         "missing_side_effects": missing,
         "outcome_unknown_resolved": answered,
         "poisoned": runs.filter(error__startswith="poison run").count(),
+        "failure_reasons": dict(Counter((e or "")[:60] for e in runs.filter(state=states.FAILED).values_list("error", flat=True))),
         "kills": dict(kill_log),
         "verify_runs": "ok" if inconsistent == 0 else f"{inconsistent} inconsistent",
         "seconds": round(time.monotonic() - started, 1),
@@ -212,7 +213,7 @@ def main() -> int:
         "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
     }
     print(json.dumps(report))
-    ok = report["lost"] == 0 and duplicates == 0 and missing == 0 and inconsistent == 0
+    ok = report["lost"] == 0 and duplicates == 0 and missing == 0 and inconsistent == 0 and not report["poisoned"]
     return 0 if ok else 1
 
 

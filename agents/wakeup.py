@@ -21,5 +21,7 @@ def wake(run_id: int) -> None:
     except Exception as exc:  # noqa: BLE001 - any broker failure is the sweeper's job
         log.warning(
             "wake-up for run=%s not sent (%s: %s); the sweeper will pick the run up",
-            run_id, type(exc).__name__, exc,
+            run_id,
+            type(exc).__name__,
+            exc,
         )

@@ -59,14 +59,25 @@ class Fleet:
             argv = ["beat", "--schedule", str(self.logdir / f"beat-{uuid.uuid4().hex[:6]}")]
         else:
             argv = [
-                "worker", "--pool", "prefork", "--concurrency", str(self.concurrency),
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                str(self.concurrency),
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--hostname",
+                f"{name}-{uuid.uuid4().hex[:6]}@%h",
             ]
         with (self.logdir / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "config", *argv, "--loglevel", "INFO"],
-                cwd=BASE, env=os.environ.copy(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=BASE,
+                env=os.environ.copy(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def kill_worker(self, name: str, rng: random.Random) -> str:
@@ -188,7 +199,10 @@ def main() -> int:
     runs = Run.objects.filter(pk__in=ids)
     by_state = Counter(runs.values_list("state", flat=True))
     rows = Counter(
-        {(r["run_id"], r["entry"]): r["n"] for r in LedgerEntry.objects.filter(run_id__in=ids).values("run_id", "entry").annotate(n=Count("id"))}
+        {
+            (r["run_id"], r["entry"]): r["n"]
+            for r in LedgerEntry.objects.filter(run_id__in=ids).values("run_id", "entry").annotate(n=Count("id"))
+        }
     )
     done_ids = set(runs.filter(state=states.DONE).values_list("pk", flat=True))
     duplicates = sum(n - 1 for n in rows.values() if n > 1)
@@ -204,7 +218,9 @@ def main() -> int:
         "missing_side_effects": missing,
         "outcome_unknown_resolved": answered,
         "poisoned": runs.filter(error__startswith="poison run").count(),
-        "failure_reasons": dict(Counter((e or "")[:60] for e in runs.filter(state=states.FAILED).values_list("error", flat=True))),
+        "failure_reasons": dict(
+            Counter((e or "")[:60] for e in runs.filter(state=states.FAILED).values_list("error", flat=True))
+        ),
         "kills": dict(kill_log),
         "verify_runs": "ok" if inconsistent == 0 else f"{inconsistent} inconsistent",
         "seconds": round(time.monotonic() - started, 1),

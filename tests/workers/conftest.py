@@ -90,10 +90,23 @@ class Cluster:
 
     def start_worker(self, name: str, *, concurrency: int = 1, **extra: str) -> subprocess.Popen[bytes]:
         argv = [
-            sys.executable, "-m", "celery", "-A", "config", "worker", "--loglevel", "INFO",
-            "--pool", "prefork", "--concurrency", str(concurrency),
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--hostname",
+            f"{name}-{uuid.uuid4().hex[:6]}@%h",
         ]
         proc = self._spawn(name, argv, self.env(**extra))
         wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
@@ -102,8 +115,16 @@ class Cluster:
 
     def start_beat(self, **extra: str) -> subprocess.Popen[bytes]:
         argv = [
-            sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
-            "--schedule", str(self.tmp / f"beat-{uuid.uuid4().hex[:6]}"),
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp / f"beat-{uuid.uuid4().hex[:6]}"),
         ]
         return self._spawn("beat", argv, self.env(**extra))
 
@@ -111,7 +132,9 @@ class Cluster:
         assert name not in self.procs or self.procs[name].poll() is not None, f"{name} already runs"
         log = self.tmp / f"{name}.log"
         with log.open("ab") as out:
-            proc = subprocess.Popen(argv, cwd=BASE, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, cwd=BASE, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs[name], self.logs[name] = proc, log
         return proc
 
@@ -167,9 +190,21 @@ def private_redis(tmp_path: Path) -> Iterator[Callable[[], str]]:
         assert server, "redis-server is not installed"
         procs.append(
             subprocess.Popen(
-                [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(tmp_path)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    server,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(tmp_path),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         )
 

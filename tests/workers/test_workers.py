@@ -9,8 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.tasks import advance_run
@@ -44,9 +42,7 @@ def test_fifty_runs_launched_at_once_all_finish_on_two_workers(cluster: Cluster,
     for run in Run.objects.filter(pk__in=ids):
         assert seqs(run) == [1, 2, 3, 4, 5, 6, 7], run.pk
         assert run.answer == f"answer {ids.index(run.pk)}"
-    actors = set(
-        Run.objects.filter(pk__in=ids).values_list("transitions__actor", flat=True)
-    ) - {"system"}
+    actors = set(Run.objects.filter(pk__in=ids).values_list("transitions__actor", flat=True)) - {"system"}
     assert len(actors) >= 2, f"both workers took runs: {actors}"
     from io import StringIO
 
@@ -69,8 +65,10 @@ def test_ten_deliveries_of_the_same_run_commit_each_transition_once(cluster: Clu
     assert verify_run(run) == []
     entries = sorted(LedgerEntry.objects.filter(run=run).values_list("entry", flat=True))
     assert entries == [f"write {i}" for i in range(4)]
-    assert list(ToolCall.objects.filter(run=run, tool="ledger_write_unsafe").values_list("attempts", flat=True)) == [1] * 4
-    assert "committed run=%d seq=13 planning->done" % run.pk in cluster.log("w1") + cluster.log("w2")
+    assert (
+        list(ToolCall.objects.filter(run=run, tool="ledger_write_unsafe").values_list("attempts", flat=True)) == [1] * 4
+    )
+    assert f"committed run={run.pk} seq=13 planning->done" in cluster.log("w1") + cluster.log("w2")
 
 
 def test_worker_killed_during_a_sleep_another_worker_finishes_after_the_lease(cluster: Cluster, launch) -> None:
@@ -201,9 +199,7 @@ def test_launch_commits_while_the_broker_is_down_and_runs_once_it_is_back(
 ) -> None:
     url = private_redis.url  # nothing listens there yet
     env = cluster.env(REDIS_URL=url, DJANGO_SETTINGS_MODULE="config.settings")
-    done = subprocess.run(
-        [sys.executable, "-c", LAUNCH], cwd=BASE, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = subprocess.run([sys.executable, "-c", LAUNCH], cwd=BASE, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     launched = json.loads(done.stdout.strip().splitlines()[-1])
     assert f"wake-up for run={launched['id']} not sent" in done.stderr

@@ -74,7 +74,7 @@ def test_ten_deliveries_of_the_same_run_commit_each_transition_once(cluster: Clu
 def test_worker_killed_during_a_sleep_another_worker_finishes_after_the_lease(cluster: Cluster, launch) -> None:
     cluster.start_worker("w1")
     cluster.start_beat()
-    run = launch([call("sleep", seconds=3), call("ledger_write", entry="after the nap"), final("rested")])
+    run = launch([call("sleep", seconds=5), call("ledger_write", entry="after the nap"), final("rested")])
     wait_for(
         lambda: ToolCall.objects.filter(run=run, tool="sleep").exists() and run_state(run.pk) == "acting",
         what="the sleep to start",

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-compare install migrate clean
+.PHONY: run test bench bench-compare install migrate clean chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,10 @@ install: $(STAMP)
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
-run: migrate
-	$(PY) manage.py runserver 127.0.0.1:$${PORT:-8000}
+# migrate, then the demo data (seed), then scripts/run.py: web + worker + beat in the
+# foreground; Ctrl-C stops all three.
+run: seed
+	$(PY) scripts/run.py
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -37,6 +39,10 @@ $(COMPARE_VENV)/.installed: pyproject.toml
 
 bench-compare: $(COMPARE_VENV)/.installed
 	$(COMPARE_VENV)/bin/python bench/compare.py
+
+# Workers under fire: M runs with side-effecting tools, K random worker kills; one JSON line.
+chaos: migrate
+	$(PY) scripts/chaos.py --runs $${M:-200} --kills $${K:-20}
 
 clean:
 	rm -rf $(VENV) $(COMPARE_VENV) var

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from django.conf import settings
@@ -22,7 +23,7 @@ from agents import faults
 from agents.engine import states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import ToolContext, ToolSpec
-from agents.engine.step import RunState, Transition, step
+from agents.engine.step import RunState, Transition, fail, step
 from agents.models import Approval, Message, Run, ToolCall
 from agents.models import Transition as TransitionRow
 
@@ -144,6 +145,8 @@ def commit(
         cached["lease_expires"] = now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
     cached["updated_at"] = now
     cached["finished_at"] = now if after.state in states.TERMINAL else None
+    # Progress: the poison count (claims that died without a transition) starts over.
+    cached["claims_without_progress"] = 0
     row = {
         "from_state": t.from_state, "to_state": t.to_state, "kind": t.kind,
         "payload": clean(t.payload(before, after)), "cost_micros": t.cost_micros, "tokens": t.tokens,
@@ -390,46 +393,99 @@ def claim(run_id: int, owner: str, seconds: float | None = None) -> bool:
     updated = (
         Run.objects.filter(pk=run_id, state__in=states.ACTIVE)
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires__lt=now) | Q(lease_owner=owner))
-        .update(lease_owner=owner, lease_expires=now + dt.timedelta(seconds=seconds))
+        .update(
+            lease_owner=owner,
+            lease_expires=now + dt.timedelta(seconds=seconds),
+            # Counted in the same update: a claim whose worker dies before it commits a
+            # transition or releases cleanly stays counted (see `drive`).
+            claims_without_progress=F("claims_without_progress") + 1,
+        )
     )
     # 0 rows: another worker holds a live lease (it will finish the run) or the run rests.
     return updated == 1
 
 
-def release(run_id: int, owner: str) -> None:
-    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner=None, lease_expires=None)
+def release(run_id: int, owner: str, *, clean: bool = True) -> None:
+    """Give the lease back; a clean release also clears the count of dead claims.
+
+    `clean=False` (the driver raised: a crash, a time limit) leaves the claim counted,
+    so a run that keeps breaking its worker ends as poison instead of looping.
+    """
+    fields: dict[str, Any] = {"lease_owner": None, "lease_expires": None}
+    if clean:
+        fields["claims_without_progress"] = 0
+    Run.objects.filter(pk=run_id, lease_owner=owner).update(**fields)
 
 
-def drive(run_id: int, *, max_transitions: int = 10_000, owner: str | None = None, deps: Deps | None = None) -> Run:
+def poison_reason(claims: int) -> str | None:
+    """Why a run is given up after its claims kept dying, or None while it may go on."""
+    limit = settings.AIRLOCK_MAX_DEAD_CLAIMS
+    dead = claims - 1  # the claim just taken is alive
+    if dead < limit:
+        return None
+    return (
+        f"poison run: {dead} worker claims in a row ended without progress "
+        f"(the worker died or the step crashed each time; AIRLOCK_MAX_DEAD_CLAIMS {limit})"
+    )
+
+
+def drive(
+    run_id: int,
+    *,
+    max_transitions: int = 10_000,
+    max_seconds: float | None = None,
+    owner: str | None = None,
+    deps: Deps | None = None,
+) -> Run:
     """Step and persist until the run rests.
 
     1. Claim the lease (a live lease held by someone else: return at once).
     2. Load the state once; then per step call the model or tool outside any
        transaction and commit the transition with the version check.
-    3. Stop at a terminal state, a wait for a human, a stale version or the budget of
-       transitions; release the lease.
+    3. Stop at a terminal state, a wait for a human, a stale version, the budget of
+       transitions or of seconds; release the lease (cleanly unless we raised).
+
+    A run whose previous claims all died without progress is failed instead of stepped.
     """
     owner = owner or worker_name()
     if not claim(run_id, owner):
         return Run.objects.get(pk=run_id)
     run = Run.objects.select_related("profile").get(pk=run_id)
+    clean_exit = False
+    started = time.monotonic()
     try:
         state = load(run)
-        deps = deps or deps_for(run)
-        for _ in range(max_transitions):
-            outcome = step(state, deps)
-            if outcome is None:
-                break
-            after, t = outcome
-            try:
-                commit(run, state, after, t, actor=owner, lease_owner=owner)
-                if isinstance(deps.journal, StoreJournal):
-                    deps.journal.committed(t)
-            except StaleRun:
-                log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
-                break
-            state = after
+        reason = poison_reason(run.claims_without_progress)
+        if reason is not None:
+            _fail_poison(run, state, reason, owner)
+        else:
+            deps = deps or deps_for(run)
+            for _ in range(max_transitions):
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    break
+                outcome = step(state, deps)
+                if outcome is None:
+                    break
+                after, t = outcome
+                try:
+                    commit(run, state, after, t, actor=owner, lease_owner=owner)
+                    if isinstance(deps.journal, StoreJournal):
+                        deps.journal.committed(t)
+                except StaleRun:
+                    log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
+                    break
+                state = after
+        clean_exit = True
     finally:
-        release(run_id, owner)
+        release(run_id, owner, clean=clean_exit)
     run.refresh_from_db()
     return run
+
+
+def _fail_poison(run: Run, state: RunState, reason: str, owner: str) -> None:
+    after, t = fail(state, reason)
+    try:
+        commit(run, state, after, t, actor=owner, lease_owner=owner)
+    except StaleRun:
+        return  # someone else moved it first (a cancel): their transition stands
+    log.warning("gave up run=%s: %s", run.pk, reason)

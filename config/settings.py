@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from kombu import Queue
 
 from .env import env_bool, env_float, env_int, env_list, env_str
 
@@ -207,3 +208,67 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
+
+# -- workers (Celery) ---------------------------------------------------------------
+# The database is the truth; broker messages are only wake-ups, so losing one costs a
+# sweep interval, never a run. REDIS_URL picks Redis; otherwise kombu's filesystem
+# transport under var/broker lets `make run` work with no server at all.
+REDIS_URL = env_str("REDIS_URL", "")
+AIRLOCK_SWEEP_SECONDS = env_float("AIRLOCK_SWEEP_SECONDS", 5.0)
+AIRLOCK_IDLE_SECONDS = env_float("AIRLOCK_IDLE_SECONDS", 10.0)
+AIRLOCK_TASK_TRANSITIONS = env_int("AIRLOCK_TASK_TRANSITIONS", 10)
+AIRLOCK_TASK_SECONDS = env_float("AIRLOCK_TASK_SECONDS", 60.0)
+AIRLOCK_MAX_DEAD_CLAIMS = env_int("AIRLOCK_MAX_DEAD_CLAIMS", 3)
+# A task stops starting steps after AIRLOCK_TASK_SECONDS; one step may still take the
+# longest tool timeout (sleep: 610 s) plus a slow model call, so the limits sit above.
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("AIRLOCK_TASK_SOFT_LIMIT", int(AIRLOCK_TASK_SECONDS) + 900)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
+# Redis hands an unacknowledged message to another worker after this; well above the
+# hard limit so a slow task is never run twice by the broker (the lease would refuse it
+# anyway). Set wherever Celery reads it.
+_VISIBILITY = CELERY_TASK_TIME_LIMIT * 4
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": _VISIBILITY,
+        "socket_connect_timeout": 3,
+        # Publishing (a wake-up inside a web request) tries the broker briefly and gives
+        # up; the worker's own reconnect loop is configured apart and keeps trying.
+        "max_retries": 1,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+    }
+else:
+    BROKER_DIR = VAR_DIR / "broker"
+    for _folder in ("queue", "control"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://localhost//"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "polling_interval": 0.1,
+        "visibility_timeout": _VISIBILITY,
+    }
+CELERY_RESULT_BACKEND = None
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_TIMEOUT = 3
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING above
+CELERY_TASK_DEFAULT_QUEUE = "airlock"
+CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sweep", routing_key="airlock_sweep")]
+# Sweeps get their own queue so a backlog of runs cannot starve them.
+CELERY_TASK_ROUTES = {"agents.tasks.sweep": {"queue": "airlock_sweep"}}
+CELERY_BEAT_SCHEDULE = {
+    "sweep-runs": {
+        "task": "agents.tasks.sweep",
+        "schedule": AIRLOCK_SWEEP_SECONDS,
+        # A sweep that waited longer than two intervals is superseded by a newer one.
+        "options": {"expires": AIRLOCK_SWEEP_SECONDS * 2},
+    }
+}

@@ -1,0 +1,181 @@
+"""Celery tasks, thin shells around the driver: `advance_run` and the sweeper.
+
+The database is the truth and broker messages are only wake-ups: a duplicate delivery
+finds the run leased or already advanced and does nothing, a lost one is replaced by
+the sweeper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, cast
+
+from celery import shared_task
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from agents import store, wakeup
+from agents.engine import limits, states
+from agents.engine import step as engine
+from agents.engine.protocols import Deps
+from agents.engine.registry import Registry
+from agents.models import Run
+
+log = logging.getLogger("airlock.tasks")
+
+# States a worker advances; awaiting_approval waits for a reviewer (or the deadline).
+ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
+SWEEP_BATCH = 500
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def advance_run(run_id: int) -> None:
+    """Drive one run for a bounded number of transitions, then hand it back to the queue.
+
+    1. Skip runs that ended or wait for a human (a duplicate wake-up lands here).
+    2. Drive under the lease, with a heartbeat keeping the lease alive through a long
+       tool call; the driver returns at once if another worker holds the lease.
+    3. Still advancing and released by us (the budget ran out): enqueue again, so a long
+       run takes its turn behind the others instead of holding a worker.
+    """
+    current = Run.objects.filter(pk=run_id).values_list("state", flat=True).first()
+    if current not in ADVANCING:
+        return
+    owner = store.worker_name()
+    with lease_heartbeat(run_id, owner):
+        run = store.drive(
+            run_id,
+            max_transitions=settings.AIRLOCK_TASK_TRANSITIONS,
+            max_seconds=settings.AIRLOCK_TASK_SECONDS,
+            owner=owner,
+        )
+    log.info("advance_run run=%s state=%s seq=%s lease=%s", run.pk, run.state, run.version, run.lease_owner or "-")
+    if run.state in ADVANCING and run.lease_owner is None:
+        wakeup.wake(run_id)
+
+
+@contextlib.contextmanager
+def lease_heartbeat(run_id: int, owner: str) -> Iterator[None]:
+    """Renew our lease every third of its length while the block runs.
+
+    Commits renew it too, but one step (a slow tool) can outlast the lease; then another
+    worker would take the run over from a live one. The thread dies with the process,
+    so a killed worker's lease still expires on time.
+    """
+    stop = threading.Event()
+    seconds = settings.AIRLOCK_LEASE_SECONDS
+
+    def beat() -> None:
+        try:
+            while not stop.wait(seconds / 3):
+                # Only while we hold it: after release (or a takeover) this matches nothing.
+                Run.objects.filter(pk=run_id, lease_owner=owner).update(
+                    lease_expires=timezone.now() + dt.timedelta(seconds=seconds)
+                )
+        except Exception:  # noqa: BLE001 - a missed beat only shortens the lease
+            log.warning("lease heartbeat for run=%s stopped", run_id, exc_info=True)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=beat, name=f"lease-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@shared_task(ignore_result=True)
+def sweep() -> dict[str, int]:
+    """Find the runs nobody is advancing; safe with any number of sweepers at once.
+
+    1. Fail runs past their deadline that no live worker holds, those waiting for a
+       human included (their approval expires): claim, step through the store with the
+       version check, release. A run a worker holds fails at that worker's next step.
+    2. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
+       that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
+       lost wake-up, a broker that was down). A conditional update stamping the wake-up
+       picks the one sweeper that sends it and holds the next one back for an idle
+       period.
+    """
+    now = timezone.now()
+    owner = f"sweeper:{socket.gethostname()}:{os.getpid()}"
+    free = Q(lease_owner__isnull=True) | Q(lease_expires__lt=now)
+    late = list(
+        Run.objects.filter(state__in=states.ACTIVE, deadline__lte=now)
+        .filter(free)
+        .order_by("deadline")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    failed = sum(1 for pk in late if _fail_late(pk, owner))
+    idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
+    # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
+    # since its last release has been idle. A sent wake-up is stamped as an owner-less
+    # `lease_expires` ("woken until"), which claim() ignores.
+    unattended = Q(lease_expires__lt=now) | Q(
+        lease_owner__isnull=True, lease_expires__isnull=True, updated_at__lt=idle_since
+    )
+    idle = list(
+        Run.objects.filter(state__in=ADVANCING)
+        .filter(unattended)
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    woken = 0
+    for pk in idle:
+        stamped = (
+            Run.objects.filter(pk=pk, state__in=ADVANCING)
+            .filter(unattended)
+            .update(lease_owner=None, lease_expires=now + dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS))
+        )
+        if stamped != 1:
+            # Another sweeper stamped it first (and sent the wake-up), or a worker took it.
+            continue
+        wakeup.wake(pk)
+        woken += 1
+    if failed or woken:
+        log.info("sweep failed=%s woken=%s", failed, woken)
+    return {"failed": failed, "woken": woken}
+
+
+def _fail_late(run_id: int, owner: str) -> bool:
+    if not store.claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+        return False  # a worker (or another sweeper) holds it and fails it itself
+    clean = False
+    try:
+        run = Run.objects.get(pk=run_id)
+        state = store.load(run)
+        now = time.time()
+        if state.state == states.AWAITING_APPROVAL:
+            # The engine's own rule for a waiting run: fail it and expire its approval.
+            outcome = engine.step(state, _clock_only(run, now))
+        else:
+            outcome = engine.fail(state, limits.exceeded(state, now) or "deadline passed")
+        if outcome is None:
+            clean = True
+            return False
+        after, t = outcome
+        try:
+            store.commit(run, state, after, t, actor=owner, lease_owner=owner)
+        except store.StaleRun:
+            clean = True
+            return False  # a reviewer or operator answered first; their transition stands
+        clean = True
+        return True
+    finally:
+        store.release(run_id, owner, clean=clean)
+
+
+def _clock_only(run: Run, now: float) -> Deps:
+    # A waiting run consults only the clock: no model client or tool is built.
+    return Deps(model=cast(Any, None), registry=Registry(), journal=store.StoreJournal(run), now=lambda: now)

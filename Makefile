@@ -17,9 +17,11 @@ install: $(STAMP)
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
-# migrate, then the demo data (seed), then scripts/run.py: web + worker + beat in the
+# migrate, then the demo data (seed), static files into var/static (whitenoise serves
+# them; the server runs with DEBUG off), then scripts/run.py: web + worker + beat in the
 # foreground; Ctrl-C stops all three.
 run: seed
+	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) scripts/run.py
 
 test: $(STAMP)

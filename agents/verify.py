@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agents.engine import patch
 from agents.engine.step import RunState
-from agents.models import Message, Run
+from agents.models import Message, Run, ToolCall, Transition
 
 
 def verify_run(run: Run) -> list[str]:
@@ -51,3 +52,15 @@ def verify_run(run: Run) -> list[str]:
 
 def _gaps(seqs: list[int]) -> str:
     return ", ".join(str(s) for s in seqs[:20]) + (" ..." if len(seqs) > 20 else "")
+
+
+def payload_bytes(run: Run) -> int:
+    """The bytes a run's history holds as data (before row and index overhead)."""
+    total = 0
+    for t in Transition.objects.filter(run=run):
+        total += len(json.dumps(t.payload)) + len(t.from_state) + len(t.to_state) + len(t.kind) + len(t.actor)
+    for m in Message.objects.filter(run=run):
+        total += len(m.content) + len(json.dumps(m.tool_calls)) + len(m.tool_call_id) + len(m.role)
+    for c in ToolCall.objects.filter(run=run):
+        total += len(json.dumps(c.args)) + len(json.dumps(c.result)) + len(c.idempotency_key)
+    return total

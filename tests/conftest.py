@@ -6,12 +6,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group, Permission, User
 
 from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.models import AgentProfile, Run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    # Real hashing costs ~0.2 s a user; tests create hundreds. Production keeps PBKDF2.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -23,6 +30,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if skipped:
             print(f"\nAIRLOCK_FORBID_SKIPS: {skipped} test(s) skipped; failing the run")
             session.exitstatus = 1
+
+
+PASSWORD = "correct horse battery"
+
+
+def person(username: str, *groups: str, superuser: bool = False) -> User:
+    """A user in the named groups (the groups come from the `defaults` fixture)."""
+    user = User.objects.create_user(username, password=PASSWORD, is_superuser=superuser, is_staff=superuser)
+    for name in groups:
+        user.groups.add(Group.objects.get(name=name))
+    return user
 
 
 @pytest.fixture

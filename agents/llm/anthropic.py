@@ -17,7 +17,7 @@ from agents.engine.protocols import Decision, ModelError, ModelRequest, Proposed
 from agents.engine.registry import ToolSpec
 
 from . import CLIENTS
-from .http import Failure, HttpOptions, error_message, post_json, scrub
+from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -151,18 +151,11 @@ class AnthropicClient:
         if request.tools:
             body["tools"] = wire_tools(request.tools)
         headers = {"x-api-key": self._api_key, "anthropic-version": API_VERSION, "content-type": "application/json"}
-        try:
-            data = post_json(
-                f"{self.base_url}/v1/messages",
-                headers=headers, body=body, options=self.options, provider=PROVIDER, secrets=[self._api_key],
-            )
-        except Failure as exc:
-            raise ModelError(scrub(describe_failure(exc), [self._api_key])) from None
-        try:
-            return parse_response(data, request.turn)
-        except ModelError as exc:
-            # A 200 body can carry an error message that repeats the key.
-            raise ModelError(scrub(str(exc), [self._api_key])) from None
+        return exchange(
+            f"{self.base_url}/v1/messages",
+            headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
+            describe=describe_failure, parse=parse_response, turn=request.turn,
+        )
 
 
 def describe_failure(exc: Failure) -> str:

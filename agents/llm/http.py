@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from agents.engine.protocols import ModelError
+from agents.engine.protocols import Decision, ModelError
 
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
 # Anything that looks like a provider key, in case a server echoes a mangled one back.
@@ -147,6 +147,30 @@ def post_json(
             delay = options.backoff * (2**attempt) if wait is None else wait
             options.sleep(min(delay, options.max_sleep))
     raise ModelError(scrub(f"{provider}: gave up after {attempts} attempt(s): {last}", secrets))
+
+
+def exchange(
+    url: str,
+    *,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    options: HttpOptions,
+    provider: str,
+    secret: str,
+    describe: Callable[[Failure], str],
+    parse: Callable[[Any, int], Decision],
+    turn: int,
+) -> Decision:
+    """POST a request and parse the reply into a Decision; no error carries the key."""
+    try:
+        data = post_json(url, headers=headers, body=body, options=options, provider=provider, secrets=[secret])
+    except Failure as exc:
+        raise ModelError(scrub(describe(exc), [secret])) from None
+    try:
+        return parse(data, turn)
+    except ModelError as exc:
+        # A 200 body can carry an error message that repeats the key.
+        raise ModelError(scrub(str(exc), [secret])) from None
 
 
 def error_message(body: Any) -> str:

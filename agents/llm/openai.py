@@ -16,7 +16,7 @@ from agents.engine.protocols import Decision, ModelError, ModelRequest, Proposed
 from agents.engine.registry import ToolSpec
 
 from . import CLIENTS
-from .http import Failure, HttpOptions, error_message, post_json, scrub
+from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER = "openai"
@@ -146,18 +146,11 @@ class OpenAIClient:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        try:
-            data = post_json(
-                f"{self.base_url}/chat/completions",
-                headers=headers, body=body, options=self.options, provider=PROVIDER, secrets=[self._api_key],
-            )
-        except Failure as exc:
-            raise ModelError(scrub(describe_failure(exc), [self._api_key])) from None
-        try:
-            return parse_response(data, request.turn)
-        except ModelError as exc:
-            # A 200 body can carry an error message that repeats the key.
-            raise ModelError(scrub(str(exc), [self._api_key])) from None
+        return exchange(
+            f"{self.base_url}/chat/completions",
+            headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
+            describe=describe_failure, parse=parse_response, turn=request.turn,
+        )
 
 
 def describe_failure(exc: Failure) -> str:

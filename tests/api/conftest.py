@@ -7,10 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.tokens import token_create
+from tests.conftest import person
 
 
 class Api:
@@ -42,14 +43,6 @@ class Api:
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("POST", path, body, **kw)
-
-
-def person(name: str, *groups: str, superuser: bool = False) -> User:
-    # No password: hashing one costs ~0.2 s a user, and API tests log in with tokens.
-    user = User.objects.create_user(name, is_superuser=superuser, is_staff=superuser)
-    for g in groups:
-        user.groups.add(Group.objects.get(name=g))
-    return user
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.models import Approval, Run
-from tests.conftest import call, final
+from tests.conftest import call, final, person
 
 PLANTED = (
     "Our shipping policy: orders leave the warehouse within 3 days. "
@@ -21,13 +21,6 @@ PLANTED = (
 def tainted_write(entry: Any = "discount code to all", text: str = PLANTED) -> list[dict[str, Any]]:
     """Fetch external text, then a write: policy asks a human."""
     return [call("fetch_fixture", text=text), call("ledger_write", entry=entry), final("answered")]
-
-
-def person(username: str, *groups: str) -> User:
-    user = User.objects.create_user(username, password="correct horse battery")
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))
-    return user
 
 
 @pytest.fixture

@@ -5,17 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
-PASSWORD = "correct horse battery"
-
-
-def person(name: str, *groups: str) -> User:
-    user = User.objects.create_user(name, password=PASSWORD)
-    for g in groups:
-        user.groups.add(Group.objects.get(name=g))
-    return user
+from tests.conftest import person
 
 
 @pytest.fixture

@@ -16,6 +16,10 @@ from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.tokens import token_create
 from tests.conftest import call, final
 
+# The browser fixtures (Chromium, pages that fail a test on a CSP violation, a dialog or
+# a request to another origin) are the e2e suite's.
+from tests.e2e.conftest import browser, login, new_page, screenshot  # noqa: F401
+
 PW = "correct horse battery"
 ROLES = ("anonymous", "launcher", "operator", "reviewer", "superuser")
 USERNAMES = {"launcher": "lena", "operator": "otto", "reviewer": "rita", "superuser": "root"}

@@ -66,6 +66,8 @@ PAGES = [
     ("admin token page",                    "GET",    "/admin/agents/apitoken/{token}/change/", (302, 302, 302, 302, 200)),
     ("admin users",                         "GET",    "/admin/auth/user/",                (302, 302, 302, 302, 200)),
     ("admin revoke tokens",                 "POST",   "/admin/agents/apitoken/",          (302, 302, 302, 302, 302)),
+    ("demo site",                           "GET",    "/demo-site/",                      (302, 200, 200, 200, 200)),
+    ("demo site, wrong method",             "POST",   "/demo-site/",                      (405, 405, 405, 405, 405)),
     ("API docs",                            "GET",    "/api/docs",                        (302, 200, 200, 200, 200)),
     ("OpenAPI schema",                      "GET",    "/api/openapi.json",                (401, 200, 200, 200, 200)),
 ]
@@ -191,3 +193,25 @@ def test_pages_answer_each_role_as_the_table_says(row, people, waiting, caplog) 
 @pytest.mark.parametrize("row", API, ids=[f"{m} {p}" for _, m, p, _ in API])
 def test_api_answers_each_role_as_the_table_says(row, people, waiting, caplog) -> None:
     check(API, row, True, people, waiting, caplog)
+
+
+def test_a_launcher_sees_nothing_of_another_launchers_run(people, waiting) -> None:
+    """Beyond status codes: the other run's task and arguments appear on no page or answer."""
+    secret = "LEO-ONLY-" + get_random_string(12)
+    theirs = waiting(user=people["other"], task=f"task {secret}", script=None)
+    Approval = type(theirs)
+    Approval.objects.filter(pk=theirs.pk).update(args={"entry": secret})
+    mine = waiting(user=people["launcher"])
+    client = page_client(people["launcher"])
+    api = Client(headers={"Authorization": f"Bearer {_token(people['launcher'])[1]}"})
+    shown = [
+        client.get(url).content.decode()
+        for url in ["/", "/runs/", f"/runs/?q={secret}", "/reviews/", "/reviews/list/", "/reviews/badge/"]
+    ]
+    shown += [api.get(url).content.decode() for url in ["/api/approvals", "/api/approvals?status=pending"]]
+    # (the search page repeats the launcher's own query in its search box: remove that)
+    shown[2] = shown[2].replace(f'value="{secret}"', "")
+    assert [i for i, text in enumerate(shown) if secret in text] == []
+    assert f"/runs/{theirs.run_id}/" not in "".join(shown)
+    assert f"/runs/{mine.run_id}/" in shown[1]  # while the launcher's own run is listed
+    assert [a["id"] for a in api.get("/api/approvals").json()] == [mine.pk]

@@ -93,7 +93,8 @@ def _parse_cursor(value: str | None) -> tuple[dt.datetime, int] | None:
         micros, pk = (value or "").split(".")
         when = dt.datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt.UTC)
         return when, int(pk)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
+        # A cursor is the visitor's text: one past what a timestamp can hold is ignored.
         return None
 
 

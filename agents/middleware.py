@@ -16,12 +16,18 @@ from django.http import HttpRequest, HttpResponse
 log = logging.getLogger("airlock.access")
 
 
+def _escaped(text: str) -> str:
+    # A path is the visitor's text: a CR, LF or terminal escape in it must not start a
+    # forged log line (Django escapes its own request log the same way).
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def _who(request: HttpRequest) -> str:
     # The API authenticates bearer tokens itself and puts the user on `request.auth`.
     user: Any = getattr(request, "auth", None) or getattr(request, "user", None)
     if user is None or not getattr(user, "is_authenticated", False):
         return "anonymous"
-    return str(user.get_username())
+    return _escaped(str(user.get_username()))
 
 
 LOGIN_PAGES = (settings.LOGIN_URL, "/admin/login/")
@@ -45,8 +51,8 @@ class DenialLogMiddleware:
             log.warning(
                 "denied status=%s method=%s path=%s user=%s",
                 response.status_code,
-                request.method,
-                request.path,
+                _escaped(str(request.method)),
+                _escaped(request.path),
                 _who(request),
             )
         return response
@@ -54,4 +60,10 @@ class DenialLogMiddleware:
 
 def denied(request: HttpRequest, what: str) -> None:
     """For refusals answered as 404 (another user's run): the same line, status 404."""
-    log.warning("denied status=404 method=%s path=%s user=%s (%s)", request.method, request.path, _who(request), what)
+    log.warning(
+        "denied status=404 method=%s path=%s user=%s (%s)",
+        _escaped(str(request.method)),
+        _escaped(request.path),
+        _who(request),
+        what,
+    )

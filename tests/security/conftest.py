@@ -7,36 +7,31 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test.testcases import LiveServerThread
 
 from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.tokens import token_create
-from tests.conftest import call, final
+from tests.conftest import call, final, person
 
 # The browser fixtures (Chromium, pages that fail a test on a CSP violation, a dialog or
 # a request to another origin) are the e2e suite's.
 from tests.e2e.conftest import browser, login, new_page, screenshot  # noqa: F401
 
-PW = "correct horse battery"
+# The fake model provider (tests/llm) and real worker processes (tests/workers), for the
+# secret canary.
+from tests.llm.conftest import provider  # noqa: F401
+from tests.workers.conftest import broker_url, cluster  # noqa: F401
+
 ROLES = ("anonymous", "launcher", "operator", "reviewer", "superuser")
 USERNAMES = {"launcher": "lena", "operator": "otto", "reviewer": "rita", "superuser": "root"}
 
 
-def person(name: str, *groups: str, superuser: bool = False, password: str | None = PW) -> User:
-    user = User.objects.create_user(name, password=password, is_superuser=superuser, is_staff=superuser)
-    for g in groups:
-        user.groups.add(Group.objects.get(name=g))
-    return user
-
-
 @pytest.fixture
-def people(defaults: None, settings: Any) -> dict[str, User]:
+def people(defaults: None) -> dict[str, User]:
     """One user per role (keyed by role), plus `leo`, a launcher who owns other runs."""
-    # A slow password hash costs a fifth of a second a user; these passwords guard nothing.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     return {
         "launcher": person("lena", "launcher"),
         "operator": person("otto", "operator"),

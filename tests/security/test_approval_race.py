@@ -17,8 +17,7 @@ from django.contrib.auth.models import User
 from agents import store
 from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.tokens import token_create
-from tests.conftest import requires_postgres
-from tests.security.conftest import person
+from tests.conftest import person, requires_postgres
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True), requires_postgres()]
 
@@ -28,7 +27,7 @@ THREADS = 50
 def reviewers(n: int) -> list[tuple[User, str]]:
     out = []
     for i in range(n):
-        user = person(f"reviewer{i:02d}", "reviewer", password=None)
+        user = person(f"reviewer{i:02d}", "reviewer")
         out.append((user, token_create(user=user)[1]))
     return out
 

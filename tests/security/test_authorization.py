@@ -32,6 +32,7 @@ LAUNCH_JSON = {"agent": "scripted", "task": "say hi", "script": [{"final": "hi"}
 # 302 to a login page is how pages refuse an anonymous visitor (the admin refuses
 # non-staff the same way); a launcher asking for someone else's run on a page gets 404,
 # so run ids leak nothing; the API says 401/403 in JSON.
+# fmt: off
 #            name                           method    path                                anon launcher operator reviewer superuser
 PAGES = [
     ("overview",                            "GET",    "/",                                (302, 200, 200, 200, 200)),
@@ -92,6 +93,7 @@ API = [
     ("decide, wrong method",                "PUT",    "/api/approvals/{a}/decision",      (405, 405, 405, 405, 405)),
     ("no such endpoint",                    "GET",    "/api/nowhere",                     (404, 404, 404, 404, 404)),
 ]
+# fmt: on
 
 
 def body_for(method: str, path: str, ids: dict[str, Any]) -> tuple[Any, str]:
@@ -142,7 +144,9 @@ def is_denial(status: int, response: Any, role: str, path: str) -> bool:
     return status == 404 and role == "launcher" and "{other}" in path
 
 
-def check(rows: list[tuple[str, str, str, tuple[int, ...]]], row: tuple[Any, ...], api: bool, people, waiting, caplog) -> None:
+def check(
+    rows: list[tuple[str, str, str, tuple[int, ...]]], row: tuple[Any, ...], api: bool, people, waiting, caplog
+) -> None:
     name, method, template, expected = row
     caplog.set_level(logging.WARNING, logger="airlock.access")
     seen = {}

@@ -140,7 +140,7 @@ def test_every_page_carries_the_strict_policy_and_no_inline_code(people, ids) ->
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_chromium_sees_no_csp_violation_on_any_page(new_page, login, people, ids) -> None:
-    from tests.security.conftest import PW
+    from tests.conftest import PASSWORD as PW
 
     page, watch = new_page()
     login(page, "root", PW)

@@ -7,7 +7,7 @@ import pytest
 
 from agents import store
 from agents.models import Approval, LedgerEntry, Transition
-from tests.security.conftest import PW
+from tests.conftest import PASSWORD as PW
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 

@@ -50,7 +50,9 @@ def test_hostile_query_strings_and_ids_never_make_a_500(people, waiting) -> None
     assert failures == []
 
 
-@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example", "javascript:alert(1)"])
+@pytest.mark.parametrize(
+    "target", ["https://evil.example/", "//evil.example/", "/\\evil.example", "javascript:alert(1)"]
+)
 def test_the_login_form_does_not_redirect_off_site(people, target) -> None:
     client = Client()
     response = client.post(f"/login/?next={target}", {"username": "root", "password": "correct horse battery"})

@@ -20,9 +20,9 @@ from django.test import Client
 from agents.models import AgentProfile, Run
 from agents.tokens import token_create
 from tests.conftest import requires_postgres
-from tests.llm.conftest import Reply, provider  # noqa: F401  (the fake provider fixture)
+from tests.llm.conftest import Reply
 from tests.llm.shapes import anthropic_error, openai_error
-from tests.workers.conftest import Cluster, broker_url, cluster, wait_for  # noqa: F401
+from tests.workers.conftest import Cluster, wait_for
 
 pytestmark = [pytest.mark.reliability]
 
@@ -72,7 +72,9 @@ def test_canary_keys_appear_in_no_page_error_page_export_api_answer_log_or_row(
     api = Client(headers={"Authorization": f"Bearer {raw}"})
     ids = []
     for agent in ["gpt"] * 3 + ["claude"] * 3:
-        r = api.post("/api/runs", {"agent": agent, "task": "what is our refund policy?"}, content_type="application/json")
+        r = api.post(
+            "/api/runs", {"agent": agent, "task": "what is our refund policy?"}, content_type="application/json"
+        )
         assert r.status_code == 201, r.content
         ids.append(r.json()["id"])
     runs = [drive(Run.objects.get(pk=i)) for i in ids]
@@ -121,7 +123,9 @@ def test_canary_keys_appear_in_no_page_error_page_export_api_answer_log_or_row(
 
 @requires_postgres()
 @pytest.mark.worker
-def test_a_real_worker_logs_no_canary_key_at_debug_level(cluster: Cluster, people, provider, monkeypatch, launch) -> None:
+def test_a_real_worker_logs_no_canary_key_at_debug_level(
+    cluster: Cluster, people, provider, monkeypatch, launch
+) -> None:
     openai_key, anthropic_key = canaries(monkeypatch, provider)
     profiles()
     echoing_errors(provider, openai_key, anthropic_key)

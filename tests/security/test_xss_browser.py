@@ -83,9 +83,19 @@ def test_hostile_text_is_shown_verbatim_and_stays_inert(new_page, login, launch,
     inert(page)
     screenshot(page, "security-xss-queue")
 
-    # 2. A reviewer's note carrying each payload; the runs finish with it as the answer.
-    for approval, p in zip(approvals, PAYLOADS, strict=True):
-        approval_decide(approval_id=approval.pk, user=people["reviewer"], decision="reject", note=p)
+    # 2. A reviewer's note carrying a payload, typed in the browser: htmx swaps in the
+    # decided card with the note; the other notes are given server-side.
+    notes = {a.pk: p for a, p in zip(approvals, PAYLOADS, strict=True)}
+    first = page.locator(f'[data-approval-id="{approvals[0].pk}"]')
+    notes[approvals[0].pk] = PAYLOADS[1]
+    first.locator("textarea[name=note]").fill(PAYLOADS[1])
+    first.get_by_role("button", name="Reject").click()
+    expect(first.locator(".decision-note")).to_contain_text(PAYLOADS[1])
+    assert first.locator(".decision-note").inner_text().endswith(PAYLOADS[1])
+    inert(page)
+    for approval in approvals[1:]:
+        approval_decide(approval_id=approval.pk, user=people["reviewer"], decision="reject", note=notes[approval.pk])
+    for approval in approvals:
         assert store.drive(approval.run_id).state == "done"
 
     # 3. Each timeline: task, answer, fetched text, arguments, the note.
@@ -100,8 +110,9 @@ def test_hostile_text_is_shown_verbatim_and_stays_inert(new_page, login, launch,
         assert page.locator(".msg-tool pre").first.inner_text() == fetched
         args = [json.loads(t) for t in page.locator(".msg-assistant .call pre").all_inner_texts()]
         assert args == [{"text": p}, {"entry": p}]
-        assert page.locator(f'tr[data-approval-id="{approval.pk}"] td').last.inner_text() == p
-        assert page.locator(".decision").inner_text().endswith(f"“{p}”")
+        note = notes[approval.pk]
+        assert page.locator(f'tr[data-approval-id="{approval.pk}"] td').last.inner_text() == note
+        assert page.locator(".decision").inner_text().endswith(f"“{note}”")
         inert(page)
 
     page.goto(f"/runs/{odd.pk}/")

@@ -115,3 +115,44 @@ def test_forty_approvals_and_ten_rejections_at_once_one_wins_the_rest_agree_or_g
     assert LedgerEntry.objects.filter(run=run).count() == (1 if won == "approve" else 0)
     assert exits_from_waiting(run) == 1
     print(f"race: {won} won ({winner}); 200={decisions.count(won)} 409={THREADS - decisions.count(won)}")
+
+
+def test_fifty_reviewers_clicking_approve_in_their_browsers_at_once_run_the_call_once(wide_server, waiting) -> None:
+    """The same race through the review page's form POST: sessions and CSRF tokens."""
+    from django.test import Client
+    from django.utils.crypto import get_random_string
+
+    approval = waiting()
+    sessions = []
+    for i in range(THREADS):
+        client = Client()
+        client.force_login(person(f"clicker{i:02d}", "reviewer"))
+        sessions.append(client.cookies["sessionid"].value)
+    barrier = threading.Barrier(THREADS)
+    results: list[tuple[int, str]] = [(0, "")] * THREADS
+
+    def click(i: int) -> None:
+        secret = get_random_string(32)
+        cookies = {"sessionid": sessions[i], "csrftoken": secret}
+        with httpx.Client(base_url=wide_server, timeout=60, cookies=cookies) as client:
+            barrier.wait()
+            r = client.post(
+                f"/reviews/{approval.pk}/approve/",
+                data={"note": f"click {i}"},
+                headers={"X-CSRFToken": secret, "HX-Request": "true", "Referer": wide_server + "/reviews/"},
+            )
+            results[i] = (r.status_code, r.text)
+
+    threads = [threading.Thread(target=click, args=(i,)) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert [s for s, _ in results] == [200] * THREADS, sorted({s for s, _ in results})
+    approval.refresh_from_db()
+    winner = approval.decided_by.get_username()
+    told = [body for _, body in results if f"{winner} decided first" in body]
+    assert len(told) == THREADS - 1  # every loser's card names the winner
+    assert exits_from_waiting(approval.run) == 1
+    run = store.drive(approval.run_id)
+    assert run.state == "done" and LedgerEntry.objects.filter(run=run).count() == 1

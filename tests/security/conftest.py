@@ -18,7 +18,7 @@ from tests.conftest import call, final, person
 
 # The browser fixtures (Chromium, pages that fail a test on a CSP violation, a dialog or
 # a request to another origin) are the e2e suite's.
-from tests.e2e.conftest import browser, login, new_page, screenshot  # noqa: F401
+from tests.e2e.conftest import login, new_page, screenshot  # noqa: F401
 
 # The fake model provider (tests/llm) and real worker processes (tests/workers), for the
 # secret canary.

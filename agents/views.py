@@ -25,6 +25,7 @@ from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.export import export_run
 from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
+from agents.middleware import denied
 from agents.models import AgentProfile, Approval, Run
 
 LIST_PAGE = 50
@@ -35,6 +36,8 @@ def _readable_run(request: HttpRequest, run_id: int) -> Run:
     """The run if this user may read it; otherwise 404, so ids of others' runs leak nothing."""
     run = Run.objects.select_related("profile", "created_by").filter(pk=run_id).first()
     if run is None or not access.can_read_run(request.user, run):
+        if run is not None:
+            denied(request, "another user's run")
         raise Http404("no such run")
     return run
 
@@ -90,7 +93,8 @@ def _parse_cursor(value: str | None) -> tuple[dt.datetime, int] | None:
         micros, pk = (value or "").split(".")
         when = dt.datetime.fromtimestamp(int(micros) / 1_000_000, tz=dt.UTC)
         return when, int(pk)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
+        # A cursor is the visitor's text: one past what a timestamp can hold is ignored.
         return None
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from agents import demo
 
 
+@require_GET
 @login_required
 def demo_site(request: HttpRequest, page: str = "") -> HttpResponse:
     content = demo.SITE.get(page)

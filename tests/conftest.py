@@ -93,3 +93,11 @@ def requires_postgres() -> pytest.MarkDecorator:
 
     engine = settings.DATABASES["default"]["ENGINE"]
     return pytest.mark.skipif("postgresql" not in engine, reason="needs PostgreSQL (set DATABASE_URL)")
+
+
+# -- browser tests (tests/e2e, tests/security): one Chromium for the whole session --
+@pytest.fixture(scope="session")
+def browser() -> Any:
+    from tests.e2e.conftest import chromium_session
+
+    yield from chromium_session()

@@ -35,8 +35,10 @@ def output_dir() -> pathlib.Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def chromium_session() -> Iterator[Any]:
+    """One Chromium for the whole session: the `browser` fixture lives in tests/conftest.py
+    because tests/security uses these pages too, and Playwright's sync API cannot start a
+    second instance while one runs."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -62,6 +62,8 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
+# A database that is down answers 503, not a 500 page (issue #9, agents/unavailable.py).
+MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
 
 # Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
 # username, or from one address, even the right one is refused until an admin unlocks it

@@ -125,7 +125,8 @@ def script_for(tag: str, rng: random.Random) -> tuple[list[dict[str, Any]], dict
     for j in range(rng.randint(2, 5)):
         kind = rng.choice(["ledger_write", "ledger_write_unsafe", "sleep", "echo"])
         if kind == "sleep":
-            args: dict[str, Any] = {"seconds": round(rng.uniform(0.05, 0.5), 3)}
+            # Distinct per step: an identical repeated call would (rightly) fail the run.
+            args: dict[str, Any] = {"seconds": round(rng.uniform(0.05, 0.5), 2) + j / 1000}
         elif kind == "echo":
             args = {"text": f"{tag}-{j}"}
         else:

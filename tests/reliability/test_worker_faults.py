@@ -52,10 +52,11 @@ def test_a_frozen_worker_resumed_after_a_takeover_has_its_commit_refused(cluster
     assert verify_run(run) == []
 
 
-def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, launch) -> None:
-    """A visibility timeout far below the task's length: Redis hands the same message
-    to the other pool process again and again while the first still works on it."""
-    assert cluster.redis_url, "needs the Redis broker (REDIS_URL)"
+def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, own_redis, launch) -> None:
+    """A visibility timeout far below the task's length: Redis (a private one, whatever
+    REDIS_URL says) hands the same message to the other pool process again and again
+    while the first still works on it."""
+    cluster.redis_url = own_redis.url
     cluster.start_worker(
         "w1",
         concurrency=2,
@@ -63,7 +64,13 @@ def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, launch) -> None
         AIRLOCK_UNACKED_RESTORE_INTERVAL="1",
         AIRLOCK_UNACKED_RESTORE_THROTTLE="1",
     )
+    from agents.tasks import advance_run
+    from config.celery import app
+
     run = launch([call("sleep", seconds=6), call("ledger_write", entry="once"), final("redelivered")])
+    # The launch woke the test's configured broker; wake the run on the private one.
+    with app.connection_for_write(own_redis.url) as connection:
+        advance_run.apply_async((run.pk,), connection=connection)
     wait_for(lambda: state_of(run.pk) == "done", timeout=90, what="the run to finish")
     wait_for(
         lambda: re.search(rf"advance_run run={run.pk} no-op: .*redelivered=True", cluster.log("w1")),

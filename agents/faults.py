@@ -66,6 +66,8 @@ def _hostile(args: dict[str, Any], ctx: ToolContext) -> Any:
 def fault_tools() -> list[ToolSpec]:
     kind = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"]}
     return [
-        ToolSpec("crash", "Exits its process at once (fault tests).", {"type": "object"}, "read", "internal", "safe", _crash),
+        ToolSpec(
+            "crash", "Exits its process at once (fault tests).", {"type": "object"}, "read", "internal", "safe", _crash
+        ),
         ToolSpec("hostile", "Returns hostile output (fault tests).", kind, "read", "internal", "safe", _hostile),
     ]

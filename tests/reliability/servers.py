@@ -15,11 +15,22 @@ import httpx
 
 from tests.workers.conftest import BASE, Cluster, free_port, wait_for
 
-PG_BIN = Path(os.environ.get("AIRLOCK_PG_BIN", "/usr/lib/postgresql/15/bin"))
+def _pg_bin() -> Path:
+    """AIRLOCK_PG_BIN, else the newest Debian/Ubuntu server install, else the PATH."""
+    if os.environ.get("AIRLOCK_PG_BIN"):
+        return Path(os.environ["AIRLOCK_PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if found:
+        return found[-1].parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _pg_bin()
 
 
 def pg_bin_available() -> bool:
-    return (PG_BIN / "initdb").exists() or shutil.which("initdb") is not None
+    return (PG_BIN / "initdb").exists()
 
 
 class PrivatePostgres:

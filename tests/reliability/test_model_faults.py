@@ -28,8 +28,12 @@ def calls(*tool_calls) -> Reply:
 # name -> (replies, final state, text the run records and the page shows, requests made)
 CASES = {
     "invalid JSON arguments": ([calls(("c1", "echo", '{"text": "hi')), OK], "done", "invalid_arguments", 2),
-    "an array instead of an object": ([calls(("c1", "echo", '["hi"]')), OK], "done", "arguments must be a JSON object, not list", 2),
-    "an unknown tool": ([calls(("c1", "format_disk", {"all": True})), OK], "done", "no tool named 'format_disk'", 2),
+    "an array instead of an object": (
+        [calls(("c1", "echo", '["hi"]')), OK], "done", "arguments must be a JSON object, not list", 2,
+    ),
+    "an unknown tool": (
+        [calls(("c1", "format_disk", {"all": True})), OK], "done", "no tool named 'format_disk'", 2,
+    ),
     "a schema violation": ([calls(("c1", "echo", {"text": 5})), OK], "done", "5 is not of type 'string'", 2),
     "a body that is not JSON": ([Reply(body="<html>502 Bad Gateway</html>")], "failed", "malformed response", 1),
     "empty choices": ([Reply(body={**openai_completion(content="x"), "choices": []})], "failed", "empty response", 1),

@@ -94,7 +94,9 @@ def test_a_poison_tool_fails_its_run_while_other_runs_keep_moving(cluster: Clust
     cluster.start_beat(AIRLOCK_FAULT_TOOLS="1")
     poison = launch([call("crash"), final("never")])
     wait_for(lambda: "exitcode 71" in cluster.log("w1"), what="the poison tool to kill a pool process")
-    others = [launch([call("echo", text=f"hi {i}"), call("ledger_write", entry=f"e{i}"), final(f"ok {i}")]) for i in range(6)]
+    others = [
+        launch([call("echo", text=f"hi {i}"), call("ledger_write", entry=f"e{i}"), final(f"ok {i}")]) for i in range(6)
+    ]
     ids = [r.pk for r in others]
     wait_for(lambda: Run.objects.filter(pk__in=ids, state="done").count() == 6, timeout=120, what="the other runs")
     wait_for(lambda: state_of(poison.pk) == "failed", timeout=120, what="the poison run to be failed")

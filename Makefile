@@ -53,3 +53,8 @@ clean:
 .PHONY: seed
 seed: migrate
 	$(PY) manage.py seed_demo
+
+# -- reliability (issue #9): the fault-injection tests alone (`make test` runs them too) --
+.PHONY: reliability
+reliability: $(STAMP)
+	$(PY) -m pytest -m reliability $(PYTEST_ARGS)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
@@ -176,6 +176,15 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
     if isinstance(exc, RequestDataTooBig):
         return _error(413, "too_large", f"the body is over {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
     return _error(400, "bad_request", "the request was refused as malformed")
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # A restart or failover, not a bug: a JSON 503 the client may retry (issue #9).
+    from agents.unavailable import unavailable
+
+    return unavailable(request, exc)
 
 
 @api.exception_handler(Exception)

@@ -8,6 +8,9 @@ set `MODE = "raise"` to get a SimulatedCrash instead. Off by default: one set lo
 from __future__ import annotations
 
 import os
+from typing import Any
+
+from agents.engine.registry import ToolContext, ToolSpec
 
 POINTS = frozenset(
     {
@@ -35,3 +38,36 @@ def crash_point(name: str) -> None:
         if MODE == "raise":
             raise SimulatedCrash(name)
         os._exit(70)
+
+
+# -- fault tools ----------------------------------------------------------------------
+# Registered only when AIRLOCK_FAULT_TOOLS=1 (the reliability tests' worker processes):
+# `crash` kills the process running it, every time (a poison run); `hostile` returns a
+# 10 MB text, NUL bytes or invalid UTF-8, as a misbehaving real tool might.
+FAULT_TOOLS_ON = os.environ.get("AIRLOCK_FAULT_TOOLS", "") == "1"
+TEN_MB = 10 * 1024 * 1024
+
+
+def _crash(args: dict[str, Any], ctx: ToolContext) -> None:
+    os._exit(71)
+
+
+def _hostile(args: dict[str, Any], ctx: ToolContext) -> Any:
+    kind = args["kind"]
+    if kind == "huge":
+        return "A" * TEN_MB
+    if kind == "nul":
+        return "before\x00after"
+    if kind == "bad_utf8":
+        return b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
+    return {"nested": ["\x00", b"\xff".decode("utf-8", "surrogateescape")]}
+
+
+def fault_tools() -> list[ToolSpec]:
+    kind = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"]}
+    return [
+        ToolSpec(
+            "crash", "Exits its process at once (fault tests).", {"type": "object"}, "read", "internal", "safe", _crash
+        ),
+        ToolSpec("hostile", "Returns hostile output (fault tests).", kind, "read", "internal", "safe", _hostile),
+    ]

@@ -478,6 +478,10 @@ def drive(
         clean_exit = True
     finally:
         release(run_id, owner, clean=clean_exit)
+        # The tool thread ends with the drive (a worker drives thousands of runs).
+        close = getattr(deps.runner, "close", None) if deps is not None else None
+        if close is not None:
+            close()
     run.refresh_from_db()
     return run
 

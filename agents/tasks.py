@@ -37,8 +37,8 @@ ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
 SWEEP_BATCH = 500
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def advance_run(run_id: int) -> None:
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def advance_run(self: Any, run_id: int) -> None:
     """Drive one run for a bounded number of transitions, then hand it back to the queue.
 
     1. Skip runs that ended or wait for a human (a duplicate wake-up lands here).
@@ -47,8 +47,10 @@ def advance_run(run_id: int) -> None:
     3. Still advancing and released by us (the budget ran out): enqueue again, so a long
        run takes its turn behind the others instead of holding a worker.
     """
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     current = Run.objects.filter(pk=run_id).values_list("state", flat=True).first()
     if current not in ADVANCING:
+        log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, current, redelivered)
         return
     owner = store.worker_name()
     with lease_heartbeat(run_id, owner):
@@ -58,6 +60,13 @@ def advance_run(run_id: int) -> None:
             max_seconds=settings.AIRLOCK_TASK_SECONDS,
             owner=owner,
         )
+    if run.lease_owner not in (None, owner):
+        # Another worker holds a live lease (a duplicate or redelivered wake-up): it
+        # advances the run; this delivery wrote nothing.
+        log.info(
+            "advance_run run=%s no-op: leased by %s redelivered=%s", run.pk, run.lease_owner, redelivered
+        )
+        return
     log.info("advance_run run=%s state=%s seq=%s lease=%s", run.pk, run.state, run.version, run.lease_owner or "-")
     if run.state in ADVANCING and run.lease_owner is None:
         wakeup.wake(run_id)

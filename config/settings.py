@@ -62,6 +62,8 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
+# A database that is down answers 503, not a 500 page (issue #9, agents/unavailable.py).
+MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
 
 # Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
 # username, or from one address, even the right one is refused until an admin unlocks it
@@ -229,10 +231,17 @@ CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
 # hard limit so a slow task is never run twice by the broker (the lease would refuse it
 # anyway). Set wherever Celery reads it.
 _VISIBILITY = CELERY_TASK_TIME_LIMIT * 4
+# -- fault injection (issue #9): the reliability tests force redeliveries with a short
+# visibility timeout and a quick restore cycle; never lower these in production.
+_VISIBILITY = env_float("AIRLOCK_VISIBILITY_TIMEOUT", _VISIBILITY)
+_RESTORE_INTERVAL = env_float("AIRLOCK_UNACKED_RESTORE_INTERVAL", 10.0)
+_RESTORE_THROTTLE = env_int("AIRLOCK_UNACKED_RESTORE_THROTTLE", 10)
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": _VISIBILITY,
+        "unacked_restore_interval": _RESTORE_INTERVAL,
+        "unacked_restore_throttle": _RESTORE_THROTTLE,
         "socket_connect_timeout": 3,
         # Publishing (a wake-up inside a web request) tries the broker briefly and gives
         # up; the worker's own reconnect loop is configured apart and keeps trying.

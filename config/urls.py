@@ -24,3 +24,6 @@ urlpatterns += [
     path("demo-site/", views_demo.demo_site, name="demo_site"),
     path("demo-site/<slug:page>/", views_demo.demo_site, name="demo_site_page"),
 ]
+
+# A database that is down answers 503 even when a middleware met it (issue #9).
+handler500 = "agents.unavailable.server_error"

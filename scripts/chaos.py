@@ -1,6 +1,7 @@
-"""Workers under fire: launch M runs with side-effecting tools, SIGKILL workers at
-random K times (restarting them), resolve "outcome unknown" questions as a reviewer
-would, wait, and print one JSON line with what survived.
+"""Workers under fire: launch M runs with side-effecting tools (a third of them tainted,
+so their writes wait for a reviewer), SIGKILL workers at random K times (restarting
+them) while a reviewer thread approves, rejects and answers "outcome unknown" as the
+questions appear, wait, and print one JSON line with what survived.
 
     DATABASE_URL=... REDIS_URL=... python scripts/chaos.py --runs 200 --kills 20
 
@@ -18,6 +19,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -110,20 +112,27 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def script_for(tag: str, rng: random.Random) -> tuple[list[dict[str, Any]], list[str]]:
-    """A run's decisions and the ledger entries it should leave, one row each."""
+def script_for(tag: str, rng: random.Random) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A run's decisions and the ledger entries it may leave (entry -> tool), one row each.
+
+    A third of the runs read an "external" page first: the run is tainted, so each later
+    write asks a reviewer (approved or rejected by the reviewer thread).
+    """
     items: list[dict[str, Any]] = []
-    entries: list[str] = []
+    entries: dict[str, str] = {}
+    if rng.random() < 1 / 3:
+        items.append({"call": {"tool": "fetch_fixture", "args": {"text": f"page for {tag}"}}})
     for j in range(rng.randint(2, 5)):
         kind = rng.choice(["ledger_write", "ledger_write_unsafe", "sleep", "echo"])
         if kind == "sleep":
-            args: dict[str, Any] = {"seconds": round(rng.uniform(0.05, 0.5), 3)}
+            # Distinct per step: an identical repeated call would (rightly) fail the run.
+            args: dict[str, Any] = {"seconds": round(rng.uniform(0.05, 0.5), 2) + j / 1000}
         elif kind == "echo":
             args = {"text": f"{tag}-{j}"}
         else:
             entry = f"{tag}-{j}"
             args = {"entry": entry}
-            entries.append(entry)
+            entries[entry] = kind
         items.append({"call": {"tool": kind, "args": args}})
     items.append({"final": f"{tag} done"})
     return items, entries
@@ -143,16 +152,49 @@ def purge_broker() -> None:
             message.unlink(missing_ok=True)
 
 
-def resolve_unknown(ids: list[int], reviewer: User, expected: dict[int, list[str]]) -> int:
-    """Answer "outcome unknown" as a reviewer would: it happened if its row exists."""
-    answered = 0
-    for approval in Approval.objects.filter(run_id__in=ids, status="pending", kind="outcome_unknown"):
-        entry = (approval.args or {}).get("entry")
-        happened = LedgerEntry.objects.filter(run_id=approval.run_id, entry=entry).exists()
-        decision = "happened" if happened else "retry"
-        result = approval_decide(approval_id=approval.pk, user=reviewer, decision=decision, note="checked the ledger")
-        answered += int(result.won)
-    return answered
+class Reviewer(threading.Thread):
+    """Decides pending approvals as they appear, as people in the queue would.
+
+    A policy question is approved or rejected at random (rejected calls leave no row);
+    "outcome unknown" is answered from the ledger: it happened if its row exists, else
+    run it again (a confirmed retry, the only way an unsafe call may run twice).
+    """
+
+    def __init__(self, ids: list[int], seed: int) -> None:
+        super().__init__(name="chaos-reviewer", daemon=True)
+        self.ids = ids
+        self.rng = random.Random(seed)
+        self.stopping = threading.Event()
+        self.decided: Counter[str] = Counter()
+        self.rejected: set[tuple[int, str]] = set()
+        self.errors = 0
+
+    def run(self) -> None:
+        from django.db import connection
+
+        user, _ = User.objects.get_or_create(username="chaos-reviewer")
+        try:
+            while not self.stopping.wait(0.2):
+                try:
+                    self.review(user)
+                except Exception:  # noqa: BLE001 - a reviewer retries on the next look
+                    self.errors += 1
+        finally:
+            connection.close()
+
+    def review(self, user: User) -> None:
+        for approval in Approval.objects.filter(run_id__in=self.ids, status="pending").order_by("pk"):
+            entry = (approval.args or {}).get("entry")
+            if approval.kind == "outcome_unknown":
+                happened = LedgerEntry.objects.filter(run_id=approval.run_id, entry=entry).exists()
+                decision = "happened" if happened else "retry"
+            else:
+                decision = "approve" if self.rng.random() < 0.7 else "reject"
+            result = approval_decide(approval_id=approval.pk, user=user, decision=decision, note="chaos reviewer")
+            if result.won:
+                self.decided[decision] += 1
+                if decision == "reject" and entry is not None:
+                    self.rejected.add((approval.run_id, entry))
 
 
 def main() -> int:
@@ -170,11 +212,11 @@ def main() -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     purge_broker()
     fleet = Fleet(args.workers, args.concurrency, logdir)
-    reviewer, _ = User.objects.get_or_create(username="chaos-reviewer")
     started = time.monotonic()
-    expected: dict[int, list[str]] = {}
+    expected: dict[int, dict[str, str]] = {}
     kill_log: Counter[str] = Counter()
-    answered = 0
+    reviewer: Reviewer | None = None
+    ids: list[int] = []
     try:
         for name in fleet.names:
             fleet.start(name)
@@ -185,17 +227,49 @@ def main() -> int:
             run = run_launch(agent="scripted", task=f"chaos {batch} #{i}", script=script)
             expected[run.pk] = entries
         ids = list(expected)
+        reviewer = Reviewer(ids, seed)
+        reviewer.start()
         for _ in range(args.kills):
             time.sleep(rng.uniform(0.3, 1.5))
             kill_log[fleet.kill_worker(rng.choice(fleet.names), rng)] += 1
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
-            answered += resolve_unknown(ids, reviewer, expected)
             if not Run.objects.filter(pk__in=ids).exclude(state__in=states.TERMINAL).exists():
                 break
             time.sleep(0.5)
     finally:
+        if reviewer is not None:
+            reviewer.stopping.set()
+            reviewer.join(timeout=30)
         fleet.stop()
+    report = tally(ids, expected, reviewer)
+    report.update(
+        kills=dict(kill_log),
+        seconds=round(time.monotonic() - started, 1),
+        seed=seed,
+        broker="redis" if settings.REDIS_URL else "filesystem",
+        database=settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
+    )
+    print(json.dumps(report))
+    ok = (
+        report["lost"] == 0
+        and report["duplicate_safe_effects"] == 0
+        and report["unsafe_effects_without_confirmation"] == 0
+        and report["missing_side_effects"] == 0
+        and report["verify_runs"] == "ok"
+        and not report["poisoned"]
+    )
+    return 0 if ok else 1
+
+
+def tally(ids: list[int], expected: dict[int, dict[str, str]], reviewer: Reviewer | None) -> dict[str, Any]:
+    """What survived, counted from the rows.
+
+    - duplicate safe effects: a `ledger_write` entry recorded more than once;
+    - unsafe effects without confirmation: a `ledger_write_unsafe` entry recorded more
+      often than once plus the reviewer's confirmed "retry" answers for that call;
+    - missing: a done run lacks an entry nobody rejected.
+    """
     runs = Run.objects.filter(pk__in=ids)
     by_state = Counter(runs.values_list("state", flat=True))
     rows = Counter(
@@ -204,33 +278,41 @@ def main() -> int:
             for r in LedgerEntry.objects.filter(run_id__in=ids).values("run_id", "entry").annotate(n=Count("id"))
         }
     )
+    retries = Counter(
+        (a["run_id"], (a["args"] or {}).get("entry"))
+        for a in Approval.objects.filter(run_id__in=ids, decision="retry").values("run_id", "args")
+    )
+    rejected = reviewer.rejected if reviewer is not None else set()
+    dup_safe = unconfirmed = missing = 0
     done_ids = set(runs.filter(state=states.DONE).values_list("pk", flat=True))
-    duplicates = sum(n - 1 for n in rows.values() if n > 1)
-    missing = sum(1 for pk in done_ids for e in expected[pk] if rows[(pk, e)] == 0)
+    for pk, entries in expected.items():
+        for entry, tool in entries.items():
+            n = rows[(pk, entry)]
+            if tool == "ledger_write":
+                dup_safe += max(0, n - 1)
+            else:
+                unconfirmed += max(0, n - 1 - retries[(pk, entry)])
+            if pk in done_ids and n == 0 and (pk, entry) not in rejected:
+                missing += 1
     inconsistent = sum(1 for run in runs.iterator() if verify_run(run))
-    report = {
-        "runs_launched": len(ids),
-        "finished": sum(by_state[s] for s in states.TERMINAL),
+    finished = sum(by_state[s] for s in states.TERMINAL)
+    return {
+        "launched": len(ids),
+        "finished": finished,
+        "lost": len(ids) - finished,
+        "duplicate_safe_effects": dup_safe,
+        "unsafe_effects_without_confirmation": unconfirmed,
+        "verify_runs": "ok" if inconsistent == 0 else f"{inconsistent} inconsistent",
         "done": by_state[states.DONE],
         "failed": by_state[states.FAILED],
-        "lost": len(ids) - sum(by_state[s] for s in states.TERMINAL),
-        "duplicate_side_effects": duplicates,
         "missing_side_effects": missing,
-        "outcome_unknown_resolved": answered,
+        "decisions": dict(reviewer.decided) if reviewer is not None else {},
+        "reviewer_errors": reviewer.errors if reviewer is not None else 0,
         "poisoned": runs.filter(error__startswith="poison run").count(),
         "failure_reasons": dict(
             Counter((e or "")[:60] for e in runs.filter(state=states.FAILED).values_list("error", flat=True))
         ),
-        "kills": dict(kill_log),
-        "verify_runs": "ok" if inconsistent == 0 else f"{inconsistent} inconsistent",
-        "seconds": round(time.monotonic() - started, 1),
-        "seed": seed,
-        "broker": "redis" if settings.REDIS_URL else "filesystem",
-        "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
     }
-    print(json.dumps(report))
-    ok = report["lost"] == 0 and duplicates == 0 and missing == 0 and inconsistent == 0 and not report["poisoned"]
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -137,6 +137,13 @@ class ThreadRunner:
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         return spec.func(args, ctx)
 
+    def close(self) -> None:
+        """Let the helper thread end: a driver calls this when it is done with the run,
+        else every drive would leave one idle thread behind in a long-lived worker."""
+        if self._worker is not None:
+            self._worker.abandon()
+            self._worker = None
+
 
 class _Worker:
     def __init__(self) -> None:
@@ -165,6 +172,9 @@ class _Worker:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                 future.set_exception(exc)
+            # Drop the finished job before waiting for the next one: the future holds
+            # the tool's result (10 MB, say), and an idle thread would keep it alive.
+            del job, fn, future
 
 
 def _ms(started: float) -> int:

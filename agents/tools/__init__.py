@@ -16,4 +16,9 @@ def registry() -> Registry:
     if settings.AIRLOCK_ALLOW_SCRIPTED:
         for spec in diagnostic.TOOLS:
             reg.add(spec)
+    from agents import faults
+
+    if faults.FAULT_TOOLS_ON and settings.AIRLOCK_ALLOW_SCRIPTED:
+        for spec in faults.fault_tools():
+            reg.add(spec)
     return reg

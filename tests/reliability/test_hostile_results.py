@@ -1,35 +1,24 @@
-"""Huge results, NUL bytes and invalid UTF-8: capped, sanitised, nothing crashes."""
+"""Huge results, NUL bytes and invalid UTF-8: capped, sanitised, nothing crashes; the
+timeline page stays small and a worker's memory stays bounded."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from agents import store
-from agents.engine.registry import ToolSpec
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents import faults, store
 from agents.models import AgentProfile, Message, Run, ToolCall
-from tests.conftest import call, final
+from tests.conftest import call, final, requires_postgres
+from tests.workers.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TEN_MB = 10 * 1024 * 1024
-
-
-def hostile(args, ctx):
-    kind = args["kind"]
-    if kind == "huge":
-        return "A" * TEN_MB
-    if kind == "nul":
-        return "before\x00after"
-    if kind == "bad_utf8":
-        return b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
-    return {"nested": ["\x00", b"\xff".decode("utf-8", "surrogateescape")]}
-
-
-SPEC = ToolSpec(
-    "hostile", "returns hostile output",
-    {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"]},
-    "read", "internal", "safe", hostile,
-)
+TEN_MB = faults.TEN_MB
+# The same tool the worker processes get with AIRLOCK_FAULT_TOOLS=1.
+SPEC = next(spec for spec in faults.fault_tools() if spec.name == "hostile")
 
 
 def run_with_hostile_tool(launch, kind: str) -> Run:
@@ -64,3 +53,72 @@ def test_nul_bytes_and_invalid_utf8_are_stored_sanitised(launch, defaults, kind,
     assert run.state == "done"
     assert Message.objects.get(run=run, role="tool").content == shown
     assert ToolCall.objects.get(run=run).status == "succeeded"
+
+
+def test_the_timeline_page_of_a_10_mb_result_stays_small(launch, defaults) -> None:
+    run = run_with_hostile_tool(launch, "huge")
+    client = Client()
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+    page = client.get(f"/runs/{run.pk}/")
+    assert page.status_code == 200
+    assert len(page.content) < 200_000, len(page.content)  # for a 10 MB result
+    html = page.content.decode()
+    assert "AAAAAAAA" in html and "survived" in html and "Traceback" not in html
+
+
+@pytest.mark.parametrize("kind", ["nul", "bad_utf8", "nested"])
+def test_the_timeline_page_of_nul_bytes_and_invalid_utf8_renders(launch, defaults, kind) -> None:
+    run = run_with_hostile_tool(launch, kind)
+    client = Client()
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+    page = client.get(f"/runs/{run.pk}/")
+    assert page.status_code == 200 and "\x00" not in page.content.decode()
+    assert "survived" in page.content.decode()
+
+
+def status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def worker_pids(proc) -> list[int]:
+    """The worker's main process and its pool processes, from /proc."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return [proc.pid, *map(int, children)]
+
+
+def worker_rss_kib(proc) -> int:
+    return sum(status(pid, "VmRSS") for pid in worker_pids(proc))
+
+
+def worker_threads(proc) -> int:
+    return sum(status(pid, "Threads") for pid in worker_pids(proc))
+
+
+@pytest.mark.worker
+@requires_postgres()
+def test_a_worker_processing_10_mb_results_keeps_its_memory_bounded(cluster, launch) -> None:
+    AgentProfile.objects.filter(name="scripted").update(tools=None)
+    worker = cluster.start_worker("w1", AIRLOCK_FAULT_TOOLS="1")
+
+    def one_run() -> None:
+        run = launch([call("hostile", kind="huge"), final("survived")])
+        wait_for(lambda: Run.objects.values_list("state", flat=True).get(pk=run.pk) == "done", what="a 10 MB run")
+        # Sample once the task has returned (its drive closed its tool thread).
+        wait_for(lambda: f"advance_run run={run.pk} state=done" in cluster.log("w1"), what="the task to return")
+
+    one_run()
+    after_one = worker_rss_kib(worker)
+    threads_after_one = worker_threads(worker)
+    for _ in range(4):
+        one_run()
+    after_five = worker_rss_kib(worker)
+    print(f"worker RSS (main + pool) after 1 run: {after_one} KiB, after 5 runs: {after_five} KiB")
+    # Allocator slack is fine (measured: about one result, +10 MB, then flat); keeping
+    # one 10 MB result per run alive is not (that was +40 MB over these four runs).
+    assert after_five - after_one < 30 * 1024, (after_one, after_five)
+    assert ToolCall.objects.filter(result_truncated=True).count() == 5
+    # Each drive's tool thread ends with it (it used to stay, holding the last result).
+    assert worker_threads(worker) <= threads_after_one, (threads_after_one, worker_threads(worker))

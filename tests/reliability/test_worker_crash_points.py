@@ -1,0 +1,109 @@
+"""Every named crash point x {safe, unsafe} ledger tool, in REAL processes.
+
+A worker started with AIRLOCK_CRASH_AT=<point> dies there (its pool process exits at
+once, as a SIGKILL would); we then kill the whole worker, and a normal worker plus the
+sweeper finish the runs. For `after_launch_commit` the process that dies is the one
+launching (a web request's process, between the commit and the wake-up). The outcome
+of each pair is written out here, not derived from the code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from agents import faults
+from agents.models import Approval, LedgerEntry, Run, ToolCall
+from agents.verify import verify_run
+from tests.conftest import call, final
+from tests.workers.conftest import BASE, MARKS, Cluster, wait_for
+
+pytestmark = MARKS
+
+# point -> tool -> (state after the crash and a normal worker, ledger rows, approval kind)
+EXPECTED = {
+    "before_intent_commit": {
+        "ledger_write": ("done", 1, None),
+        "ledger_write_unsafe": ("done", 1, None),  # the call was never recorded: asked again
+    },
+    "after_intent_commit": {
+        "ledger_write": ("done", 1, None),
+        "ledger_write_unsafe": ("done", 1, None),  # "intended", never started: safe to run
+    },
+    "after_tool_before_result_commit": {
+        "ledger_write": ("done", 1, None),  # re-run with the same key: deduplicated
+        "ledger_write_unsafe": ("awaiting_approval", 1, "outcome_unknown"),  # a human must say
+    },
+    "after_transition_commit": {
+        "ledger_write": ("done", 1, None),
+        "ledger_write_unsafe": ("done", 1, None),
+    },
+    "after_launch_commit": {
+        "ledger_write": ("done", 1, None),
+        "ledger_write_unsafe": ("done", 1, None),
+    },
+}
+
+LAUNCH = """
+import django, json, sys
+django.setup()
+from agents.actions import run_launch
+run = run_launch(agent="scripted", task="launched by a dying process",
+                 script=[{"call": {"tool": sys.argv[1], "args": {"entry": "effect"}}}, {"final": "finished"}])
+print(json.dumps({"id": run.pk}))
+"""
+
+
+def test_the_table_covers_every_crash_point() -> None:
+    assert set(EXPECTED) == faults.POINTS
+
+
+def crashed(cluster: Cluster, name: str) -> int:
+    # billiard logs each pool process that died: "... exited with 'exitcode 70'"
+    return cluster.log(name).count("exitcode 70")
+
+
+def launch_in_a_dying_process(cluster: Cluster, tool: str) -> int:
+    env = cluster.env(AIRLOCK_CRASH_AT="after_launch_commit", DJANGO_SETTINGS_MODULE="config.settings")
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH, tool], cwd=BASE, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 70, done.stderr  # died before printing, before the wake-up
+    assert done.stdout == "" and "wake-up" not in done.stderr
+    run = Run.objects.get(task="launched by a dying process", script__0__call__tool=tool)
+    assert run.state == "queued"  # committed before the crash: not lost
+    return run.pk
+
+
+@pytest.mark.parametrize("point", sorted(EXPECTED))
+def test_crash_point_in_a_real_worker(cluster: Cluster, launch, point: str) -> None:
+    tools = sorted(EXPECTED[point])
+    if point == "after_launch_commit":
+        ids = {tool: launch_in_a_dying_process(cluster, tool) for tool in tools}
+    else:
+        cluster.start_worker("crashing", concurrency=2, AIRLOCK_CRASH_AT=point)
+        ids = {tool: launch([call(tool, entry="effect"), final("finished")]).pk for tool in tools}
+        wait_for(lambda: crashed(cluster, "crashing") >= 2, timeout=60, what=f"both runs to crash at {point}")
+        cluster.kill("crashing")
+        assert Run.objects.filter(pk__in=ids.values(), state__in=("done", "failed")).count() == 0
+    cluster.start_worker("healthy")
+    cluster.start_beat()
+    for tool, run_id in ids.items():
+        state, rows, kind = EXPECTED[point][tool]
+        wait_for(
+            lambda: Run.objects.values_list("state", flat=True).get(pk=run_id) == state,
+            timeout=60,
+            what=f"{tool} run to reach {state} after {point}",
+        )
+        run = Run.objects.get(pk=run_id)
+        assert LedgerEntry.objects.filter(run=run).count() == rows, (point, tool)
+        kinds = list(Approval.objects.filter(run=run).values_list("kind", flat=True))
+        assert kinds == ([kind] if kind else []), (point, tool)
+        if kind == "outcome_unknown":
+            assert "outcome unknown" in Approval.objects.get(run=run).reason
+            assert ToolCall.objects.get(run=run).status == "started"  # no result: it may have happened
+        seqs = list(run.transitions.order_by("seq").values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert verify_run(run) == [], (point, tool)

@@ -15,6 +15,7 @@ import httpx
 
 from tests.workers.conftest import BASE, Cluster, free_port, wait_for
 
+
 def _pg_bin() -> Path:
     """AIRLOCK_PG_BIN, else the newest Debian/Ubuntu server install, else the PATH."""
     if os.environ.get("AIRLOCK_PG_BIN"):

@@ -93,7 +93,7 @@ def test_crash_point_in_a_real_worker(cluster: Cluster, launch, point: str) -> N
     for tool, run_id in ids.items():
         state, rows, kind = EXPECTED[point][tool]
         wait_for(
-            lambda: Run.objects.values_list("state", flat=True).get(pk=run_id) == state,
+            lambda run_id=run_id, state=state: Run.objects.values_list("state", flat=True).get(pk=run_id) == state,
             timeout=60,
             what=f"{tool} run to reach {state} after {point}",
         )

@@ -18,9 +18,8 @@ WARM = 3
 
 
 def _drive(agent: Any, script: list[dict[str, Any]]) -> Any:
-    from bench import run as bench  # the in-process driver with the bench tool
-
     from agents.actions import run_launch
+    from bench import run as bench  # the in-process driver with the bench tool
 
     return bench.drive(run_launch(agent=agent, task="bench pages", script=script))
 
@@ -29,7 +28,6 @@ def templates() -> dict[str, Any]:
     """Real runs, driven through the store, to clone: finished (11 transitions), waiting
     for a reviewer (9), and the long timelines (a 10-step run and a 1,000-step one)."""
     from bench import run as bench
-
     from bench.workers import profile
 
     plain = bench.bench_profile()
@@ -80,7 +78,12 @@ def measure(client: Any, url: str) -> dict[str, Any]:
         times.append((time.perf_counter() - start) * 1000)
     from bench.workers import percentile
 
-    return {"queries": queries, "p50_ms": percentile(times, 50), "p95_ms": percentile(times, 95), "bytes": len(response.content)}
+    return {
+        "queries": queries,
+        "p50_ms": percentile(times, 50),
+        "p95_ms": percentile(times, 95),
+        "bytes": len(response.content),
+    }
 
 
 def measure_all(client: Any, t: dict[str, Any], *, timeline: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ CHILDREN: dict[str, type[models.Model]] = {
     "approvals": Approval,
 }
 REKEYED = {"idempotency_key"}
+SHIFTED = {"created_at", "decided_at", "finished_at"}
 
 
 def _columns(model: type[models.Model]) -> list[str]:
@@ -35,7 +36,9 @@ def _quoted(names: list[str]) -> str:
     return ", ".join(connection.ops.quote_name(n) for n in names)
 
 
-def clone_runs(template: Run, count: int, *, parts: tuple[str, ...] = tuple(CHILDREN), spacing_ms: int = 10) -> dict[str, Any]:
+def clone_runs(
+    template: Run, count: int, *, parts: tuple[str, ...] = tuple(CHILDREN), spacing_ms: int = 10
+) -> dict[str, Any]:
     """Insert `count` copies of `template` with the chosen child rows; returns counts and seconds.
 
     Creation times step back `spacing_ms` per clone from the template's, so a list
@@ -67,6 +70,10 @@ def clone_runs(template: Run, count: int, *, parts: tuple[str, ...] = tuple(CHIL
             for col in cols:
                 if col == "run_id":
                     values.append("r.id")
+                elif col in SHIFTED:
+                    # Child times move with the clone's run, so time-ordered lists see
+                    # distinct, realistic timestamps (not 10,000 equal ones).
+                    values.append(f"c.{col} + (r.created_at - %(created)s)")
                 elif col in REKEYED:
                     # The clone's own key: unique per (clone, original key), same length.
                     values.append(f"encode(sha256(convert_to(r.id::text || ':' || c.{col}, 'UTF8')), 'hex')")
@@ -74,9 +81,9 @@ def clone_runs(template: Run, count: int, *, parts: tuple[str, ...] = tuple(CHIL
                     values.append(f"c.{connection.ops.quote_name(col)}")
             cur.execute(
                 f"insert into {table} ({_quoted(cols)}) "
-                f"select {', '.join(values)} from agents_run r join {table} c on c.run_id = %s "
-                f"where r.id > %s order by r.id",
-                [template.pk, watermark],
+                f"select {', '.join(values)} from agents_run r join {table} c on c.run_id = %(template)s "
+                f"where r.id > %(watermark)s order by r.id",
+                {"template": template.pk, "watermark": watermark, "created": template.created_at},
             )
             counts[part] = cur.rowcount
     counts["seconds"] = time.perf_counter() - started  # type: ignore[assignment]

@@ -84,7 +84,9 @@ class Processes:
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         path = LOGS / f"{name}.log"
         with path.open("wb") as out:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs[name] = proc
         return proc
 
@@ -254,7 +256,9 @@ def approval_latency(approvals: int = 200) -> dict[str, Any]:
             what="every run waiting for approval",
             every=0.25,
         )
-        pending = list(Approval.objects.filter(run_id__in=ids, status="pending").order_by("pk").values_list("pk", "run_id"))
+        pending = list(
+            Approval.objects.filter(run_id__in=ids, status="pending").order_by("pk").values_list("pk", "run_id")
+        )
         for approval_id, run_id in pending:
             request = urllib.request.Request(
                 f"http://127.0.0.1:{port}/api/approvals/{approval_id}/decision",
@@ -269,7 +273,9 @@ def approval_latency(approvals: int = 200) -> dict[str, Any]:
             if body.get("status") != "approved":
                 raise RuntimeError(f"decision refused: {body}")
             started: dt.datetime = wait_for(
-                lambda run_id=run_id: LedgerEntry.objects.filter(run_id=run_id).values_list("created_at", flat=True).first(),
+                lambda run_id=run_id: (
+                    LedgerEntry.objects.filter(run_id=run_id).values_list("created_at", flat=True).first()
+                ),
                 timeout=30,
                 what=f"the approved tool of run {run_id}",
                 every=0.005,

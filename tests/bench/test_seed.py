@@ -47,6 +47,7 @@ def test_clones_copy_the_run_and_its_rows_with_fresh_keys(waiting: Run) -> None:
     assert len(keys) == len(set(keys)) and all(len(k) == 64 for k in keys)
     # Distinct creation times, stepping back from the template's.
     assert len(set(clones.values_list("created_at", flat=True))) == 3
+    assert len(set(Approval.objects.values_list("created_at", flat=True))) == 4
     assert all(c.created_at < waiting.created_at for c in clones)
 
 

@@ -164,50 +164,89 @@ def wait_done(ids: list[int], *, timeout: float, progress: Callable[[int], None]
         time.sleep(0.25)
 
 
-def worker_throughput(runs: int = 500, calls: int = 10, counts: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
-    """Section 4: `runs` runs of `calls` echo calls through 1, then 2 worker processes."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc/<pid>/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_phase(agent: Any, count: int, runs: int, calls: int) -> dict[str, Any]:
+    """`runs` runs through `count` fresh solo workers; timed from the launch commit to
+    the last run's finish (worker start-up and a warm-up batch are not timed)."""
     from django.db.models import Max
 
     from agents.models import Run, Transition
 
+    purge_broker()
+    procs = Processes()
+    try:
+        names = [f"bench-worker-{count}-{i}" for i in range(count)]
+        for name in names:
+            procs.worker(name)
+        warm, _ = launch_batch(agent, echo_script(3), 4 * count)
+        wait_done(warm, timeout=120)
+        pids = {name: procs.procs[name].pid for name in names}
+        at_start = {name: proc_memory(pid) for name, pid in pids.items()}
+        cpu_start = sum(cpu_seconds(pid) for pid in pids.values())
+        early: dict[str, dict[str, int]] = {}
+
+        def sample_early(done: int) -> None:
+            if not early and done >= runs // 10:
+                early.update({name: proc_memory(pid) for name, pid in pids.items()})
+
+        load = os.getloadavg()[0]
+        ids, committed = launch_batch(agent, echo_script(calls), runs)
+        wait_done(ids, timeout=600, progress=sample_early)
+        at_end = {name: proc_memory(pid) for name, pid in pids.items()}
+        cpu = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_start
+        finished = Run.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
+        seconds = finished.timestamp() - committed
+        transitions = Transition.objects.filter(run_id__in=ids, seq__gt=1).count()  # seq 1: the launch
+    finally:
+        procs.stop_all()
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "transitions": transitions,
+        "worker_cpu_seconds": cpu,
+        "load_before": load,
+        "rss_start": sum(m["rss"] for m in at_start.values()) / count,
+        "rss_early": sum(m["rss"] for m in (early or at_start).values()) / count,
+        "rss_end": sum(m["rss"] for m in at_end.values()) / count,
+        "max_rss": max(m["max_rss"] for m in at_end.values()),
+    }
+
+
+def worker_throughput(runs: int = 500, calls: int = 10, order: tuple[int, ...] = (1, 2, 2, 1)) -> dict[str, Any]:
+    """Section 4: `runs` runs of `calls` echo calls through 1 and through 2 worker processes.
+
+    The machine is shared, so its load drifts: the runs of each setting are split over
+    phases in A-B-B-A order, which cancels a steady drift between the two settings.
+    """
     agent = profile("bench-worker")
-    out: dict[str, Any] = {"runs": runs, "calls_per_run": calls}
-    for count in counts:
-        purge_broker()
-        procs = Processes()
-        try:
-            names = [f"bench-worker-{count}-{i}" for i in range(count)]
-            for name in names:
-                procs.worker(name)
-            warm, _ = launch_batch(agent, echo_script(3), 4 * count)
-            wait_done(warm, timeout=120)
-            pids = {name: procs.procs[name].pid for name in names}
-            at_start = {name: proc_memory(pid) for name, pid in pids.items()}
-            early: dict[str, dict[str, int]] = {}
-
-            def sample_early(done: int, pids: dict[str, int] = pids, early: dict[str, Any] = early) -> None:
-                if not early and done >= runs // 10:
-                    early.update({name: proc_memory(pid) for name, pid in pids.items()})
-
-            ids, committed = launch_batch(agent, echo_script(calls), runs)
-            wait_done(ids, timeout=600, progress=sample_early)
-            at_end = {name: proc_memory(pid) for name, pid in pids.items()}
-            finished = Run.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
-            seconds = finished.timestamp() - committed
-            transitions = Transition.objects.filter(run_id__in=ids, seq__gt=1).count()  # seq 1: the launch
-        finally:
-            procs.stop_all()
+    per_phase = runs // order.count(order[0])
+    phases = [(count, worker_phase(agent, count, per_phase, calls)) for count in order]
+    out: dict[str, Any] = {"runs": runs, "calls_per_run": calls, "order": list(order)}
+    for count in sorted(set(order)):
+        mine = [p for c, p in phases if c == count]
+        seconds = sum(p["seconds"] for p in mine)
+        done = sum(p["runs"] for p in mine)
+        transitions = sum(p["transitions"] for p in mine)
         out[f"workers_{count}"] = {
             "seconds": seconds,
-            "runs_per_second": runs / seconds,
+            "runs_per_second": done / seconds,
             "transitions_per_second": transitions / seconds,
             "transitions": transitions,
-            "rss_start_bytes": sum(m["rss"] for m in at_start.values()) / count,
-            "rss_early_bytes": sum(m["rss"] for m in (early or at_start).values()) / count,
-            "rss_end_bytes": sum(m["rss"] for m in at_end.values()) / count,
-            "max_rss_bytes": max(m["max_rss"] for m in at_end.values()),
+            "worker_cpu_ms_per_transition": 1000 * sum(p["worker_cpu_seconds"] for p in mine) / transitions,
+            "load_before": [p["load_before"] for p in mine],
+            # Memory of the last phase's workers: after start-up and warm-up, after a
+            # tenth of the runs, at the end, and the peak (VmHWM).
+            "rss_start_bytes": mine[-1]["rss_start"],
+            "rss_early_bytes": mine[-1]["rss_early"],
+            "rss_end_bytes": mine[-1]["rss_end"],
+            "max_rss_bytes": max(p["max_rss"] for p in mine),
         }
-    if 1 in counts and 2 in counts:
+    if "workers_1" in out and "workers_2" in out:
         out["scaling_2_to_1"] = out["workers_2"]["runs_per_second"] / out["workers_1"]["runs_per_second"]
     return out
 

@@ -86,7 +86,7 @@ def measure(client: Any, url: str) -> dict[str, Any]:
     }
 
 
-def measure_all(client: Any, t: dict[str, Any], *, timeline: Any) -> dict[str, Any]:
+def measure_all(client: Any, *, timeline: Any) -> dict[str, Any]:
     pages = {
         "minimal": "/bench/minimal/",
         "reviews": "/reviews/",
@@ -112,9 +112,9 @@ def pages_bench() -> dict[str, Any]:
     out["template_seconds"] = time.perf_counter() - started
     with override_settings(ROOT_URLCONF="bench.urls"):
         out["seed_small_seconds"] = seed_to(t, SMALL["runs"], SMALL["pending"])
-        small = measure_all(client, t, timeline=t["short"])
+        small = measure_all(client, timeline=t["short"])
         out["seed_full_seconds"] = seed_to(t, FULL["runs"], FULL["pending"])
-        full = measure_all(client, t, timeline=t["long"])
+        full = measure_all(client, timeline=t["long"])
     out["rows"] = {
         "runs": Run.objects.count(),
         "transitions": Transition.objects.count(),

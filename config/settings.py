@@ -271,6 +271,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING above
+# (issue #8) Celery's fixup would close the database connection around every task;
+# config/celery.py applies Django's CONN_MAX_AGE and health checks instead.
+CELERY_DB_REUSE_MAX = 2**62
 CELERY_TASK_DEFAULT_QUEUE = "airlock"
 CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sweep", routing_key="airlock_sweep")]
 # Sweeps get their own queue so a backlog of runs cannot starve them.

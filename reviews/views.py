@@ -50,7 +50,8 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "matching": matching,
         "filters": filters,
         "filter_query": urlencode(filters.query()),
-        "pending_total": cards.pending_count(request.user),
+        # Unfiltered, the matching count is the pending total: one COUNT, not two.
+        "pending_total": cards.pending_count(request.user) if filters.active else matching,
     }
 
 

@@ -31,18 +31,6 @@ TOTAL_CALLS = 400  # per size and engine, so small runs are measured over as muc
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
-def relation_bytes(tables: tuple[str, ...]) -> int:
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute(
-            "select coalesce(sum(pg_total_relation_size(c.oid)), 0) from pg_class c "
-            "where c.relkind = 'r' and c.relname = any(%s)",
-            [list(tables)],
-        )
-        return int(cur.fetchone()[0])
-
-
 class LangGraphAgent:
     def __init__(self, url: str) -> None:
         self.conn = Connection.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
@@ -102,8 +90,8 @@ def main() -> None:
         for _ in range(runs):
             # Interleaved: each engine's run sits next to the other's on the same machine.
             launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-            a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: relation_bytes(airlock_tables))
-            b = measure("langgraph", lambda n=n: lg.run(n), lambda: relation_bytes(LG_TABLES))
+            a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: airlock_bench.table_bytes(airlock_tables))
+            b = measure("langgraph", lambda n=n: lg.run(n), lambda: airlock_bench.table_bytes(LG_TABLES))
             for name, m in (("airlock", a), ("langgraph", b)):
                 totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]
         calls = n * runs

@@ -173,19 +173,6 @@ def wal_lsn() -> int:
         return int(cur.fetchone()[0])
 
 
-def payload_bytes(run: Any) -> int:
-    from agents.models import Message, ToolCall, Transition
-
-    total = 0
-    for t in Transition.objects.filter(run=run):
-        total += len(json.dumps(t.payload)) + len(t.from_state) + len(t.to_state) + len(t.kind) + len(t.actor)
-    for m in Message.objects.filter(run=run):
-        total += len(m.content) + len(json.dumps(m.tool_calls)) + len(m.tool_call_id) + len(m.role)
-    for c in ToolCall.objects.filter(run=run):
-        total += len(json.dumps(c.args)) + len(json.dumps(c.result)) + len(c.idempotency_key)
-    return total
-
-
 def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     """Runs of n tool calls through the real store, in this process.
 
@@ -194,6 +181,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     """
     from django.db import connection
 
+    from agents import verify
     from agents.actions import run_launch
     from agents.models import Message, ToolCall, Transition
 
@@ -219,7 +207,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
         "tool_calls_per_second": calls / elapsed,
         "commits_per_tool_call": counter.commits / calls,
         "rows_per_tool_call": rows / calls,
-        "payload_bytes_per_tool_call": sum(payload_bytes(r) for r in runs) / calls,
+        "payload_bytes_per_tool_call": sum(verify.payload_bytes(r) for r in runs) / calls,
         "disk_bytes_per_tool_call": (table_bytes() - disk_before) / calls,
         "history_disk_bytes_per_tool_call": (table_bytes(HISTORY_TABLES) - history_before) / calls,
         "wal_bytes_per_tool_call": (wal_lsn() - wal_before) / calls,

@@ -18,33 +18,13 @@ from agents import faults
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
 from tests.conftest import call, final
+from tests.reliability.test_crash_points import EXPECTED
 from tests.workers.conftest import BASE, MARKS, Cluster, wait_for
 
 pytestmark = MARKS
 
-# point -> tool -> (state after the crash and a normal worker, ledger rows, approval kind)
-EXPECTED = {
-    "before_intent_commit": {
-        "ledger_write": ("done", 1, None),
-        "ledger_write_unsafe": ("done", 1, None),  # the call was never recorded: asked again
-    },
-    "after_intent_commit": {
-        "ledger_write": ("done", 1, None),
-        "ledger_write_unsafe": ("done", 1, None),  # "intended", never started: safe to run
-    },
-    "after_tool_before_result_commit": {
-        "ledger_write": ("done", 1, None),  # re-run with the same key: deduplicated
-        "ledger_write_unsafe": ("awaiting_approval", 1, "outcome_unknown"),  # a human must say
-    },
-    "after_transition_commit": {
-        "ledger_write": ("done", 1, None),
-        "ledger_write_unsafe": ("done", 1, None),
-    },
-    "after_launch_commit": {
-        "ledger_write": ("done", 1, None),
-        "ledger_write_unsafe": ("done", 1, None),
-    },
-}
+# EXPECTED is the in-process test's table: a real process dying at a crash point must end
+# exactly as the simulated crash does.
 
 LAUNCH = """
 import django, json, sys

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
+from django.db import connection
 
 from agents import store
 from agents.actions import run_launch
@@ -86,6 +88,34 @@ def final(text: str = "done", usage: dict[str, int] | None = None) -> dict[str, 
     if usage:
         item["usage"] = usage
     return item
+
+
+def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:
+    """fn(arg) for every arg, each in its own thread, all released together by a
+    barrier; the results in the order of args. Each thread closes its database
+    connection, and an exception in any thread is raised here."""
+    barrier = threading.Barrier(len(args))
+    results: list[Any] = [None] * len(args)
+    errors: list[BaseException] = []
+
+    def run(i: int, arg: Any) -> None:
+        try:
+            barrier.wait()
+            results[i] = fn(arg)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, arg)) for i, arg in enumerate(args)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]
+    return results
 
 
 def requires_postgres() -> pytest.MarkDecorator:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
-from django.db import connection
 
 from agents import store
 from agents.models import Approval, Message, Run
 from tests.api.conftest import launch_body, tainted_write_script
-from tests.conftest import requires_postgres
+from tests.conftest import at_once, requires_postgres
 
 APPROVAL_FIELDS = {
     "id",
@@ -151,21 +149,7 @@ def test_decision_on_unknown_approval_is_404(api) -> None:
 def test_two_reviewers_deciding_at_once_through_the_api_execute_once(api) -> None:
     run_id, approval_id = paused_run(api)
     clients = [api("rita"), api("rob"), api("root")]
-    barrier = threading.Barrier(len(clients))
-    responses: list = []
-
-    def answer(client) -> None:
-        try:
-            barrier.wait()
-            responses.append(client.post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"}))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=answer, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    responses = at_once(lambda c: c.post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"}), clients)
     assert [r.status_code for r in responses] == [200, 200, 200]
     deciders = {r.data["decided_by"] for r in responses}
     assert len(deciders) == 1  # everyone is told the same winner

@@ -8,7 +8,7 @@ from django.test import override_settings
 from agents import store
 from agents.models import IdempotencyKey, Run
 from tests.api.conftest import launch_body, tainted_write_script
-from tests.conftest import requires_postgres
+from tests.conftest import at_once, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -269,26 +269,10 @@ def test_text_postgresql_cannot_store_is_sanitised_not_a_500(api) -> None:
 @requires_postgres()
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_idempotency_key_launch_once(api) -> None:
-    import threading
-
-    from django.db import connection
-
     lena = [api("lena") for _ in range(4)]
-    barrier = threading.Barrier(len(lena))
-    responses: list = []
-
-    def send(client) -> None:
-        try:
-            barrier.wait()
-            responses.append(client.post("/api/runs", launch_body(task="once"), headers={"Idempotency-Key": "same"}))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=send, args=(c,)) for c in lena]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    responses = at_once(
+        lambda c: c.post("/api/runs", launch_body(task="once"), headers={"Idempotency-Key": "same"}), lena
+    )
     assert sorted(r.status_code for r in responses) == [200, 200, 200, 201]
     assert len({r.data["id"] for r in responses}) == 1
     assert Run.objects.filter(task="once").count() == 1

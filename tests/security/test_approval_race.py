@@ -7,7 +7,6 @@ one database connection per request) with bearer tokens, released together by a 
 from __future__ import annotations
 
 import random
-import threading
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ from django.contrib.auth.models import User
 from agents import store
 from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.tokens import token_create
-from tests.conftest import person, requires_postgres
+from tests.conftest import at_once, person, requires_postgres
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True), requires_postgres()]
 
@@ -34,27 +33,18 @@ def reviewers(n: int) -> list[tuple[User, str]]:
 
 def race(url: str, approval: Approval, answers: list[tuple[str, str]]) -> list[tuple[int, Any]]:
     """POST every (token, decision) at once; returns (status, json) in the same order."""
-    barrier = threading.Barrier(len(answers))
-    results: list[tuple[int, Any]] = [(0, None)] * len(answers)
 
-    def answer(i: int) -> None:
+    def answer(i: int) -> tuple[int, Any]:
         token, decision = answers[i]
         with httpx.Client(base_url=url, timeout=60) as client:
-            barrier.wait()
             r = client.post(
                 f"/api/approvals/{approval.pk}/decision",
                 json={"decision": decision, "note": f"answer {i}"},
                 headers={"Authorization": f"Bearer {token}"},
             )
-            results[i] = (r.status_code, r.json())
+            return r.status_code, r.json()
 
-    threads = [threading.Thread(target=answer, args=(i,)) for i in range(len(answers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    return results
+    return at_once(answer, range(len(answers)))
 
 
 def exits_from_waiting(run: Run) -> int:
@@ -128,26 +118,18 @@ def test_fifty_reviewers_clicking_approve_in_their_browsers_at_once_run_the_call
         client = Client()
         client.force_login(person(f"clicker{i:02d}", "reviewer"))
         sessions.append(client.cookies["sessionid"].value)
-    barrier = threading.Barrier(THREADS)
-    results: list[tuple[int, str]] = [(0, "")] * THREADS
-
-    def click(i: int) -> None:
+    def click(i: int) -> tuple[int, str]:
         secret = get_random_string(32)
         cookies = {"sessionid": sessions[i], "csrftoken": secret}
         with httpx.Client(base_url=wide_server, timeout=60, cookies=cookies) as client:
-            barrier.wait()
             r = client.post(
                 f"/reviews/{approval.pk}/approve/",
                 data={"note": f"click {i}"},
                 headers={"X-CSRFToken": secret, "HX-Request": "true", "Referer": wide_server + "/reviews/"},
             )
-            results[i] = (r.status_code, r.text)
+            return r.status_code, r.text
 
-    threads = [threading.Thread(target=click, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    results = at_once(click, range(THREADS))
     assert [s for s, _ in results] == [200] * THREADS, sorted({s for s, _ in results})
     approval.refresh_from_db()
     winner = approval.decided_by.get_username()

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 
 from agents import store
 from agents.actions import approval_decide
 from agents.engine.step import RunState
 from agents.models import Approval, Message, Run
-from tests.conftest import call, final, requires_postgres
+from tests.conftest import at_once, call, final, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,21 +60,7 @@ def test_paused_run_survives_json_round_trip_reload_and_double_approval(launch, 
 def test_two_threads_approving_at_once_execute_once(launch, drive, reviewers) -> None:
     run = drive(launch(tainted_write_script()))
     approval = Approval.objects.get(run=run)
-    barrier = threading.Barrier(len(reviewers))
-    results = []
-
-    def answer(user: User) -> None:
-        try:
-            barrier.wait()
-            results.append(approval_decide(approval_id=approval.pk, user=user, decision="approve"))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=answer, args=(u,)) for u in reviewers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(lambda user: approval_decide(approval_id=approval.pk, user=user, decision="approve"), reviewers)
     assert sorted(r.won for r in results) == [False, True]
     winner = next(r for r in results if r.won).approval.decided_by
     assert all(r.approval.decided_by == winner for r in results)

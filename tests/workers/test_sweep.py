@@ -6,12 +6,11 @@ import datetime as dt
 import threading
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from agents import store, tasks, wakeup
 from agents.models import Approval, Run
-from tests.conftest import call, final, requires_postgres
+from tests.conftest import at_once, call, final, requires_postgres
 from tests.workers.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,20 +69,7 @@ def test_two_sweepers_at_once_wake_each_idle_run_once(launch, woken) -> None:
     for run in runs:
         make_idle(run)
     woken.clear()
-    barrier = threading.Barrier(2)
-
-    def sweeper() -> None:
-        try:
-            barrier.wait()
-            tasks.sweep()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweeper) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    at_once(lambda _: tasks.sweep(), range(2))
     assert sorted(woken) == sorted(r.pk for r in runs)
 
 
@@ -94,21 +80,7 @@ def test_two_sweepers_fail_a_late_waiting_run_once_and_expire_its_approval(launc
     assert run.state == "awaiting_approval"
     wait_for(lambda: Run.objects.get(pk=run.pk).deadline < timezone.now(), what="the deadline")
     wait_for(lambda: timezone.now().timestamp() > run.engine["deadline"], what="the engine deadline")
-    barrier = threading.Barrier(2)
-    results: list[dict[str, int]] = []
-
-    def sweeper() -> None:
-        try:
-            barrier.wait()
-            results.append(tasks.sweep())
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sweeper) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(lambda _: tasks.sweep(), range(2))
     assert sorted(r["failed"] for r in results) == [0, 1]
     run.refresh_from_db()
     assert run.state == "failed" and run.error.startswith("deadline passed")

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import faults, store
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
@@ -47,7 +48,9 @@ def run_launch(
     approver: str = "human",
     limits: dict[str, Any] | None = None,
     script: Any = None,
+    policy: dict[str, Any] | None = None,
 ) -> Run:
+    """Launch a run; `policy` may only tighten the profile's (docs/policy.md)."""
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
     if profile is None:
         known = ", ".join(AgentProfile.objects.order_by("name").values_list("name", flat=True))
@@ -69,6 +72,10 @@ def run_launch(
         run_limits = profile.base_limits().tightened(limits)
     except LimitError as exc:
         raise ActionError("invalid_limits", str(exc)) from None
+    try:
+        run_policy = engine_policy.snapshot(profile.policy_fields(), policy)
+    except engine_policy.PolicyError as exc:
+        raise ActionError("invalid_policy", str(exc)) from None
     state = engine.new_run(
         "pending",
         limits=run_limits,
@@ -78,6 +85,7 @@ def run_launch(
         denied_tools=profile.denied_tools,
         always_ask_tools=profile.always_ask_tools,
         prices=profile.prices(),
+        policy=run_policy,
         system_prompt=profile.system_prompt,
         task=task,
     )

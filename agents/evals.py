@@ -109,6 +109,7 @@ def replay_profile(name: str) -> AgentProfile | str:
             "denied_tools": original.denied_tools,
             "always_ask_tools": original.always_ask_tools,
             "limits": original.limits,
+            **original.policy_fields(),
         },
     )
     return twin

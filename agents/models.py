@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 
@@ -27,9 +29,42 @@ class AgentProfile(models.Model):
     denied_tools = models.JSONField(default=list, blank=True)
     always_ask_tools = models.JSONField(default=list, blank=True)
     limits = models.JSONField(default=dict, blank=True, help_text=f"overrides of {sorted(DEFAULTS)}")
+    # Policy (docs/policy.md): snapshotted into each run at launch.
+    rules = models.JSONField(
+        default=list, blank=True,
+        help_text='ordered argument rules, first match wins: [{"tool": "refund", "when": {"arg": "amount", '
+        '"op": "gt", "value": 100}, "then": "ask", "reason": "refunds over 100 need a human"}]',
+    )
+    irreversible_approvals = models.PositiveSmallIntegerField(
+        default=1, help_text="votes an irreversible call needs when no rule says otherwise"
+    )
+    separate_duties = models.BooleanField(default=True, help_text="the run's launcher may not approve its calls")
+    approval_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="an approval expires after this long (empty: only the run's deadline)"
+    )
+    ON_EXPIRY = [(v, v) for v in engine_policy.ON_EXPIRY]
+    on_expiry = models.CharField(max_length=10, choices=ON_EXPIRY, default="reject")
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        try:
+            engine_policy.validate_rules(self.rules)
+            engine_policy.validate_settings(self.policy_fields())
+        except engine_policy.PolicyError as exc:
+            name = exc.field.split("[")[0].split(".")[0]
+            raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
+
+    def policy_fields(self) -> dict[str, Any]:
+        """The profile's policy, as `engine.policy.snapshot` takes it."""
+        return {
+            "rules": self.rules,
+            "irreversible_approvals": self.irreversible_approvals,
+            "separate_duties": self.separate_duties,
+            "approval_timeout_seconds": self.approval_timeout_seconds,
+            "on_expiry": self.on_expiry,
+        }
 
     def base_limits(self) -> Limits:
         return Limits.from_dict(self.limits)
@@ -88,6 +123,17 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in states.TERMINAL
+
+    def policy(self) -> dict[str, Any]:
+        """The run's policy snapshot, always with all five keys.
+
+        A run launched before policies were snapshotted has none: it keeps the rules it
+        was launched with (none) and takes the other fields from its profile.
+        """
+        snap = (self.engine or {}).get("policy")
+        if snap:
+            return engine_policy.effective(snap)
+        return {**engine_policy.effective(self.profile.policy_fields()), "rules": []}
 
 
 class Transition(models.Model):
@@ -184,6 +230,8 @@ class Approval(models.Model):
     risk = models.CharField(max_length=20)
     reason = models.TextField()
     taint_source = models.JSONField(null=True, blank=True)
+    rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
+    required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
     status = models.CharField(max_length=10, choices=STATUSES, default="pending")
     decision = models.CharField(max_length=10, blank=True, help_text="approve, reject, happened, retry or fail")
     decided_by = models.ForeignKey(

@@ -224,8 +224,8 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
     return {
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
-        "taint_source": clean(a["taint_source"]), "status": a["status"],
-        "decided_at": now if a["status"] != "pending" else None,
+        "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
+        "status": a["status"], "decided_at": now if a["status"] != "pending" else None,
     }
 
 
@@ -283,12 +283,12 @@ def _commit_statement(
         f = _approval_fields(t.approval, now)
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb,"
-            " %s, %s, %s::jsonb, %s, '', %s, '', %s FROM r)"
+            " taint_source, rule, required, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s,"
+            " %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s FROM r)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
-                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]), f["status"],
-                   f["decided_at"], now]
+                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
+                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"], now]
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"

@@ -57,6 +57,9 @@ class RunState:
     denied_tools: list[str] = field(default_factory=list)
     always_ask_tools: list[str] = field(default_factory=list)
     prices: dict[str, int] = field(default_factory=dict)
+    # The policy at launch: rules (launch rules first), irreversible_approvals,
+    # separate_duties, approval_timeout_seconds, on_expiry (see policy.snapshot).
+    policy: dict[str, Any] = field(default_factory=dict)
     # Calls are referred to by id; their arguments live once, in the assistant message
     # that proposed them, so the state (rewritten every step) stays the same size.
     pending_calls: list[str] = field(default_factory=list)
@@ -119,6 +122,7 @@ def new_run(
     always_ask_tools: list[str] | None = None,
     prices: dict[str, int] | None = None,
     system_prompt: str = "",
+    policy: dict[str, Any] | None = None,
     task: str,
 ) -> RunState:
     if approver not in ("human", "none"):
@@ -136,6 +140,7 @@ def new_run(
         denied_tools=list(denied_tools or []),
         always_ask_tools=list(always_ask_tools or []),
         prices=dict(prices or {}),
+        policy=dict(policy or {}),
         messages=messages,
     )
 
@@ -323,6 +328,8 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
         always_ask=new.always_ask_tools,
         tainted=new.tainted,
         approver=new.approver,
+        args=args,
+        policy=new.policy,
     )
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
@@ -334,11 +341,11 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
     if verdict.action == "ask":
         new.current_call = current
         new.approval = {"kind": "policy", "reason": verdict.reason}
-        t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec)
+        t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec, verdict)
         t.to_state = AWAITING_APPROVAL
         return _move(new, AWAITING_APPROVAL, t)
     if verdict.no_approver:
-        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec), "status": "denied"}
+        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec, verdict), "status": "denied"}
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
@@ -371,9 +378,17 @@ def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
 
 
 def _approval_row(
-    state: RunState, call: dict[str, Any], args: Any, kind: str, reason: str, spec: ToolSpec | None
+    state: RunState,
+    call: dict[str, Any],
+    args: Any,
+    kind: str,
+    reason: str,
+    spec: ToolSpec | None,
+    verdict: policy.Verdict | None = None,
 ) -> dict[str, Any]:
     return {
+        "rule": verdict.rule if verdict else None,
+        "required": verdict.required if verdict else 1,
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],

@@ -179,7 +179,10 @@ def snapshot(profile: dict[str, Any], launch: dict[str, Any] | None = None) -> d
     a PolicyError naming the field under `policy.`.
     """
     base = {**DEFAULT_POLICY, **{k: v for k, v in profile.items() if k in DEFAULT_POLICY}}
-    launch = launch or {}
+    # A profile saved around its validation (a bulk update) must not launch runs.
+    base["rules"] = validate_rules(base["rules"] or [], field="profile.rules")
+    validate_settings(base, field="profile")
+    launch = {} if launch is None else launch
     if not isinstance(launch, dict):
         raise PolicyError("policy", "must be an object")
     unknown = sorted(set(launch) - set(LAUNCH_KEYS))
@@ -236,9 +239,12 @@ def decide(
     approver: str,
     args: Any = None,
     policy: dict[str, Any] | None = None,
+    grants: list[dict[str, Any]] | None = None,
+    fingerprint: str = "",
 ) -> Verdict:
     """The design's order: profile deny, the first matching rule, irreversible or
-    always-ask, tainted write, allow. Taint wins over an allow rule.
+    always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
+    a run-scoped grant turns an ask it covers into allow (see `grant_applies`).
 
     A tool missing from the registry counts as irreversible and external.
     """
@@ -272,12 +278,40 @@ def decide(
         verdict = Verdict("ask", f"{tool} writes and the run has read external content")
     if verdict is None:
         return Verdict("allow", f"{tool} is {risk}" + (" (run tainted)" if tainted else ""))
+    grant = next((g for g in grants or () if grant_covers(g, tool, fingerprint)), None)
+    if grant is not None and grant_refusal(risk=risk, required=verdict.required, tainted=tainted) is None:
+        how = "this exact call" if "fp" in grant else f"any {tool} call"
+        reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run ({verdict.reason})"
+        return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
     if approver == "none":
         return Verdict(
             "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
             rule=verdict.rule, required=verdict.required,
         )
     return verdict
+
+
+def grant_refusal(*, risk: str, required: int, tainted: bool, kind: str = "policy") -> str | None:
+    """Why a run-scoped grant may not be made (or used) for such a call, or None.
+
+    Never for irreversible tools or approvals needing several votes, and never stronger
+    than taint: a write or irreversible call in a tainted run always asks.
+    """
+    if kind != "policy":
+        return "only a policy approval can be remembered"
+    if risk == "irreversible":
+        return "irreversible calls are approved one at a time"
+    if required > 1:
+        return f"this call needs {required} approvals; a grant would skip them"
+    if tainted and risk == "write":
+        return "the run has read external content, so every write asks"
+    return None
+
+
+def grant_covers(grant: dict[str, Any], tool: str, fingerprint: str) -> bool:
+    if grant.get("revoked") or grant.get("tool") != tool:
+        return False
+    return "fp" not in grant or grant["fp"] == fingerprint
 
 
 def first_match(rules: list[dict[str, Any]], tool: str, args: Any) -> dict[str, Any] | None:

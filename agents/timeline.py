@@ -41,8 +41,10 @@ class Entry:
     @property
     def rule_label(self) -> str:
         """'rule 2 of the profile' when a rule decided this step's verdict."""
-        rule = (self.verdict or {}).get("rule")
-        return rule_label(rule) if isinstance(rule, dict) else ""
+        verdict = self.verdict or {}
+        rule = verdict.get("rule")
+        # A grant's verdict names the rule it overrode in its own reason.
+        return rule_label(rule) if isinstance(rule, dict) and "grant" not in verdict else ""
 
     @property
     def grant(self) -> dict[str, Any] | None:

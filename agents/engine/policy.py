@@ -244,7 +244,7 @@ def decide(
 ) -> Verdict:
     """The design's order: profile deny, the first matching rule, irreversible or
     always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
-    a run-scoped grant turns an ask it covers into allow (see `grant_applies`).
+    a run-scoped grant turns an ask it covers into allow (see `grant_refusal`).
 
     A tool missing from the registry counts as irreversible and external.
     """
@@ -259,29 +259,20 @@ def decide(
         if rule["then"] == "deny":
             return Verdict("deny", rule["reason"], rule=rule)
         if rule["then"] == "ask":
-            verdict = Verdict("ask", rule["reason"], rule=rule, required=rule.get("approvals", 1))
+            # An ask rule never lowers the votes an irreversible call needs anyway.
+            floor = pol["irreversible_approvals"] if risk == "irreversible" else 1
+            verdict = Verdict("ask", rule["reason"], rule=rule, required=max(rule.get("approvals", 1), floor))
         elif not taint_asks:
             return Verdict("allow", rule["reason"], rule=rule)
-    required = pol["irreversible_approvals"] if risk == "irreversible" else 1
-    if verdict is None and taint_asks and rule is not None:
-        verdict = Verdict(
-            "ask",
-            f"{tool} {'writes' if risk == 'write' else 'is irreversible'} and the run has read external content "
-            f"({rule_label(rule)} would allow it, but taint wins)",
-            required=required,
-        )
-    elif risk == "irreversible":
-        verdict = Verdict("ask", f"{tool} is irreversible", required=required)
-    elif tool in always_ask:
-        verdict = Verdict("ask", f"the agent profile always asks before {tool}")
-    elif risk == "write" and tainted:
-        verdict = Verdict("ask", f"{tool} writes and the run has read external content")
+    if verdict is None:
+        verdict = _default(tool, risk, tainted, always_ask, pol["irreversible_approvals"], rule)
     if verdict is None:
         return Verdict("allow", f"{tool} is {risk}" + (" (run tainted)" if tainted else ""))
     grant = next((g for g in grants or () if grant_covers(g, tool, fingerprint)), None)
     if grant is not None and grant_refusal(risk=risk, required=verdict.required, tainted=tainted) is None:
         how = "this exact call" if "fp" in grant else f"any {tool} call"
-        reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run ({verdict.reason})"
+        asked = f"{rule_label(verdict.rule)}: {verdict.reason}" if verdict.rule else verdict.reason
+        reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run (else: {asked})"
         return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
     if approver == "none":
         return Verdict(
@@ -289,6 +280,25 @@ def decide(
             rule=verdict.rule, required=verdict.required,
         )
     return verdict
+
+
+def _default(
+    tool: str, risk: str, tainted: bool, always_ask: list[str], irreversible_approvals: int, allowing: dict[str, Any] | None
+) -> Verdict | None:
+    """The risk defaults (design steps 2-4), or None for allow. `allowing` is an allow
+    rule that matched: only taint may overrule it."""
+    required = irreversible_approvals if risk == "irreversible" else 1
+    if allowing is not None:
+        what = "writes" if risk == "write" else "is irreversible"
+        reason = f"{tool} {what} and the run has read external content ({rule_label(allowing)} would allow it, but taint wins)"
+        return Verdict("ask", reason, required=required)
+    if risk == "irreversible":
+        return Verdict("ask", f"{tool} is irreversible", required=required)
+    if tool in always_ask:
+        return Verdict("ask", f"the agent profile always asks before {tool}")
+    if risk == "write" and tainted:
+        return Verdict("ask", f"{tool} writes and the run has read external content")
+    return None
 
 
 def grant_refusal(*, risk: str, required: int, tainted: bool, kind: str = "policy") -> str | None:

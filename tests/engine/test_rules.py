@@ -146,6 +146,14 @@ def test_with_no_matching_rule_the_risk_default_applies() -> None:
     assert (v.action, v.reason, v.rule, v.required) == ("ask", "refund is irreversible", None, 2)
 
 
+def test_an_ask_rule_on_an_irreversible_tool_gives_its_reason_and_never_fewer_votes() -> None:
+    profile = {"irreversible_approvals": 2}
+    v = verdict([rule("ask", reason="refunds need a human")], risk="irreversible", profile=profile)
+    assert (v.action, v.reason, v.required) == ("ask", "refunds need a human", 2)
+    v = verdict([rule("ask", approvals=3)], risk="irreversible", profile=profile)
+    assert v.required == 3
+
+
 def test_an_allow_rule_lets_an_irreversible_call_through() -> None:
     assert verdict([rule("allow", c("amount", "gt", 1))], risk="irreversible").action == "allow"
 

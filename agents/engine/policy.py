@@ -9,6 +9,7 @@ arguments after its schema was validated.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -367,7 +368,7 @@ def holds(cond: dict[str, Any], args: Any) -> bool:
     op = cond["op"]
     found = resolve(args, cond["arg"].split("."))
     if op == "exists":
-        return bool(found) == cond.get("value", True)
+        return bool(found) is bool(cond.get("value", True))
     # .get: a run's snapshot drops nulls, so `"value": null` arrives as no value.
     return _any(found, lambda actual: _test(op, actual, cond.get("value")), fan_out=op != "contains")
 
@@ -388,7 +389,7 @@ def resolve(value: Any, parts: list[str]) -> list[Any]:
     return []
 
 
-def _any(found: list[Any], test: Any, *, fan_out: bool) -> bool:
+def _any(found: list[Any], test: Callable[[Any], bool], *, fan_out: bool) -> bool:
     """True if the test holds for any value (or any element of a list value)."""
     candidates: list[Any] = []
     for value in found:

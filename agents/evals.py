@@ -1,9 +1,8 @@
 """Evals from saved runs: replay a case (the export format) with the scripted model and
 check what must hold whatever the model says.
 
-A case is a JSON object with `agent`, `task`, `approver`, `limits`, `policy` (the
-launch policy, optional), `script`, `decisions` (the reviewers' answers, in order, each
-with `remember` when it granted the call for the run) and `expect` (`state`, `answer`, and
+A case is a JSON object with `agent`, `task`, `approver`, `limits`, `script`,
+`decisions` (the reviewers' answers, in order) and `expect` (`state`, `answer`, and
 optionally `error_contains`, `ledger_entries`, `max_steps`, `max_cost_micros`, `max_tokens`).
 `manage.py export_run ID` writes one; `evals/` holds hand-written ones.
 """
@@ -140,7 +139,6 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
             approver=case.get("approver") or "human",
             limits=case.get("limits") or None,
             script=case.get("script") or [],
-            policy=case.get("policy") or None,
         )
     except ActionError as exc:
         result.problems.append(f"launch refused: {exc.code}: {exc.detail}")
@@ -160,14 +158,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
                 f"but {pending.tool} {pending.args!r} is pending"
             )
             break
-        try:
-            approval_decide(
-                approval_id=pending.pk, user=None, decision=d["decision"], note=d.get("note") or "",
-                remember=d.get("remember"),
-            )
-        except ActionError as exc:
-            result.problems.append(f"the recorded decision was refused: {exc.code}: {exc.detail}")
-            break
+        approval_decide(approval_id=pending.pk, user=None, decision=d["decision"], note=d.get("note") or "")
         run = run_settle(run.pk, timeout=timeout)
     result.run = run
     result.problems.extend(check(run, case, decisions_left=len(decisions)))

@@ -32,31 +32,17 @@ def replay_script(run: Run) -> list[dict[str, Any]]:
     return script
 
 
-def launch_policy(run: Run) -> dict[str, Any] | None:
-    """The rules the run was launched with on top of its profile's, as a launch takes
-    them (a replay launches with them again), or None."""
-    rules = [
-        {k: v for k, v in r.items() if k not in ("origin", "index")}
-        for r in run.policy()["rules"]
-        if r.get("origin") == "launch"
-    ]
-    return {"rules": rules} if rules else None
-
-
 def export_run(run: Run) -> dict[str, Any]:
     engine = run.engine
-    remembered = {g.approval_id: g.scope for g in run.grants.filter(approval__isnull=False)}
     return {
         "format": FORMAT,
         "agent": run.profile.name,
         "task": run.task,
         "approver": run.approver,
         "limits": engine.get("limits", {}),
-        "policy": launch_policy(run),
         "script": replay_script(run),
         "decisions": [
-            {"tool": a.tool, "args": a.args, "decision": a.decision, "note": a.note, "status": a.status,
-             **({"remember": remembered[a.pk]} if a.pk in remembered else {})}
+            {"tool": a.tool, "args": a.args, "decision": a.decision, "note": a.note, "status": a.status}
             for a in run.approvals.order_by("created_at", "pk")
         ],
         "expect": {"state": run.state, "answer": run.answer},

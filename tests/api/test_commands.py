@@ -184,25 +184,6 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
     assert replay.answer == run.answer and replay.ledger.count() == 1
 
 
-def test_an_exported_run_keeps_its_launch_rules_and_grants_when_it_replays(defaults, launch, drive, tmp_path) -> None:
-    from agents.actions import approval_decide
-
-    ask = {"tool": "ledger_write", "then": "ask", "reason": "every entry asks in this run"}
-    script = [{"call": {"tool": "ledger_write", "args": {"entry": n}}} for n in (1, 2)] + [{"final": "ok"}]
-    run = drive(launch(script, task="granted", policy={"rules": [ask]}))
-    approval_decide(approval_id=Approval.objects.get(run=run).pk, user=None, decision="approve", remember="tool")
-    run = drive(run)
-    assert run.state == "done" and run.ledger.count() == 2
-    run_command("export_run", str(run.pk), "--output", str(tmp_path / "case.json"))
-    case = json.loads((tmp_path / "case.json").read_text())
-    assert case["policy"] == {"rules": [ask]} and case["decisions"][0]["remember"] == "tool"
-    code, out = run_command("run_evals", str(tmp_path / "case.json"))
-    assert code == 0, out
-    replay = Run.objects.exclude(pk=run.pk).get(task="granted")
-    assert replay.ledger.count() == 2 and replay.policy()["rules"][0]["origin"] == "launch"
-    assert replay.grants.get().args is None
-
-
 def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
     """The engine never lets this happen; the checker must still see it in the rows."""
     from agents.evals import unapproved_risky_calls

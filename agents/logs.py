@@ -3,11 +3,10 @@ carrying the run id and the run's trace id while a worker drives a run."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable
 from contextvars import ContextVar
 
 _run_id: ContextVar[int | None] = ContextVar("airlock_run_id", default=None)
@@ -20,16 +19,17 @@ def trace_id_of(traceparent: str) -> str | None:
     return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
-@contextlib.contextmanager
-def run_context(run_id: int, traceparent: str = "") -> Iterator[None]:
-    """Log records made inside the block name this run (and its trace, if it has one)."""
+def bind_run(run_id: int, traceparent: str = "") -> Callable[[], None]:
+    """Log records made from now on name this run (and its trace, if it has one);
+    call the returned function to stop."""
     run_token = _run_id.set(run_id)
     trace_token = _trace_id.set(trace_id_of(traceparent) if traceparent else None)
-    try:
-        yield
-    finally:
+
+    def unbind() -> None:
         _trace_id.reset(trace_token)
         _run_id.reset(run_token)
+
+    return unbind
 
 
 class RunContextFilter(logging.Filter):

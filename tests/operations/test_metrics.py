@@ -193,3 +193,13 @@ def test_probes_need_no_login_and_take_only_get(path: str) -> None:
     assert refused.status_code == 405 and refused["Allow"] == "GET, HEAD"
     # Only the exact paths are exempt: a neighbour is an ordinary page behind the login.
     assert client.get(f"{path}/").status_code in (302, 404)
+
+
+@override_settings(SECURE_SSL_REDIRECT=True, ALLOWED_HOSTS=["airlock.example.com"])
+def test_probes_answer_a_load_balancer_asking_by_address_over_http() -> None:
+    # Behind TLS (AIRLOCK_HTTPS=1) a page redirects to https and a foreign Host is a 400;
+    # the probes answer as they are, which is what docker-compose's health check relies on.
+    client = Client()
+    assert client.get("/readyz", HTTP_HOST="10.0.0.5:8000").json() == {"status": "ready"}
+    assert client.get("/healthz", HTTP_HOST="10.0.0.5:8000").status_code == 200
+    assert client.get("/login/", HTTP_HOST="10.0.0.5:8000").status_code == 400

@@ -244,11 +244,12 @@ def main() -> None:
         / max(engine[10]["history_disk_bytes_per_tool_call"], 1),
         "wal_ratio_200_to_10": engine[200]["wal_bytes_per_tool_call"] / max(engine[10]["wal_bytes_per_tool_call"], 1),
     }
-    from bench import pages, workers
+    from bench import metrics, pages, workers
 
     results["workers"] = workers.worker_throughput()
     results["approval_latency"] = workers.approval_latency()
     results["pages"] = pages.pages_bench()
+    results["metrics"] = metrics.metrics_bench()  # on the database the pages seeded
     results["seconds"] = time.perf_counter() - started
     out = ROOT / "bench" / "results.json"
     out.write_text(json.dumps(results, indent=2))
@@ -312,6 +313,17 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{name:>9} {x['p50_ms']:>7.1f} {x['p95_ms']:>7.1f} {x['ratio_p50_to_minimal']:>9.2f} {x['ratio_p95_to_minimal']:>9.2f} "
                 f"{x['queries']:>8} {p['small'][name]['queries']:>6}"
             )
+    m = r.get("metrics")
+    if m:
+        rows, alt = m["rows"], m["alternatives"]
+        print(
+            f"\nGET /metrics with {rows['runs']:,} runs, {rows['transitions']:,} transitions, "
+            f"{rows['pending_approvals']:,} pending approvals: p50 {m['steady']['p50_ms']:.1f} ms, "
+            f"p95 {m['steady']['p95_ms']:.1f} ms, {m['queries']} queries "
+            f"(first fold of the log: {m['catch_up']['scrapes']} scrapes, {m['catch_up']['seconds']:.1f} s)"
+        )
+        for name, x in alt.items():
+            print(f"  instead, run totals by {name.replace('_', ' ')}: {x['scan']} scan, p50 {x['p50_ms']:.1f} ms")
     if "seconds" in r:
         print(f"\nbench took {r['seconds']:.0f} s")
 

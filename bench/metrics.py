@@ -5,13 +5,18 @@ seeded scale (100,000 runs, 10,000 pending approvals), run right after the page 
    FOLD_BATCH transitions per scrape (a one-off after an upgrade).
 2. Steady state: scrapes with nothing new to fold, as every scrape at a 15 s interval
    is (a few hundred new transitions at most), timed in-process like the pages.
-3. The road not taken, measured on the same rows: the run totals as a GROUP BY over
+3. The roads not taken, measured on the same rows: the run totals as a GROUP BY over
    every run, first as it stands (a sequential scan), then with a covering index
-   (an index-only scan; the index is created for the measurement and dropped).
+   (an index-only scan; the index is created for the measurement and dropped). And the
+   hot-path price of totals kept in the store's transaction instead: commits per second
+   of concurrent single-statement inserts, alone and with an upsert of one shared
+   per-agent totals row in the same statement (no extra round trip, but a row lock
+   every commit queues on).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -63,6 +68,56 @@ def alternatives() -> dict[str, Any]:
     return {"group_by_runs": as_is, "group_by_runs_covering_index": covered}
 
 
+INSERT = "insert into bench_log (body) values (%s)"
+INSERT_AND_TOTAL = (
+    "with t as (insert into bench_log (body) values (%s) returning id) "
+    "insert into bench_totals (agent, n, cost) select 'bench', 1, 5 from t "
+    "on conflict (agent) do update set n = bench_totals.n + 1, cost = bench_totals.cost + 5"
+)
+
+
+def _commit_rate(conninfo: dict[str, Any], sql: str, threads: int, seconds: float) -> float:
+    import psycopg
+
+    counts = [0] * threads
+    start = threading.Barrier(threads + 1)
+
+    def commit_loop(i: int) -> None:
+        with psycopg.connect(**conninfo, autocommit=True) as conn:
+            start.wait()
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                conn.execute(sql, ("x" * 200,))
+                counts[i] += 1
+
+    workers = [threading.Thread(target=commit_loop, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    start.wait()
+    for w in workers:
+        w.join()
+    return sum(counts) / seconds
+
+
+def store_aggregate(threads: int = 4, seconds: float = 2.0) -> dict[str, Any]:
+    from django.db import connection
+
+    s = connection.settings_dict
+    conninfo = {"dbname": s["NAME"], "user": s["USER"], "password": s["PASSWORD"], "host": s["HOST"],
+                "port": s["PORT"] or 5432}
+    with connection.cursor() as cur:
+        cur.execute("create table bench_log (id bigserial primary key, body text)")
+        cur.execute("create table bench_totals (agent text primary key, n bigint, cost bigint)")
+    try:
+        plain = _commit_rate(conninfo, INSERT, threads, seconds)
+        shared = _commit_rate(conninfo, INSERT_AND_TOTAL, threads, seconds)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("drop table bench_log, bench_totals")
+    return {"threads": threads, "plain_commits_per_second": plain, "with_shared_total_commits_per_second": shared,
+            "ratio": shared / plain}
+
+
 def metrics_bench() -> dict[str, Any]:
     from django.db import connection
     from django.test import Client, override_settings
@@ -98,5 +153,6 @@ def metrics_bench() -> dict[str, Any]:
         assert counted == out["rows"]["runs"], (counted, out["rows"]["runs"])
         out["steady"] = _timed(lambda: client.get("/metrics", **auth))
     out["alternatives"] = alternatives()
+    out["store_aggregate"] = store_aggregate()
     connection.close()
     return out

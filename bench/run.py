@@ -324,6 +324,12 @@ def print_table(r: dict[str, Any]) -> None:
         )
         for name, x in alt.items():
             print(f"  instead, run totals by {name.replace('_', ' ')}: {x['scan']} scan, p50 {x['p50_ms']:.1f} ms")
+        sa = m["store_aggregate"]
+        print(
+            f"  instead, totals in the store's statement: {sa['threads']} writers, "
+            f"{sa['plain_commits_per_second']:.0f} -> {sa['with_shared_total_commits_per_second']:.0f} commits/s "
+            f"({sa['ratio']:.2f}x)"
+        )
     if "seconds" in r:
         print(f"\nbench took {r['seconds']:.0f} s")
 

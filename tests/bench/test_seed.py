@@ -80,3 +80,5 @@ def test_the_metrics_section_scrapes_a_seeded_database(waiting: Run) -> None:
     assert result["catch_up"]["scrapes"] == 2  # one fold, then one that finds nothing new
     assert result["steady"]["p50_ms"] > 0 and result["queries"] > 0
     assert set(result["alternatives"]) == {"group_by_runs", "group_by_runs_covering_index"}
+    aggregate = result["store_aggregate"]
+    assert aggregate["plain_commits_per_second"] > 0 and aggregate["with_shared_total_commits_per_second"] > 0

@@ -217,7 +217,7 @@ class AirlockCollector(Collector):
         tallies: dict[str, list[MetricTally]] = defaultdict(list)
         for tally in MetricTally.objects.exclude(name=MARK):
             tallies[tally.name].append(tally)
-        agents = list(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+        agents = dict(AgentProfile.objects.values_list("pk", "name"))
         yield self._runs(agents, tallies[FINISHED])
         yield from self._approvals()
         yield self._counter(FINISHED, "Runs that reached a terminal state.", ["agent", "state"], tallies[FINISHED])
@@ -230,11 +230,12 @@ class AirlockCollector(Collector):
         for hist in HISTOGRAMS:
             yield self._histogram(hist, tallies[hist.name])
 
-    def _runs(self, agents: list[str], finished: list[MetricTally]) -> Metric:
-        counts: dict[tuple[str, str], int] = {(s, a): 0 for s in states.STATES for a in agents}
-        live = Run.objects.filter(state__in=states.ACTIVE).values("state", a=F("profile__name")).annotate(n=Count("pk"))
+    def _runs(self, agents: dict[int, str], finished: list[MetricTally]) -> Metric:
+        counts: dict[tuple[str, str], int] = {(s, a): 0 for s in states.STATES for a in agents.values()}
+        # By profile id, named from the profiles already read: no join over the rows.
+        live = Run.objects.filter(state__in=states.ACTIVE).values("state", "profile_id").annotate(n=Count("pk"))
         for r in live:
-            counts[(r["state"], r["a"])] = r["n"]
+            counts[(r["state"], agents[r["profile_id"]])] = r["n"]
         for tally in finished:
             agent, state = json.loads(tally.labels)
             counts[(state, agent)] = counts.get((state, agent), 0) + tally.count

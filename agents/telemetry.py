@@ -161,8 +161,8 @@ def _spans(run: Run, ids: tuple[int, int], before: RunState, after: RunState, t:
     elif verdict.get("action") == "deny" and "call" in t.detail:
         call = t.detail["call"]
         span(f"execute_tool {call['tool']}", {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["tool"],
-            "airlock.policy.verdict": "deny", "airlock.policy.reason": verdict.get("reason"), "airlock.tool.executed": False,
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["tool"], **_policy(verdict),
+            "airlock.tool.executed": False,
         }, 0, "not_permitted")
     elif t.kind == "decision" and t.detail.get("decision") == "reject" and before.current_call is not None:
         call = before.current_call
@@ -201,9 +201,17 @@ def _verdict(run: Run, call_id: str) -> dict[str, Any]:
         .values_list("payload__verdict", flat=True)
         .first()
     )
-    if not isinstance(verdict, dict):
-        return {}
-    return {"airlock.policy.verdict": verdict.get("action"), "airlock.policy.reason": verdict.get("reason")}
+    return _policy(verdict) if isinstance(verdict, dict) else {}
+
+
+def _policy(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A verdict as airlock.policy.* attributes: its action as `verdict`, every other
+    plain field (the reason, a rule's name) under its own name."""
+    attributes = {"airlock.policy.verdict": verdict.get("action")}
+    for key, value in verdict.items():
+        if key != "action" and isinstance(value, (str, int, float, bool)):
+            attributes[f"airlock.policy.{key}"] = value
+    return attributes
 
 
 def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Transition, call: dict[str, Any],

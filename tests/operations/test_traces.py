@@ -89,6 +89,7 @@ def test_one_trace_per_run_with_genai_spans_and_airlock_facts(exporter, launch, 
     approval = Approval.objects.get(run=run)
     assert write.attributes["gen_ai.tool.call.id"] == approval.idempotency_key
     assert write.attributes["airlock.policy.verdict"] == "ask"
+    assert write.attributes["airlock.policy.reason"] == "ledger_write writes and the run has read external content"
     assert write.attributes["airlock.approval.id"] == approval.pk
     assert write.attributes["airlock.approval.decided_by"] == "rita"
     assert write.attributes["airlock.run.tainted"] is True
@@ -124,6 +125,7 @@ def test_denied_and_rejected_calls_are_tool_spans_that_did_not_execute(exporter,
 
     [deny] = writes(denied)
     assert deny.attributes["airlock.policy.verdict"] == "deny" and deny.attributes["airlock.tool.executed"] is False
+    assert deny.attributes["airlock.policy.reason"].endswith("and the run has no approver")
     [reject] = writes(asked)
     assert reject.attributes["airlock.tool.executed"] is False
     assert reject.attributes["airlock.approval.decision"] == "reject"

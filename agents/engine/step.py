@@ -239,18 +239,14 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     new.steps += 1
     new.model_calls += 1
     cost, tokens = _account(new, decision)
-    calls = [
-        {"id": c.id or f"call_{state.model_calls}_{i}", "tool": c.tool, "args": c.args}
-        for i, c in enumerate(decision.calls)
-    ]
+    calls, renamed = unique_calls(decision, state.model_calls)
     message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}
     if calls:
         message["tool_calls"] = calls
     detail: dict[str, Any] = {"decision": "final" if decision.final is not None else "calls"}
-    if decision.usage is None:
-        detail["usage"] = None
-    else:
-        detail["usage"] = {"input_tokens": decision.usage.input_tokens, "output_tokens": decision.usage.output_tokens}
+    detail["usage"] = None if decision.usage is None else decision.usage.to_dict()
+    if renamed:
+        detail["renamed_ids"] = renamed
     if decision.final is not None:
         new.answer = decision.final
         t = Transition(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
@@ -261,15 +257,47 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     return _propose(new, calls[0], deps, t)
 
 
+def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The reply's calls with ids unique within it, and {new id: id the model gave}.
+
+    Some OpenAI-compatible servers give several calls of one reply the same id; calls
+    are found by id, so the second would be lost and the first run twice. The renamed
+    id is what the transcript (and so the provider) sees from then on, for the call and
+    its result alike, which keeps every call paired with its own result.
+    """
+    calls: list[dict[str, Any]] = []
+    renamed: dict[str, str] = {}
+    taken: set[str] = set()
+    for i, c in enumerate(decision.calls):
+        given = c.id or f"call_{turn}_{i}"
+        call_id, n = given, 1
+        while call_id in taken:
+            n += 1
+            call_id = f"{given}_{n}"
+        if call_id != given:
+            renamed[call_id] = given
+        taken.add(call_id)
+        calls.append({"id": call_id, "tool": c.tool, "args": c.args})
+    return calls, renamed
+
+
 def _account(new: RunState, decision: Decision) -> tuple[int, int]:
-    if decision.usage is None:
+    """Tokens and cost of a model call. Cached prompt tokens are priced at the
+    profile's cached-input price and cache writes at its cache-write price; a run
+    whose prices lack those keys pays the input price for them."""
+    usage = decision.usage
+    if usage is None:
         new.cost_unknown = True
         return 0, 0
-    tokens = decision.usage.input_tokens + decision.usage.output_tokens
+    tokens = usage.input_tokens + usage.output_tokens
+    price_in = new.prices.get("input", 0)
+    uncached = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
     cost = math.ceil(
         (
-            decision.usage.input_tokens * new.prices.get("input", 0)
-            + decision.usage.output_tokens * new.prices.get("output", 0)
+            uncached * price_in
+            + usage.cached_input_tokens * new.prices.get("cached_input", price_in)
+            + usage.cache_write_tokens * new.prices.get("cache_write", price_in)
+            + usage.output_tokens * new.prices.get("output", 0)
         )
         / 1_000_000
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +23,17 @@ from .http import Failure, HttpOptions, error_message, exchange
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 PROVIDER = "anthropic"
+# A `pause_turn` reply (a long server-side turn the API stopped) is sent back to be
+# continued, at most this many times per decision.
+PAUSED_TURNS_MAX = 3
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A reply with stop_reason `pause_turn`: not an answer, a turn to continue."""
+
+    content: list[dict[str, Any]]
+    usage: Usage | None
 
 
 def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -30,6 +42,8 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
     System messages become the top-level `system`; tool results become `tool_result`
     blocks in a user turn; consecutive turns of one role are merged, because the API
     wants every result of an assistant's tool uses in the single user turn after it.
+    Text that is only whitespace (a model's "\n\n" before its tool use) is dropped:
+    the API answers 400 to a text block without non-whitespace text.
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -48,7 +62,7 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             if content:
                 system.append(content)
         elif role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content.strip() else []
             for c in m.get("tool_calls") or []:
                 args = c.get("args")
                 # tool_use input must be an object; anything else is kept, wrapped.
@@ -59,7 +73,7 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             add("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
                           "content": content, **({"is_error": True} if _is_error(content) else {})}])
         else:
-            add("user", [{"type": "text", "text": content}] if content else [])
+            add("user", [{"type": "text", "text": content}] if content.strip() else [])
     return "\n\n".join(system), turns
 
 
@@ -75,6 +89,12 @@ def _is_error(content: str) -> bool:
 
 def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]
+
+
+def parse_reply(data: dict[str, Any], turn: int) -> Decision | Paused:
+    if data.get("stop_reason") == "pause_turn" and isinstance(data.get("content"), list):
+        return Paused(content=data["content"], usage=parse_usage(data.get("usage")))
+    return parse_response(data, turn)
 
 
 def parse_response(data: dict[str, Any], turn: int) -> Decision:
@@ -101,6 +121,8 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
             calls.append(ProposedCall(id=call_id, tool=block["name"], args=block.get("input", {})))
     if stop == "max_tokens":
         raise ModelError(f"{PROVIDER}: the reply was cut off at max_tokens")
+    if stop == "model_context_window_exceeded":
+        raise ModelError(f"{PROVIDER}: the reply was cut off: the model's context window is full")
     text = "".join(texts)
     usage = parse_usage(data.get("usage"))
     if calls:
@@ -116,10 +138,11 @@ def parse_usage(raw: Any) -> Usage | None:
     given, out = raw.get("input_tokens"), raw.get("output_tokens")
     if not isinstance(given, int) or not isinstance(out, int):
         return None
-    # Cached prompt tokens are billed too (at other rates); count them as input.
-    cached = sum(v for k in ("cache_creation_input_tokens", "cache_read_input_tokens")
-                 if isinstance(v := raw.get(k), int))
-    return Usage(input_tokens=given + cached, output_tokens=out)
+    # Anthropic's input_tokens are only the tokens after the last cache breakpoint; the
+    # prompt is all three, and the cache parts are priced apart.
+    read, write = (v if isinstance(v := raw.get(k), int) else 0
+                   for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+    return Usage(input_tokens=given + read + write, output_tokens=out, cached_input_tokens=read, cache_write_tokens=write)
 
 
 class AnthropicClient:
@@ -151,17 +174,44 @@ class AnthropicClient:
         if request.tools:
             body["tools"] = wire_tools(request.tools)
         headers = {"x-api-key": self._api_key, "anthropic-version": API_VERSION, "content-type": "application/json"}
-        return exchange(
-            f"{self.base_url}/v1/messages",
-            headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
-            describe=describe_failure, parse=parse_response, turn=request.turn,
-        )
+        paused: list[Usage | None] = []
+        for _ in range(PAUSED_TURNS_MAX + 1):
+            reply = exchange(
+                f"{self.base_url}/v1/messages",
+                headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
+                describe=describe_failure, parse=parse_reply, turn=request.turn,
+            )
+            if isinstance(reply, Decision):
+                return _with_usage(reply, [*paused, reply.usage])
+            # The API's way to continue: send the paused content back as the assistant's
+            # last turn; a second pause extends that same turn.
+            paused.append(reply.usage)
+            messages = body["messages"]
+            if paused[1:]:
+                messages[-1] = {"role": "assistant", "content": [*messages[-1]["content"], *reply.content]}
+            else:
+                body["messages"] = [*messages, {"role": "assistant", "content": reply.content}]
+        raise ModelError(f"{PROVIDER}: the turn was still paused (pause_turn) after {PAUSED_TURNS_MAX} continuations")
+
+
+def _with_usage(decision: Decision, usages: list[Usage | None]) -> Decision:
+    """The decision billed for every request it took (a paused turn costs too)."""
+    if len(usages) == 1:
+        return decision
+    if any(u is None for u in usages):
+        return replace(decision, usage=None)
+    return replace(decision, usage=sum((u for u in usages if u is not None), Usage(0, 0)))
 
 
 def describe_failure(exc: Failure) -> str:
     message = error_message(exc.body) or exc.text
     lowered = message.lower()
-    if "prompt is too long" in lowered or "context window" in lowered or "context length" in lowered:
+    if (
+        "prompt is too long" in lowered
+        or "context window" in lowered
+        or "context length" in lowered
+        or "exceed context limit" in lowered  # input length and `max_tokens` exceed context limit
+    ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
         return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check ANTHROPIC_API_KEY): {message}"

@@ -34,7 +34,6 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     {
                         "id": c["id"],
                         "type": "function",
-                        # Arguments that were not valid JSON are replayed as the model sent them.
                         "function": {"name": c["tool"], "arguments": _arguments_text(c.get("args"))},
                     }
                     for c in m["tool_calls"]
@@ -48,9 +47,11 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _arguments_text(args: Any) -> str:
-    if isinstance(args, str):
-        return args
-    return json.dumps(args if args is not None else {}, ensure_ascii=False)
+    """Arguments as the JSON object text the API expects. Arguments that were not a
+    JSON object go back as `{}`: Ollama (and others) decode every replayed call and
+    answer 400 to invalid JSON, failing the run. The raw text is not lost: the stored
+    transcript keeps it and the model reads it in the call's `invalid_arguments` result."""
+    return json.dumps(args if isinstance(args, dict) else {}, ensure_ascii=False)
 
 
 def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
@@ -122,7 +123,11 @@ def parse_usage(raw: Any) -> Usage | None:
     prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
-    return Usage(input_tokens=prompt, output_tokens=completion)
+    # prompt_tokens includes the part served from the automatic prefix cache.
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(input_tokens=prompt, output_tokens=completion,
+                 cached_input_tokens=min(cached, prompt) if isinstance(cached, int) and cached > 0 else 0)
 
 
 class OpenAIClient:
@@ -157,7 +162,15 @@ def describe_failure(exc: Failure) -> str:
     message = error_message(exc.body) or exc.text
     err = exc.body.get("error") if isinstance(exc.body, dict) else None
     code = err.get("code") if isinstance(err, dict) else None
-    if code == "context_length_exceeded" or "context length" in message.lower() or "context_length" in message:
+    kind = err.get("type") if isinstance(err, dict) else None
+    lowered = message.lower()
+    if (
+        code == "context_length_exceeded"
+        or kind == "exceed_context_size_error"  # llama.cpp server
+        or "context length" in lowered
+        or "context_length" in lowered
+        or "context size" in lowered
+    ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
         return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check OPENAI_API_KEY): {message}"

@@ -1,5 +1,10 @@
 """A fake model provider: a tiny threaded HTTP server on 127.0.0.1 that answers with
-queued replies in the provider's real wire format and records every request."""
+queued replies in the provider's real wire format and records every request.
+
+`check` plays the provider's own request validation: a function of the request body
+that returns the provider's error reply for a request it would reject (see
+`tests/llm/shapes.py`: `ollama_check`, `anthropic_check`), or None to answer normally.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,6 +39,7 @@ class FakeProvider:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
+        self.check: Callable[[Any], Reply | None] | None = None
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -54,7 +60,13 @@ class FakeProvider:
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
                 provider.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                reply = provider.replies.popleft() if provider.replies else Reply(500, {"error": {"message": "no reply queued"}})
+                rejected = provider.check(body) if provider.check is not None else None
+                if rejected is not None:
+                    reply = rejected
+                elif provider.replies:
+                    reply = provider.replies.popleft()
+                else:
+                    reply = Reply(500, {"error": {"message": "no reply queued"}})
                 if reply.delay:
                     time.sleep(reply.delay)
                 data = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
@@ -76,8 +88,7 @@ class FakeProvider:
         return Handler
 
 
-@pytest.fixture
-def provider() -> Iterator[FakeProvider]:
+def _serve() -> Iterator[FakeProvider]:
     fake = FakeProvider()
     fake.thread.start()
     try:
@@ -86,6 +97,17 @@ def provider() -> Iterator[FakeProvider]:
         fake.server.shutdown()
         fake.server.server_close()
         fake.thread.join(timeout=5)
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    yield from _serve()
+
+
+@pytest.fixture
+def second_provider() -> Iterator[FakeProvider]:
+    """Another endpoint, for profiles that each name their own base URL."""
+    yield from _serve()
 
 
 class Sleeps(list[float]):

@@ -1,7 +1,9 @@
 """The Anthropic client: the Messages API with tool use, over httpx.
 
-Configuration comes from the environment when a run is driven: `ANTHROPIC_API_KEY` and
-`ANTHROPIC_BASE_URL` (default https://api.anthropic.com). The key goes into the
+Configuration comes from the profile and the environment when a run is driven: the
+profile's `base_url`, else `ANTHROPIC_BASE_URL` (default https://api.anthropic.com); the
+key from the environment variable the profile names in `api_key_env`, else
+`ANTHROPIC_API_KEY`. The key goes into the
 `x-api-key` header and nowhere else; every error text is scrubbed of it.
 """
 
@@ -23,6 +25,7 @@ from .http import Failure, HttpOptions, error_message, exchange
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 PROVIDER = "anthropic"
+EPHEMERAL = {"type": "ephemeral"}
 # A `pause_turn` reply (a long server-side turn the API stopped) is sent back to be
 # continued, at most this many times per decision.
 PAUSED_TURNS_MAX = 3
@@ -75,6 +78,30 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
         else:
             add("user", [{"type": "text", "text": content}] if content.strip() else [])
     return "\n\n".join(system), turns
+
+
+def mark_cache(body: dict[str, Any]) -> None:
+    """Put `cache_control` breakpoints (at most three of the API's four) on the request.
+
+    The cached prefix runs tools, then system, then messages. Breakpoints:
+    1. the end of the stable prefix: the system prompt (which covers the tools), or the
+       last tool when there is no system prompt;
+    2. the last block of the newest turn, so the next step can read all of this one;
+    3. the last block of the user turn before the newest assistant reply: where the
+       previous step put its breakpoint 2, so this step reads that cache even when more
+       than the API's lookback of 20 blocks came after it (many results at once).
+    A breakpoint on a prefix shorter than the model's minimum (1,024 tokens for most)
+    is ignored by the API, and costs nothing.
+    """
+    stable = body.get("system") or body.get("tools")
+    if stable:
+        stable[-1]["cache_control"] = EPHEMERAL
+    turns = body["messages"]
+    if turns:
+        turns[-1]["content"][-1]["cache_control"] = EPHEMERAL
+    earlier = [i for i, t in enumerate(turns[:-1]) if t["role"] == "user"]
+    if earlier:
+        turns[earlier[-1]]["content"][-1]["cache_control"] = EPHEMERAL
 
 
 def _is_error(content: str) -> bool:
@@ -154,9 +181,11 @@ class AnthropicClient:
         base_url: str = DEFAULT_BASE_URL,
         max_tokens: int = 4096,
         options: HttpOptions | None = None,
+        key_name: str = "ANTHROPIC_API_KEY",
     ) -> None:
         self.model = model
         self._api_key = api_key
+        self.key_name = key_name  # the environment variable it came from, for error texts
         self.base_url = base_url.rstrip("/")
         self.max_tokens = max_tokens
         self.options = options or HttpOptions()
@@ -166,20 +195,21 @@ class AnthropicClient:
 
     def decide(self, request: ModelRequest) -> Decision:
         if not self._api_key:
-            raise ModelError(f"{PROVIDER}: ANTHROPIC_API_KEY is not set")
+            raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         system, turns = wire_messages(request.messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": turns}
         if system:
-            body["system"] = system
+            body["system"] = [{"type": "text", "text": system}]
         if request.tools:
             body["tools"] = wire_tools(request.tools)
+        mark_cache(body)
         headers = {"x-api-key": self._api_key, "anthropic-version": API_VERSION, "content-type": "application/json"}
         paused: list[Usage | None] = []
         for _ in range(PAUSED_TURNS_MAX + 1):
             reply = exchange(
                 f"{self.base_url}/v1/messages",
                 headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
-                describe=describe_failure, parse=parse_reply, turn=request.turn,
+                describe=lambda exc: describe_failure(exc, self.key_name), parse=parse_reply, turn=request.turn,
             )
             if isinstance(reply, Decision):
                 return _with_usage(reply, [*paused, reply.usage])
@@ -203,7 +233,7 @@ def _with_usage(decision: Decision, usages: list[Usage | None]) -> Decision:
     return replace(decision, usage=sum((u for u in usages if u is not None), Usage(0, 0)))
 
 
-def describe_failure(exc: Failure) -> str:
+def describe_failure(exc: Failure, key_name: str = "ANTHROPIC_API_KEY") -> str:
     message = error_message(exc.body) or exc.text
     lowered = message.lower()
     if (
@@ -214,15 +244,16 @@ def describe_failure(exc: Failure) -> str:
     ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
-        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check ANTHROPIC_API_KEY): {message}"
+        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check {key_name}): {message}"
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
 def _factory(profile: Any, run: Any) -> AnthropicClient:
     return AnthropicClient(
         model=profile.model_name,
-        api_key=os.environ.get("ANTHROPIC_API_KEY", ""),
-        base_url=os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+        api_key=os.environ.get(profile.api_key_env or "ANTHROPIC_API_KEY", ""),
+        key_name=profile.api_key_env or "ANTHROPIC_API_KEY",
+        base_url=profile.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
         max_tokens=settings.AIRLOCK_ANTHROPIC_MAX_TOKENS,
         options=HttpOptions.from_settings(),
     )

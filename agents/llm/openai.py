@@ -1,9 +1,17 @@
 """The OpenAI client: Chat Completions with tools, over httpx, any compatible base URL
 (OpenAI, vLLM, Ollama, llama.cpp server).
 
-Configuration comes from the environment when a run is driven: `OPENAI_API_KEY` and
-`OPENAI_BASE_URL` (default https://api.openai.com/v1). The key goes into the
-Authorization header and nowhere else; every error text is scrubbed of it.
+Configuration comes from the profile and the environment when a run is driven: the
+profile's `base_url`, else `OPENAI_BASE_URL` (default https://api.openai.com/v1); the
+key from the environment variable the profile names in `api_key_env`, else
+`OPENAI_API_KEY`. The key goes into the Authorization header and nowhere else; every
+error text is scrubbed of it.
+
+Prompt caching: OpenAI (and vLLM's or llama.cpp's prefix cache) reuses the longest
+prompt prefix it has seen, automatically from 1,024 tokens. The prompt is rendered tools
+first, then the system prompt and the task, then the transcript, which only grows (a
+compaction folds results once and for all): each part is serialised the same way on
+every step, so step N's prompt is a byte-identical prefix of step N+1's.
 """
 
 from __future__ import annotations
@@ -132,10 +140,17 @@ def parse_usage(raw: Any) -> Usage | None:
 
 class OpenAIClient:
     def __init__(
-        self, *, model: str, api_key: str, base_url: str = DEFAULT_BASE_URL, options: HttpOptions | None = None
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        options: HttpOptions | None = None,
+        key_name: str = "OPENAI_API_KEY",
     ) -> None:
         self.model = model
         self._api_key = api_key
+        self.key_name = key_name  # the environment variable it came from, for error texts
         self.base_url = base_url.rstrip("/")
         self.options = options or HttpOptions()
 
@@ -144,7 +159,7 @@ class OpenAIClient:
 
     def decide(self, request: ModelRequest) -> Decision:
         if not self._api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ModelError(f"{PROVIDER}: OPENAI_API_KEY is not set")
+            raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         body: dict[str, Any] = {"model": self.model, "messages": wire_messages(request.messages)}
         if request.tools:
             body["tools"] = wire_tools(request.tools)
@@ -154,11 +169,11 @@ class OpenAIClient:
         return exchange(
             f"{self.base_url}/chat/completions",
             headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
-            describe=describe_failure, parse=parse_response, turn=request.turn,
+            describe=lambda exc: describe_failure(exc, self.key_name), parse=parse_response, turn=request.turn,
         )
 
 
-def describe_failure(exc: Failure) -> str:
+def describe_failure(exc: Failure, key_name: str = "OPENAI_API_KEY") -> str:
     message = error_message(exc.body) or exc.text
     err = exc.body.get("error") if isinstance(exc.body, dict) else None
     code = err.get("code") if isinstance(err, dict) else None
@@ -173,15 +188,16 @@ def describe_failure(exc: Failure) -> str:
     ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
-        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check OPENAI_API_KEY): {message}"
+        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check {key_name}): {message}"
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
 def _factory(profile: Any, run: Any) -> OpenAIClient:
     return OpenAIClient(
         model=profile.model_name,
-        api_key=os.environ.get("OPENAI_API_KEY", ""),
-        base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        api_key=os.environ.get(profile.api_key_env or "OPENAI_API_KEY", ""),
+        key_name=profile.api_key_env or "OPENAI_API_KEY",
+        base_url=profile.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         options=HttpOptions.from_settings(),
     )
 

@@ -40,6 +40,8 @@ class FakeProvider:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
         self.check: Callable[[Any], Reply | None] | None = None
+        # Computes a 200 reply's usage from the request (a provider's prompt cache).
+        self.usage_for: Callable[[Any], dict[str, int]] | None = None
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -69,7 +71,10 @@ class FakeProvider:
                     reply = Reply(500, {"error": {"message": "no reply queued"}})
                 if reply.delay:
                     time.sleep(reply.delay)
-                data = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                answer = reply.body
+                if provider.usage_for is not None and isinstance(answer, dict) and "usage" in answer:
+                    answer = {**answer, "usage": {**answer["usage"], **provider.usage_for(body)}}
+                data = answer if isinstance(answer, str) else json.dumps(answer)
                 payload = data.encode()
                 try:
                     self.send_response(reply.status)

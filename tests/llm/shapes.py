@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -113,3 +114,38 @@ def anthropic_check(body: Any) -> Any:
         return Reply(400, anthropic_error("invalid_request_error",
                                           "A maximum of 4 blocks with cache_control may be provided. Found 5."))
     return None
+
+
+class AnthropicPromptCache:
+    """Plays Anthropic's prompt cache for the fake server's usage.
+
+    The prompt is the blocks of tools, then system, then messages. A block carrying
+    `cache_control` is a breakpoint: the prefix up to it is written to the cache, unless
+    it is already there, and the longest cached breakpoint prefix of a request is read.
+    Stricter than the API (no lookback to unmarked boundaries), so a request only reads
+    the cache where a breakpoint lies exactly where an earlier request put one. Tokens
+    are estimated as a quarter of the characters.
+    """
+
+    def __init__(self) -> None:
+        self.cached: set[str] = set()
+
+    def __call__(self, body: Any) -> dict[str, int]:
+        system = body.get("system")
+        blocks = [("tool", b) for b in body.get("tools", [])]
+        blocks += [("system", b) for b in (system if isinstance(system, list) else [])]
+        blocks += [(m["role"], b) for m in body.get("messages", []) for b in m["content"]]
+        digest = hashlib.sha256()
+        keys, sizes = [], []
+        for role, block in blocks:
+            text = json.dumps([role, {k: v for k, v in block.items() if k != "cache_control"}], sort_keys=True)
+            digest.update(text.encode())
+            keys.append(digest.hexdigest())
+            sizes.append(len(text) // 4 + 1)
+        marks = [i for i, (_, block) in enumerate(blocks) if "cache_control" in block]
+        read_to = max((i + 1 for i in marks if keys[i] in self.cached), default=0)
+        write_to = max((i + 1 for i in marks), default=0)
+        read, write = sum(sizes[:read_to]), sum(sizes[read_to:write_to])
+        self.cached.update(keys[i] for i in marks)
+        return {"input_tokens": sum(sizes) - read - write, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": write}

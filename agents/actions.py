@@ -80,6 +80,7 @@ def run_launch(
         prices=profile.prices(),
         system_prompt=profile.system_prompt,
         task=task,
+        context_tokens=profile.context_tokens,
     )
     with transaction.atomic():
         run = Run(profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script))

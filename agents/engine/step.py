@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import context, patch, policy
 from . import limits as limits_mod
-from . import patch, policy
 from .fingerprints import fingerprint, idempotency_key
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
 from .registry import ToolContext, ToolSpec
@@ -65,6 +65,10 @@ class RunState:
     error_streak: dict[str, Any] | None = None
     answer: str | None = None
     error: str | None = None
+    # Context management (engine/context.py); None when the run has no budget.
+    context_tokens: int | None = None
+    folded_before: int | None = None
+    token_scale: int | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def engine_json(self) -> dict[str, Any]:
@@ -120,6 +124,7 @@ def new_run(
     prices: dict[str, int] | None = None,
     system_prompt: str = "",
     task: str,
+    context_tokens: int | None = None,
 ) -> RunState:
     if approver not in ("human", "none"):
         raise ValueError(f"approver must be 'human' or 'none', not {approver!r}")
@@ -136,6 +141,7 @@ def new_run(
         denied_tools=list(denied_tools or []),
         always_ask_tools=list(always_ask_tools or []),
         prices=dict(prices or {}),
+        context_tokens=context_tokens or None,
         messages=messages,
     )
 
@@ -160,6 +166,10 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
             new = state.copy()
             call = proposed_call(new, new.pending_calls.pop(0))
             return _propose(new, call, deps, Transition(PLANNING, PLANNING, "call"))
+        if state.context_tokens:
+            compacted = _compact(state, deps)
+            if compacted is not None:
+                return compacted
         return _call_model(state, deps)
     assert state.state == ACTING
     return _run_tool(state, deps)
@@ -224,12 +234,35 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
 # -- planning ------------------------------------------------------------------------
 
 
+def _compact(state: RunState, deps: Deps) -> Outcome | None:
+    """Fold older tool results out of the prompt when it would exceed the budget."""
+    assert state.context_tokens
+    try:
+        plan = context.plan(
+            state.messages, _offered(state, deps), budget=state.context_tokens,
+            folded_before=state.folded_before or 0, scale=state.token_scale,
+        )
+    except context.OverBudget as exc:
+        return fail(state, (
+            f"context budget: the prompt needs about {exc.tokens} tokens with every older tool result "
+            f"folded, over context_tokens {state.context_tokens}"
+        ))
+    if plan is None:
+        return None
+    new = state.copy()
+    new.folded_before = plan.folded_before
+    detail = {
+        "folded": plan.folded, "tokens_before": plan.tokens_before, "tokens_after": plan.tokens_after,
+        "budget": state.context_tokens,
+    }
+    return _move(new, PLANNING, Transition(PLANNING, PLANNING, "compact", detail))
+
+
 def _call_model(state: RunState, deps: Deps) -> Outcome:
     specs = _offered(state, deps)
     started = time.monotonic()
-    request = ModelRequest(
-        run_id=state.run_id, turn=state.model_calls, messages=list(state.messages), tools=specs
-    )
+    prompt = context.prompt(state.messages, state.folded_before or 0)
+    request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs)
     try:
         decision = deps.model.decide(request)
     except ModelError as exc:
@@ -239,6 +272,8 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     new.steps += 1
     new.model_calls += 1
     cost, tokens = _account(new, decision)
+    if new.context_tokens and decision.usage is not None:
+        new.token_scale = context.corrected_scale(decision.usage.input_tokens, context.raw_tokens(prompt, specs))
     calls, renamed = unique_calls(decision, state.model_calls)
     message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}
     if calls:

@@ -115,6 +115,31 @@ def second_provider() -> Iterator[FakeProvider]:
     yield from _serve()
 
 
+OPENAI_KEY = "sk-test-0123456789abcdef"
+ANTHROPIC_KEY = "sk-ant-api03-test-0123456789"
+
+
+@pytest.fixture
+def openai_env(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeProvider:
+    """The fake server as the deployment's OpenAI endpoint, with a key, no back-off sleeps."""
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    settings.AIRLOCK_LLM_BACKOFF = 0.0
+    return provider
+
+
+@pytest.fixture
+def anthropic_env(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeProvider:
+    """The fake server as the deployment's Anthropic endpoint, checking requests as the API does."""
+    from tests.llm.shapes import anthropic_check
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    settings.AIRLOCK_LLM_BACKOFF = 0.0
+    provider.check = anthropic_check
+    return provider
+
+
 class Sleeps(list[float]):
     """Records the back-off sleeps instead of sleeping: fast tests that still check them."""
 

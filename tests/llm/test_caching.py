@@ -11,20 +11,14 @@ import pytest
 from agents.models import AgentProfile
 from tests.conftest import person
 from tests.llm.conftest import Reply
-from tests.llm.shapes import AnthropicPromptCache, anthropic_check, anthropic_message, openai_completion
+from tests.llm.shapes import AnthropicPromptCache, anthropic_message, openai_completion
 
-OPENAI_KEY = "sk-test-0123456789abcdef"
-ANTHROPIC_KEY = "sk-ant-api03-test-0123456789"
 # Long enough that caching it matters (and that a real model would cache it).
 HANDBOOK = "You are the help desk of a shop. " + " ".join(f"Rule {i}: answer from the knowledge base." for i in range(300))
 
 
 @pytest.fixture
-def gpt(defaults, provider, monkeypatch, settings):
-    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.url}/v1")
-    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
-    settings.AIRLOCK_LLM_BACKOFF = 0.0
-
+def gpt(defaults, openai_env):
     def make(**prices) -> AgentProfile:
         return AgentProfile.objects.create(name="gpt", provider="openai", model_name="gpt-4.1", tools=["kb_search"],
                                            price_input_micros=2_000_000, price_output_micros=8_000_000, **prices)
@@ -74,12 +68,8 @@ def test_openai_prompt_prefix_is_byte_identical_across_steps(gpt, provider, laun
 
 
 @pytest.fixture
-def sonnet(defaults, provider, monkeypatch, settings) -> AgentProfile:
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-    settings.AIRLOCK_LLM_BACKOFF = 0.0
-    provider.check = anthropic_check
-    provider.usage_for = AnthropicPromptCache()
+def sonnet(defaults, anthropic_env) -> AgentProfile:
+    anthropic_env.usage_for = AnthropicPromptCache()
     return AgentProfile.objects.create(
         name="sonnet", provider="anthropic", model_name="claude-sonnet-4-20250514", tools=["kb_search"],
         system_prompt=HANDBOOK, price_input_micros=3_000_000, price_output_micros=15_000_000,

@@ -18,10 +18,9 @@ STUB = "[airlock: this earlier result of kb_search"
 
 @pytest.mark.django_db(transaction=True)
 def test_a_long_run_folds_old_results_in_the_prompt_and_keeps_them_in_the_transcript(
-    defaults, provider, monkeypatch, settings, launch, drive, client
+    defaults, openai_env, launch, drive, client
 ) -> None:
-    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.url}/v1")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    provider = openai_env
     AgentProfile.objects.create(name="gpt", provider="openai", model_name="gpt-4.1", tools=["kb_search"],
                                 context_tokens=650, limits={"max_steps": 40})
     provider.add(*[Reply(body=openai_completion(tool_calls=[(f"call_{i}", "kb_search", {"query": q})], usage=None))

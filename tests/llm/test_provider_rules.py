@@ -15,7 +15,7 @@ from agents.llm.http import HttpOptions
 from agents.llm.openai import OpenAIClient
 from agents.models import AgentProfile, ToolCall
 from agents.tools.demo import TOOLS
-from tests.llm.conftest import Reply
+from tests.llm.conftest import ANTHROPIC_KEY, OPENAI_KEY, Reply
 from tests.llm.shapes import (
     anthropic_check,
     anthropic_error,
@@ -26,8 +26,6 @@ from tests.llm.shapes import (
     openai_error,
 )
 
-OPENAI_KEY = "sk-test-0123456789abcdef"
-ANTHROPIC_KEY = "sk-ant-api03-test-0123456789"
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How long is shipping to Canada?"}]
 
 
@@ -46,20 +44,13 @@ def claude(provider, sleeps, **kw) -> AnthropicClient:
 
 
 @pytest.fixture
-def ollama(defaults, provider, monkeypatch, settings) -> AgentProfile:
-    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.url}/v1")
-    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
-    settings.AIRLOCK_LLM_BACKOFF = 0.0
-    provider.check = ollama_check
+def ollama(defaults, openai_env) -> AgentProfile:
+    openai_env.check = ollama_check
     return AgentProfile.objects.create(name="local", provider="openai", model_name="llama3.2", tools=["kb_search"])
 
 
 @pytest.fixture
-def sonnet(defaults, provider, monkeypatch, settings) -> AgentProfile:
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-    settings.AIRLOCK_LLM_BACKOFF = 0.0
-    provider.check = anthropic_check
+def sonnet(defaults, anthropic_env) -> AgentProfile:
     return AgentProfile.objects.create(name="sonnet", provider="anthropic", model_name="claude-sonnet-4-20250514",
                                        tools=["kb_search"])
 

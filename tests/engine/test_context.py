@@ -78,7 +78,7 @@ def drive(state: RunState, deps: Deps) -> tuple[RunState, list[Any]]:
     kinds = []
     while (outcome := step(state, deps)) is not None:
         new, t = outcome
-        replayed = patch.apply(replayed, t.payload(state, new)["patch"])
+        replayed = patch.apply(replayed, patch.diff(state.engine_json(), new.engine_json()))
         if t.journal_result:
             journal.record(t.journal_result)  # type: ignore[attr-defined]
         kinds.append(t)

@@ -111,10 +111,6 @@ class Run(models.Model):
     def __str__(self) -> str:
         return f"run {self.pk} ({self.state})"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.state in states.TERMINAL
-
     def cache_tokens(self) -> dict[str, int]:
         """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
         provider's cache, summed over the transitions' recorded usage in one query."""
@@ -125,6 +121,10 @@ class Run(models.Model):
             read=total("cached_input_tokens"), write=total("cache_write_tokens")
         )
         return {k: v or 0 for k, v in sums.items()}
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in states.TERMINAL
 
 
 class Transition(models.Model):

@@ -137,11 +137,11 @@ def new_run(
         deadline=now + limits.deadline_seconds,
         approver=approver,
         limits=limits.to_dict(),
+        context_tokens=context_tokens or None,
         tools=list(tools) if tools is not None else None,
         denied_tools=list(denied_tools or []),
         always_ask_tools=list(always_ask_tools or []),
         prices=dict(prices or {}),
-        context_tokens=context_tokens or None,
         messages=messages,
     )
 

@@ -125,3 +125,26 @@ def test_anthropic_breakpoints_let_each_step_read_the_previous_one(sonnet, provi
     cached_total = sum(u.get("cached_input_tokens", 0) for u in usages)
     assert f"{cached_total:,} cached" in page
     assert f"{usages[1]['cached_input_tokens']:,} cached" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scripted_replay_carries_cache_usage_and_prices_it_the_same(defaults, launch, drive) -> None:
+    from agents.export import replay_script
+
+    AgentProfile.objects.create(name="cachey", provider="scripted", model_name="script", tools=["echo"],
+                                price_input_micros=1_000_000, price_cached_input_micros=100_000,
+                                price_cache_write_micros=1_250_000)
+    usage = {"input_tokens": 5000, "output_tokens": 10, "cached_input_tokens": 4000, "cache_write_tokens": 800}
+    run = drive(launch([{"final": "ok", "usage": usage}], agent="cachey"))
+    assert run.cost_micros == 200 + 400 + 1000
+    assert replay_script(run) == [{"final": "ok", "usage": usage}]
+    again = drive(launch(replay_script(run), agent="cachey"))
+    assert again.cost_micros == run.cost_micros
+
+
+@pytest.mark.django_db
+def test_a_script_cannot_claim_more_cached_tokens_than_input(defaults, launch) -> None:
+    from agents.actions import ActionError
+
+    with pytest.raises(ActionError, match="cannot exceed"):
+        launch([{"final": "ok", "usage": {"input_tokens": 10, "output_tokens": 1, "cached_input_tokens": 11}}])

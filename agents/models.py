@@ -14,6 +14,7 @@ from django.db.models.functions import Cast
 
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
+from agents.llm import API_KEY_ENV
 
 
 class AgentProfile(models.Model):
@@ -36,7 +37,7 @@ class AgentProfile(models.Model):
     base_url = models.URLField(max_length=500, blank=True)
     api_key_env = models.CharField(
         max_length=100, blank=True,
-        validators=[RegexValidator(r"^[A-Z_][A-Z0-9_]*$", "an environment variable name, like VLLM_API_KEY")],
+        validators=[RegexValidator(API_KEY_ENV, "an environment variable name ending in _API_KEY, like VLLM_API_KEY")],
     )
     # Token budget of the prompt a run sends (estimated); over it, older tool results
     # are folded into short stubs (docs/models.md). Empty: no budget.

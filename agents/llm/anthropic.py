@@ -19,7 +19,7 @@ from django.conf import settings
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS
+from . import CLIENTS, profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -249,10 +249,11 @@ def describe_failure(exc: Failure, key_name: str = "ANTHROPIC_API_KEY") -> str:
 
 
 def _factory(profile: Any, run: Any) -> AnthropicClient:
+    key_name, api_key = profile_key(profile, "ANTHROPIC_API_KEY")
     return AnthropicClient(
         model=profile.model_name,
-        api_key=os.environ.get(profile.api_key_env or "ANTHROPIC_API_KEY", ""),
-        key_name=profile.api_key_env or "ANTHROPIC_API_KEY",
+        api_key=api_key,
+        key_name=key_name,
         base_url=profile.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
         max_tokens=settings.AIRLOCK_ANTHROPIC_MAX_TOKENS,
         options=HttpOptions.from_settings(),

@@ -23,7 +23,7 @@ from typing import Any
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS
+from . import CLIENTS, profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -193,10 +193,11 @@ def describe_failure(exc: Failure, key_name: str = "OPENAI_API_KEY") -> str:
 
 
 def _factory(profile: Any, run: Any) -> OpenAIClient:
+    key_name, api_key = profile_key(profile, "OPENAI_API_KEY")
     return OpenAIClient(
         model=profile.model_name,
-        api_key=os.environ.get(profile.api_key_env or "OPENAI_API_KEY", ""),
-        key_name=profile.api_key_env or "OPENAI_API_KEY",
+        api_key=api_key,
+        key_name=key_name,
         base_url=profile.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         options=HttpOptions.from_settings(),
     )

@@ -40,20 +40,32 @@ def test_two_openai_profiles_reach_their_own_servers_with_their_own_keys(
 def test_a_profile_whose_key_variable_is_unset_fails_naming_the_variable(
     defaults, second_provider, monkeypatch, launch, drive
 ) -> None:
-    monkeypatch.delenv("TEAM_CLAUDE_KEY", raising=False)
+    monkeypatch.delenv("TEAM_CLAUDE_API_KEY", raising=False)
     AgentProfile.objects.create(name="claude", provider="anthropic", model_name="claude-sonnet-4-20250514",
-                                base_url=second_provider.url, api_key_env="TEAM_CLAUDE_KEY")
+                                base_url=second_provider.url, api_key_env="TEAM_CLAUDE_API_KEY")
     run = drive(launch(None, agent="claude", task="hi"))
-    assert run.state == "failed" and run.error == "model error: anthropic: TEAM_CLAUDE_KEY is not set"
+    assert run.state == "failed" and run.error == "model error: anthropic: TEAM_CLAUDE_API_KEY is not set"
     assert second_provider.requests == []
-    monkeypatch.setenv("TEAM_CLAUDE_KEY", "sk-ant-team-0123456789")
+    monkeypatch.setenv("TEAM_CLAUDE_API_KEY", "sk-ant-team-0123456789")
     second_provider.add(Reply(body=anthropic_message(text="hello")))
     assert drive(launch(None, agent="claude", task="hi")).answer == "hello"
     assert second_provider.requests[0].headers["x-api-key"] == "sk-ant-team-0123456789"
 
 
 @pytest.mark.django_db
-def test_the_key_field_takes_a_variable_name_not_a_key(defaults) -> None:
-    profile = AgentProfile(name="x", provider="openai", model_name="m", api_key_env="sk-live-abc123")
-    with pytest.raises(ValidationError, match="environment variable name"):
-        profile.full_clean()
+def test_the_key_field_takes_a_key_variable_name_not_a_key(defaults) -> None:
+    for wrong in ("sk-live-abc123", "SECRET_KEY", "DATABASE_URL"):
+        profile = AgentProfile(name="x", provider="openai", model_name="m", api_key_env=wrong)
+        with pytest.raises(ValidationError, match="ending in _API_KEY"):
+            profile.full_clean()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_profile_cannot_send_another_secret_as_its_key(defaults, second_provider, launch, drive) -> None:
+    # Saved without validation (a shell, a fixture): the client still refuses the name.
+    AgentProfile.objects.create(name="leaky", provider="openai", model_name="m",
+                                base_url=f"{second_provider.url}/v1", api_key_env="SECRET_KEY")
+    run = drive(launch(None, agent="leaky", task="hi"))
+    assert run.state == "failed"
+    assert run.error == "model error: api_key_env 'SECRET_KEY' must name an environment variable ending in _API_KEY"
+    assert second_provider.requests == []

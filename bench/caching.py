@@ -1,5 +1,6 @@
 """Prompt caching per run: what a long Anthropic run reads from the cache and what that
-saves, through the real client, store and pricing (`make bench`, section "caching").
+saves, through the real client, store and pricing. `make bench` runs it after
+bench/run.py; it adds the section "caching" to bench/results.json and prints one line.
 
 The provider is the test suite's fake Messages API server (`tests/llm`), which plays
 Anthropic's prompt cache by exact breakpoint prefixes (stricter than the API), so the
@@ -9,12 +10,20 @@ of Anthropic's servers. Tokens are estimated by the fake as a quarter of the cha
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import pathlib
+import sys
 from typing import Any
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import run as airlock_bench  # noqa: E402  (bench/run.py: environment, Django set-up)
+
 STEPS = 20
-KEY_ENV = "AIRLOCK_BENCH_ANTHROPIC_KEY"
+KEY_ENV = "AIRLOCK_BENCH_ANTHROPIC_API_KEY"
 # Sonnet 4, micro-dollars per million tokens: input, output, cache read, cache write (5 min).
 PRICES = {"price_input_micros": 3_000_000, "price_output_micros": 15_000_000,
           "price_cached_input_micros": 300_000, "price_cache_write_micros": 3_750_000}
@@ -75,3 +84,16 @@ def print_caching(c: dict[str, Any]) -> None:
         f"{c['cached_input_tokens']:,} read from the cache ({c['cached_share']:.0%}), {c['cache_write_tokens']:,} written; "
         f"cost {c['cost_micros']:,} micro-$ = {c['cost_ratio']:.2f}x the same tokens at the input price"
     )
+
+
+def main() -> None:
+    airlock_bench.setup_django()
+    out = ROOT / "bench" / "results.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["caching"] = caching_bench()
+    out.write_text(json.dumps(results, indent=2))
+    print_caching(results["caching"])
+
+
+if __name__ == "__main__":
+    main()

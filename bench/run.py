@@ -244,17 +244,15 @@ def main() -> None:
         / max(engine[10]["history_disk_bytes_per_tool_call"], 1),
         "wal_ratio_200_to_10": engine[200]["wal_bytes_per_tool_call"] / max(engine[10]["wal_bytes_per_tool_call"], 1),
     }
-    from bench import caching, pages, workers
+    from bench import pages, workers
 
     results["workers"] = workers.worker_throughput()
     results["approval_latency"] = workers.approval_latency()
     results["pages"] = pages.pages_bench()
-    results["caching"] = caching.caching_bench()
     results["seconds"] = time.perf_counter() - started
     out = ROOT / "bench" / "results.json"
     out.write_text(json.dumps(results, indent=2))
     print_table(results)
-    caching.print_caching(results["caching"])
     print(f"\nwritten: {out.relative_to(ROOT)}")
 
 

@@ -80,6 +80,7 @@ def run_launch(
         prices=profile.prices(),
         system_prompt=profile.system_prompt,
         task=task,
+        context_tokens=profile.context_tokens,
     )
     with transaction.atomic():
         run = Run(

@@ -184,7 +184,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # The MCP SDK's HTTP client logs every request URL at INFO: noise, and a URL
+        # may carry a credential.
+        "httpx2": {"level": "WARNING"},
+    },
 }
 
 # -- model clients, demo tools, email (issue #6) ------------------------------------

@@ -18,9 +18,10 @@ import concurrent.futures
 import os
 import re
 import shlex
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import anyio
 import httpx2
@@ -71,7 +72,7 @@ class Connection:
             if not argv:
                 raise ConfigError(f"server {self.name} has no command")
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=self._env() or None)
-            return stdio_client(params)
+            return stdio_client(params, errlog=_errlog())
         if self.transport == "http":
             http = httpx2.AsyncClient(headers=self._headers(), timeout=httpx2.Timeout(30.0, read=300.0))
             return _OwningHttpTransport(self.url, http)
@@ -86,6 +87,28 @@ class Connection:
 
     def _headers(self) -> dict[str, str]:
         return {h: _from_environment(var, f"header {h} of server {self.name}") for h, var in self.headers.items()}
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: the process's real stderr.
+
+    Not `sys.stderr`, which a Celery worker replaces with a logging proxy that has no
+    file descriptor for a subprocess to write to.
+    """
+    global _devnull
+    for stream in (sys.__stderr__, sys.stderr):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    if _devnull is None:
+        _devnull = open(os.devnull, "w")  # noqa: SIM115 - kept for the process's life
+    return _devnull
+
+
+_devnull: TextIO | None = None
 
 
 def _from_environment(var: str, what: str) -> str:

@@ -253,6 +253,8 @@ class Call:
                 raise
             if isinstance(root, ToolError):
                 raise root from None
+            if isinstance(root, ConfigError):
+                raise ToolError("mcp_config", str(root)) from None
             if isinstance(root, _Changed):
                 # Recorded here, outside the event loop: the callback writes to the database.
                 self.on_changed(root.found)

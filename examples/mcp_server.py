@@ -35,6 +35,8 @@ parser.add_argument("--max-seconds", type=float, default=900, help="exit after t
 options = parser.parse_args()
 
 server = MCPServer("airlock-example")
+READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 RECORDS = {"alpha": "the first record", "beta": "the second record"}
 
 
@@ -54,7 +56,7 @@ LOOKUP = "Looks a record up by its id." if options.variant == 1 else "Looks a re
 
 @server.tool(
     description=LOOKUP,
-    annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    annotations=READ,
 )
 def lookup(record_id: str) -> str:
     return RECORDS.get(record_id, f"no record {record_id}")
@@ -69,10 +71,7 @@ def add_tag(record_id: str, tag: str, ctx: Context) -> str:
     return f"tagged {record_id} with {tag}"
 
 
-@server.tool(
-    description="Deletes a record for good.",
-    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False),
-)
+@server.tool(description="Deletes a record for good.", annotations=DESTRUCTIVE)
 def delete_record(record_id: str, ctx: Context) -> str:
     record("delete_record", {"record_id": record_id}, ctx)
     return f"deleted {record_id}"
@@ -91,27 +90,18 @@ def mystery(value: int) -> str:
     return f"mystery({value})"
 
 
-@server.tool(
-    description="Always fails: the server answers with isError.",
-    annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-)
+@server.tool(description="Always fails: the server answers with isError.", annotations=READ)
 def broken(reason: str = "the backend is down") -> str:
     raise ToolError(reason)
 
 
-@server.tool(
-    description="Waits the given number of seconds, then answers.",
-    annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-)
+@server.tool(description="Waits the given number of seconds, then answers.", annotations=READ)
 async def slow(seconds: float) -> str:
     await anyio.sleep(seconds)
     return f"slept {seconds} s"
 
 
-@server.tool(
-    description="Charges a card; the server dies half-way through.",
-    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False),
-)
+@server.tool(description="Charges a card; the server dies half-way through.", annotations=DESTRUCTIVE)
 def charge_card(amount: int, ctx: Context) -> str:
     record("charge_card", {"amount": amount}, ctx)
     os._exit(3)

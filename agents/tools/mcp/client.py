@@ -180,15 +180,11 @@ def list_tools(conn: Connection, *, timeout: float) -> list[dict[str, Any]]:
 
     try:
         return run_sync(go)
-    except TimeoutError:
-        raise ToolError("timeout", f"server {conn.name} did not list its tools within {timeout:g} s") from None
-    except ConfigError as exc:
-        raise ToolError("mcp_config", str(exc)) from None
     except BaseException as exc:  # noqa: BLE001 - whatever the transport raised, said plainly
-        root = _root(exc)
-        if isinstance(root, (KeyboardInterrupt, SystemExit)):
+        failure = _failure(_root(exc), conn.name, f"server {conn.name} did not list its tools within {timeout:g} s")
+        if failure is None:
             raise
-        raise ToolError("mcp_transport_error", f"server {conn.name}: {_describe(root)}") from None
+        raise failure from None
 
 
 @dataclass
@@ -241,20 +237,8 @@ class Call:
 
         try:
             result = run_sync(go)
-        except TimeoutError:
-            raise ToolError(
-                "timeout", f"{self.mcp_name} did not finish within {self.timeout:g} s", outcome_unknown=sent
-            ) from None
-        except ConfigError as exc:
-            raise ToolError("mcp_config", str(exc)) from None
         except BaseException as exc:  # noqa: BLE001 - whatever the transport raised, said plainly
             root = _root(exc)
-            if isinstance(root, (KeyboardInterrupt, SystemExit)):
-                raise
-            if isinstance(root, ToolError):
-                raise root from None
-            if isinstance(root, ConfigError):
-                raise ToolError("mcp_config", str(root)) from None
             if isinstance(root, _Changed):
                 # Recorded here, outside the event loop: the callback writes to the database.
                 self.on_changed(root.found)
@@ -263,17 +247,12 @@ class Call:
                     "definition_changed",
                     f"server {self.conn.name} {what}; the tool is disabled until an operator accepts it",
                 ) from None
-            if isinstance(root, TimeoutError):
-                raise ToolError(
-                    "timeout", f"{self.mcp_name} did not finish within {self.timeout:g} s", outcome_unknown=sent
-                ) from None
-            if isinstance(root, MCPError) and not _is_transport(root):
-                raise ToolError("mcp_error", f"server {self.conn.name} refused the call: {root}") from None
-            raise ToolError(
-                "mcp_transport_error",
-                f"server {self.conn.name}: {_describe(root)}",
-                outcome_unknown=sent,
-            ) from None
+            failure = _failure(
+                root, self.conn.name, f"{self.mcp_name} did not finish within {self.timeout:g} s", sent=sent
+            )
+            if failure is None:
+                raise
+            raise failure from None
         if result.is_error:
             raise ToolError("tool_error", content_text(result.content) or "the server reported an error")
         text = content_text(result.content)
@@ -307,6 +286,24 @@ def _root(exc: BaseException) -> BaseException:
         inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
         exc = (inner or list(exc.exceptions))[0]
     return exc
+
+
+def _failure(root: BaseException, server: str, timeout_detail: str, *, sent: bool = False) -> ToolError | None:
+    """The tool error for what an operation raised (None: let it propagate).
+
+    `sent`: the tools/call request had left, so the effect may have happened.
+    """
+    if isinstance(root, (KeyboardInterrupt, SystemExit)):
+        return None
+    if isinstance(root, ToolError):
+        return root
+    if isinstance(root, TimeoutError):
+        return ToolError("timeout", timeout_detail, outcome_unknown=sent)
+    if isinstance(root, ConfigError):
+        return ToolError("mcp_config", str(root))
+    if isinstance(root, MCPError) and not _is_transport(root):
+        return ToolError("mcp_error", f"server {server} refused the request: {root}")
+    return ToolError("mcp_transport_error", f"server {server}: {_describe(root)}", outcome_unknown=sent)
 
 
 def _is_transport(exc: BaseException) -> bool:

@@ -8,7 +8,8 @@ Its tools cover every way Airlock maps a tool: an annotated read, an additive wr
 destructive write that records each call (arguments and the idempotency key Airlock
 passes in `_meta`) to the `--record` file, an open-world search, an unannotated tool, one
 that answers `isError`, one that sleeps, and one that kills the server mid-call.
-`--variant 2` changes a tool's description, as a server that updated under you would.
+`--variant 2` changes a tool's description, as a server that updated under you would;
+`--require-bearer TOKEN` makes the HTTP server refuse requests without that token.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
 parser.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (0: any free port)")
 parser.add_argument("--record", default="", help="append one JSON line per destructive call to this file")
+parser.add_argument("--require-bearer", default="", metavar="TOKEN",
+                    help="HTTP: answer 401 unless the request says 'Authorization: Bearer TOKEN'")
 parser.add_argument("--variant", type=int, default=1, help="2: a changed definition of `lookup`")
 parser.add_argument("--max-seconds", type=float, default=900, help="exit after this long (tests' safety net)")
 options = parser.parse_args()
@@ -107,10 +110,25 @@ def charge_card(amount: int, ctx: Context) -> str:
     os._exit(3)
 
 
+def require_bearer(app: Any, token: str) -> Any:
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def serve_http(port: int) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host="127.0.0.1")
+    if options.require_bearer:
+        app = require_bearer(app, options.require_bearer)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))

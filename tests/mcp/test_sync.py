@@ -105,6 +105,20 @@ def test_header_secrets_come_from_the_environment_never_the_database(defaults, m
     assert "AIRLOCK_TEST_MCP_TOKEN" in server.last_error
 
 
+def test_a_header_secret_reaches_the_server_from_the_workers_environment(
+    defaults, calls, http, monkeypatch
+) -> None:
+    url = http(calls).start("--require-bearer", "s3cret-token")
+    command("add_mcp_server", "vault", "--url", url, "--header", "Authorization=AIRLOCK_TEST_MCP_AUTH")
+    monkeypatch.setenv("AIRLOCK_TEST_MCP_AUTH", "Bearer wrong")
+    with pytest.raises(CommandError, match="could not list the tools of vault"):
+        command("mcp_sync", "vault")
+    monkeypatch.setenv("AIRLOCK_TEST_MCP_AUTH", "Bearer s3cret-token")
+    assert "vault__lookup " in command("mcp_sync", "vault")
+    row = McpServer.objects.filter(name="vault").values().get()
+    assert "s3cret" not in repr(row)
+
+
 def test_an_unreachable_server_is_a_clear_error(defaults) -> None:
     command("add_mcp_server", "gone", "--url", "http://127.0.0.1:9/mcp", "--timeout", "5")
     with pytest.raises(CommandError, match="could not list the tools of gone"):

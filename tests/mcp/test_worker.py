@@ -6,7 +6,7 @@ from __future__ import annotations
 from agents.actions import approval_decide
 from agents.models import Approval, Run, ToolCall
 from tests.conftest import call, final, person
-from tests.workers.conftest import MARKS, Cluster, broker_url, cluster, wait_for  # noqa: F401 - fixtures
+from tests.workers.conftest import MARKS, Cluster, wait_for
 
 pytestmark = MARKS
 

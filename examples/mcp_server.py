@@ -30,7 +30,7 @@ from mcp.types import ToolAnnotations
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
 parser.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (0: any free port)")
-parser.add_argument("--record", default="", help="append one JSON line per destructive call to this file")
+parser.add_argument("--record", default="", help="append one JSON line per call of a recording tool to this file")
 parser.add_argument("--require-bearer", default="", metavar="TOKEN",
                     help="HTTP: answer 401 unless the request says 'Authorization: Bearer TOKEN'")
 parser.add_argument("--variant", type=int, default=1, help="2: a changed definition of `lookup`")
@@ -99,7 +99,8 @@ def broken(reason: str = "the backend is down") -> str:
 
 
 @server.tool(description="Waits the given number of seconds, then answers.", annotations=READ)
-async def slow(seconds: float) -> str:
+async def slow(seconds: float, ctx: Context) -> str:
+    record("slow", {"seconds": seconds}, ctx)
     await anyio.sleep(seconds)
     return f"slept {seconds} s"
 

@@ -119,12 +119,14 @@ def test_is_error_result_becomes_a_tool_error(http_server, mcp_launch, drive) ->
     assert ToolCall.objects.get(run=run).status == "failed"
 
 
-def test_timeout_is_a_recorded_error_and_the_stdio_server_is_gone(stdio_server, mcp_launch, drive) -> None:
-    McpTool.objects.filter(name="files__slow").update(timeout_seconds=1)
-    run = drive(mcp_launch(stdio_server, [call("files__slow", seconds=60), final("moved on")]))
+def test_timeout_is_a_recorded_error_and_the_stdio_server_is_gone(stdio_server, mcp_launch, drive, calls) -> None:
+    # Long enough for the server to start on a busy machine: the timeout must cut the call itself.
+    McpTool.objects.filter(name="files__slow").update(timeout_seconds=8)
+    run = drive(mcp_launch(stdio_server, [call("files__slow", seconds=600), final("moved on")]))
     assert run.state == "done"
+    assert [c["tool"] for c in calls()] == ["slow"], "the call had reached the server"
     result = json.loads(tool_results(run)[0])
-    assert result == {"ok": False, "error": "timeout", "detail": "slow did not finish within 1 s"}
+    assert result == {"ok": False, "error": "timeout", "detail": "slow did not finish within 8 s"}
     assert stray_children() == []
 
 
@@ -194,3 +196,30 @@ def test_a_run_never_calls_a_tool_whose_definition_changed_under_it(
     # Disabled from then on: a later run is not even offered the tool.
     later = drive(mcp_launch(stdio_server, [call("files__lookup", record_id="alpha"), final()]))
     assert json.loads(tool_results(later)[0])["error"] == "unknown_tool"
+
+
+@pytest.mark.parametrize(("retry", "starts"), [("safe", 3), ("unsafe", 1)])
+def test_transport_failures_are_retried_a_bounded_number_of_times_only_for_safe_tools(
+    retry, starts, stdio_server, mcp_launch, drive, tmp_path
+) -> None:
+    started = tmp_path / "starts"
+    # The server's command now dies at once, counting each start.
+    McpServer.objects.filter(pk=stdio_server.pk).update(command=f"sh -c 'echo start >> {started}; exit 1'")
+    McpTool.objects.filter(name="files__add_tag").update(retry_safety_override=retry)
+    run = drive(mcp_launch(stdio_server, [call("files__add_tag", record_id="a", tag="b"), final("gave up")]))
+    assert run.state == "done"
+    result = json.loads(tool_results(run)[0])
+    assert result["ok"] is False and result["error"] == "mcp_transport_error"
+    assert started.read_text().count("start") == starts
+    assert stray_children() == []
+
+
+def test_timeout_of_an_unsafe_call_already_sent_is_outcome_unknown(stdio_server, mcp_launch, drive, calls) -> None:
+    McpTool.objects.filter(name="files__slow").update(timeout_seconds=8, retry_safety_override="unsafe")
+    run = drive(mcp_launch(stdio_server, [call("files__slow", seconds=600), final()]))
+    assert [c["tool"] for c in calls()] == ["slow"]
+    assert run.state == "awaiting_approval", tool_results(run)
+    approval = Approval.objects.get(run=run, status="pending")
+    assert approval.kind == "outcome_unknown"
+    assert "files__slow failed mid-call (slow did not finish within 8 s)" in approval.reason
+    assert stray_children() == []

@@ -66,6 +66,10 @@ class McpServerAdmin(admin.ModelAdmin):
     inlines = [McpToolInline]
     actions = ["sync"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
+        # The name prefixes its tools' names, which runs and profiles refer to.
+        return [*self.readonly_fields, "name"] if obj is not None else list(self.readonly_fields)
+
     @admin.action(description="Sync tools from the selected servers")
     def sync(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         from agents.tools.mcp import McpError, mcp_server_sync

@@ -290,6 +290,18 @@ class McpServer(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.transport == "stdio" and (not self.command.strip() or self.url):
+            raise ValidationError("a stdio server has a command and no URL")
+        if self.transport == "http" and (not self.url or self.command):
+            raise ValidationError("a streamable HTTP server has a URL and no command")
+        if self.transport == "http" and self.env:
+            raise ValidationError("env sets a stdio server's environment; an HTTP server takes headers")
+        if self.transport == "stdio" and self.headers:
+            raise ValidationError("headers are for HTTP servers")
+
     def target(self) -> str:
         return self.url if self.transport == "http" else self.command
 

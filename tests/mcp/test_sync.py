@@ -89,7 +89,7 @@ def test_a_server_name_that_cannot_prefix_tool_names_is_refused(defaults, bad) -
 def test_a_server_takes_a_command_or_a_url_not_both(defaults) -> None:
     with pytest.raises(CommandError):
         command("add_mcp_server", "x", "--command", "true", "--url", "http://127.0.0.1:1/mcp")
-    with pytest.raises(CommandError, match="HTTP server takes --header"):
+    with pytest.raises(CommandError, match="an HTTP server takes headers"):
         command("add_mcp_server", "x", "--url", "http://127.0.0.1:1/mcp", "--env", "A=b")
 
 

@@ -60,10 +60,6 @@ def mcp_server_add(
 ) -> McpServer:
     if bool(command) == bool(url):
         raise McpError("give exactly one of a command (stdio) or a URL (streamable HTTP)")
-    if url and env:
-        raise McpError("--env sets a stdio server's environment; an HTTP server takes --header NAME=ENV_VAR")
-    if command and headers:
-        raise McpError("--header is for HTTP servers")
     if McpServer.objects.filter(name=name).exists():
         raise McpError(f"a server named {name!r} exists already")
     server = McpServer(
@@ -78,7 +74,7 @@ def mcp_server_add(
     try:
         server.full_clean()
     except ValidationError as exc:
-        raise McpError("; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())) from None
+        raise McpError("; ".join(exc.messages)) from None
     server.save()
     return server
 

@@ -119,6 +119,16 @@ def test_a_header_secret_reaches_the_server_from_the_workers_environment(
     assert "s3cret" not in repr(row)
 
 
+def test_a_stdio_env_reference_is_read_from_the_workers_environment(defaults, calls, monkeypatch) -> None:
+    monkeypatch.delenv("AIRLOCK_TEST_MCP_KEY", raising=False)
+    command("add_mcp_server", "files", "--command", stdio_command(calls), "--env", "API_KEY=${AIRLOCK_TEST_MCP_KEY}")
+    with pytest.raises(CommandError, match=r"AIRLOCK_TEST_MCP_KEY \(for API_KEY of server files\) is not set"):
+        command("mcp_sync", "files")
+    monkeypatch.setenv("AIRLOCK_TEST_MCP_KEY", "k-123")
+    assert "files__lookup " in command("mcp_sync", "files")
+    assert McpServer.objects.get(name="files").env == {"API_KEY": "${AIRLOCK_TEST_MCP_KEY}"}
+
+
 def test_an_unreachable_server_is_a_clear_error(defaults) -> None:
     command("add_mcp_server", "gone", "--url", "http://127.0.0.1:9/mcp", "--timeout", "5")
     with pytest.raises(CommandError, match="could not list the tools of gone"):

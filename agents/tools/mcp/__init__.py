@@ -11,7 +11,7 @@ import difflib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 from django.core.exceptions import ValidationError
@@ -21,8 +21,10 @@ from django.utils import timezone
 from agents.engine.registry import ToolContext, ToolError, ToolSpec
 from agents.models import McpServer, McpTool
 
-from . import client
 from .mapping import Kind, definition, definition_sha256, tool_name
+
+if TYPE_CHECKING:
+    from . import client
 
 log = logging.getLogger("airlock.mcp")
 
@@ -36,6 +38,9 @@ class McpError(Exception):
 
 
 def connection(server: McpServer) -> client.Connection:
+    # The SDK takes most of a second to import: only processes that talk to a server pay.
+    from . import client
+
     return client.Connection(
         name=server.name,
         transport=server.transport,
@@ -124,6 +129,8 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
     disables the tool (`changed`) until an operator accepts it; a tool the server no
     longer lists is `removed`. Nothing an operator set (overrides, switches) is touched.
     """
+    from . import client
+
     try:
         listed = client.list_tools(connection(server), timeout=server.timeout_seconds)
     except ToolError as exc:
@@ -219,6 +226,8 @@ def _changed_under(tool_id: int, pinned: str) -> Any:
 
 
 def _spec(tool: McpTool) -> ToolSpec:
+    from . import client
+
     kind = tool.effective()
     call = client.Call(
         conn=connection(tool.server),

@@ -28,3 +28,18 @@ def test_worker_runs_an_approved_mcp_call_once_with_its_key(cluster: Cluster, st
     assert delete.status == "succeeded", delete.result
     assert [(c["tool"], c["idempotency_key"]) for c in calls()] == [("delete_record", delete.idempotency_key)]
     assert Run.objects.get(pk=run.pk).answer == "deleted"
+
+
+def test_worker_turns_a_server_dying_mid_call_into_outcome_unknown(
+    cluster: Cluster, stdio_server, mcp_launch, calls
+) -> None:
+    from agents.models import McpTool
+
+    McpTool.objects.filter(name="files__charge_card").update(risk_override="write")
+    worker = cluster.start_worker("w1")
+    run = mcp_launch(stdio_server, [call("files__charge_card", amount=3), final("charged")])
+    approval = wait_for(lambda: Approval.objects.filter(run=run, status="pending").first(), what="an approval")
+    assert approval.kind == "outcome_unknown" and "failed mid-call" in approval.reason
+    assert [c["tool"] for c in calls()] == ["charge_card"]
+    assert worker.poll() is None, "the server's death did not take the worker with it"
+    assert ToolCall.objects.get(run=run).status == "started"

@@ -76,12 +76,18 @@ def run_launch(
         run_policy = engine_policy.snapshot(profile.policy_fields(), policy)
     except engine_policy.PolicyError as exc:
         raise ActionError("invalid_policy", str(exc)) from None
+    tools = profile.tools or None
+    if tools and any(name.endswith("__*") for name in tools):
+        from agents.tools import registry
+
+        # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
+        tools = registry().expand(tools)
     state = engine.new_run(
         "pending",
         limits=run_limits,
         now=time.time(),
         approver=approver,
-        tools=profile.tools or None,
+        tools=tools,
         denied_tools=profile.denied_tools,
         always_ask_tools=profile.always_ask_tools,
         prices=profile.prices(),

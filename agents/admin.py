@@ -1,5 +1,6 @@
-"""Admin registrations: agent profiles (their policy included) and API tokens
-(revocable here, created by command)."""
+"""Admin registrations: agent profiles (their policy included), API tokens (revocable
+here, created by command), and MCP servers and their tools (sync, overrides next to the
+server's claim, accepting a changed definition)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
 
-from agents.models import AgentProfile, ApiToken
+from agents.models import AgentProfile, ApiToken, McpServer, McpTool
 
 
 @admin.register(AgentProfile)
@@ -49,3 +51,121 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+# -- MCP -------------------------------------------------------------------------------
+
+
+class McpToolInline(admin.TabularInline):
+    model = McpTool
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["name", "status", "claimed", "in_effect", "enabled"]
+    readonly_fields = ["name", "status", "claimed", "in_effect"]
+
+    def has_add_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
+        return False  # tools come from a sync
+
+    @admin.display(description="server claims")
+    def claimed(self, tool: McpTool) -> str:
+        return _kind(tool.claimed())
+
+    @admin.display(description="in effect")
+    def in_effect(self, tool: McpTool) -> str:
+        return _kind(tool.effective())
+
+
+def _kind(kind: object) -> str:
+    return f"{kind.risk}, {kind.returns}, {kind.retry_safety}"  # type: ignore[attr-defined]
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    list_display = ["name", "transport", "target", "enabled", "synced_at", "last_error"]
+    readonly_fields = ["synced_at", "last_error", "created_at"]
+    inlines = [McpToolInline]
+    actions = ["sync"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> list[str]:
+        # The name prefixes its tools' names, which runs and profiles refer to.
+        return [*self.readonly_fields, "name"] if obj is not None else list(self.readonly_fields)
+
+    @admin.action(description="Sync tools from the selected servers")
+    def sync(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        from agents.tools.mcp import McpError, mcp_server_sync
+
+        for server in queryset:
+            try:
+                lines = mcp_server_sync(server=server)
+            except McpError as exc:
+                self.message_user(request, f"{server.name}: {exc}", messages.ERROR)
+                continue
+            changed = [line.name for line in lines if line.status == "changed"]
+            level = messages.WARNING if changed else messages.SUCCESS
+            text = f"Synced {len(lines)} tool(s) of {server.name}."
+            if changed:
+                text += f" Changed, disabled until accepted: {', '.join(changed)}."
+            self.message_user(request, text, level)
+
+
+@admin.register(McpTool)
+class McpToolAdmin(admin.ModelAdmin):
+    list_display = ["name", "server", "status", "claimed_risk", "risk_override", "claimed_returns",
+                    "returns_override", "claimed_retry", "retry_safety_override", "enabled"]
+    list_filter = ["status", "server", "enabled"]
+    search_fields = ["name", "mcp_name"]
+    readonly_fields = ["server", "mcp_name", "name", "name_note", "status", "description", "input_schema",
+                       "annotations", "sha256", "claimed_kind", "synced_at", "pending_diff"]
+    fieldsets = [
+        (None, {"fields": ["server", "mcp_name", "name", "name_note", "status", "enabled", "timeout_seconds"]}),
+        ("The server's definition (pinned)", {"fields": ["description", "input_schema", "annotations", "sha256",
+                                                         "synced_at"]}),
+        ("Kind: the server's claim and the operator's overrides", {
+            "description": "Annotations are hints from a server that may lie. Only an override makes a tool "
+                           "less guarded; an empty override applies the claim.",
+            "fields": ["claimed_kind", "risk_override", "returns_override", "retry_safety_override"],
+        }),
+        ("Changed definition, waiting for acceptance", {"fields": ["pending_diff"]}),
+    ]
+    actions = ["accept"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # tools come from a sync
+
+    @admin.display(description="risk claimed")
+    def claimed_risk(self, tool: McpTool) -> str:
+        return str(tool.claimed().risk)
+
+    @admin.display(description="returns claimed")
+    def claimed_returns(self, tool: McpTool) -> str:
+        return str(tool.claimed().returns)
+
+    @admin.display(description="retry claimed")
+    def claimed_retry(self, tool: McpTool) -> str:
+        return str(tool.claimed().retry_safety)
+
+    @admin.display(description="the server claims")
+    def claimed_kind(self, tool: McpTool) -> str:
+        return _kind(tool.claimed())
+
+    @admin.display(description="difference")
+    def pending_diff(self, tool: McpTool) -> str:
+        from agents.tools.mcp import definition_diff
+
+        diff = definition_diff(tool)
+        if not diff:
+            return "none"
+        return format_html('<pre class="mcp-diff">{}</pre>', diff)
+
+    @admin.action(description="Accept the new definition of the selected tools")
+    def accept(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
+        from agents.tools.mcp import McpError, mcp_tool_accept
+
+        for tool in queryset:
+            try:
+                mcp_tool_accept(tool_id=tool.pk)
+            except McpError as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                self.message_user(request, f"Accepted the new definition of {tool.name}.", messages.SUCCESS)

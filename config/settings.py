@@ -198,7 +198,12 @@ LOGGING = {
     "filters": {"run": {"()": "agents.logs.RunContextFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # The MCP SDK's HTTP client logs every request URL at INFO: noise, and a URL
+        # may carry a credential.
+        "httpx2": {"level": "WARNING"},
+    },
 }
 
 # -- model clients, demo tools, email (issue #6) ------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .registry import Registry, ToolContext, ToolSpec
+from .registry import Registry, ToolContext, ToolError, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,8 @@ class ToolOutcome:
     error: str = ""
     detail: str = ""
     duration_ms: int = 0
+    # The call may have taken effect before it failed (see ToolError.outcome_unknown).
+    unknown: bool = False
 
     def result(self) -> dict[str, Any]:
         if self.ok:
@@ -144,6 +146,15 @@ class ThreadRunner:
                 error="timeout",
                 detail=f"{spec.name} did not finish within {ctx.timeout:g} s",
                 duration_ms=_ms(started),
+            )
+        except ToolError as exc:
+            self._worker = worker
+            return ToolOutcome(
+                ok=False,
+                error=exc.error,
+                detail=exc.detail[:2000],
+                duration_ms=_ms(started),
+                unknown=exc.outcome_unknown,
             )
         except Exception as exc:  # noqa: BLE001 - every failure is a result
             self._worker = worker

@@ -13,6 +13,20 @@ Returns = Literal["internal", "external"]
 RetrySafety = Literal["safe", "unsafe"]
 
 
+class ToolError(Exception):
+    """A tool's own failure with a name the model sees (`error`) and a `detail`.
+
+    `outcome_unknown`: the request may have reached the side effect before it failed
+    (a server died mid-call). An unsafe tool then waits for a human, as after a crash.
+    """
+
+    def __init__(self, error: str, detail: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(f"{error}: {detail}")
+        self.error = error
+        self.detail = detail
+        self.outcome_unknown = outcome_unknown
+
+
 @dataclass(frozen=True)
 class ToolContext:
     run_id: str
@@ -76,6 +90,24 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._specs)
+
+    def expand(self, names: Iterable[str] | None) -> list[str] | None:
+        """Tool names with each `PREFIX__*` replaced by the registered tools it covers.
+
+        A run snapshots the expanded list at launch, so tools added later are not
+        offered to it. Plain names are kept as given (an unknown one stays unknown).
+        """
+        if names is None:
+            return None
+        expanded: list[str] = []
+        for name in names:
+            if name.endswith("__*"):
+                prefix = name[:-1]
+                found = [n for n in sorted(self._specs) if n.startswith(prefix)]
+            else:
+                found = [name]
+            expanded.extend(n for n in found if n not in expanded)
+        return expanded
 
     def subset(self, names: Iterable[str] | None) -> Registry:
         """Only the named tools (all when names is None)."""

@@ -522,17 +522,26 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
         return _record(state, call, spec, outcome)
     if entry is not None and entry.status == "started" and spec.retry_safety == "unsafe":
         # An earlier attempt began and never recorded a result: it may have happened.
-        new = state.copy()
-        reason = f"{OUTCOME_UNKNOWN}: {call['tool']} was interrupted and is not safe to repeat"
-        new.approval = {"kind": "outcome_unknown", "reason": reason}
-        t = Transition(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
-        t.approval = _approval_row(new, call, proposed_call(state, call["id"])["args"], "outcome_unknown", reason, spec)
-        return _move(new, AWAITING_APPROVAL, t)
+        return _outcome_unknown(state, call, spec, f"{call['tool']} was interrupted")
     if spec.retry_safety == "unsafe" and not deps.journal.begin(call["key"]):
         return None  # another worker started it between our read and our mark
     ctx = ToolContext(run_id=state.run_id, idempotency_key=call["key"], timeout=spec.timeout)
     args = proposed_call(state, call["id"])["args"]
-    return _record(state, call, spec, deps.runner.run(spec, args, ctx))
+    outcome = deps.runner.run(spec, args, ctx)
+    if outcome.unknown and spec.retry_safety == "unsafe":
+        # The tool failed after its request left (a server died mid-call): the journal
+        # entry stays `started`, exactly as after a crash of our own.
+        return _outcome_unknown(state, call, spec, f"{call['tool']} failed mid-call ({outcome.detail})")
+    return _record(state, call, spec, outcome)
+
+
+def _outcome_unknown(state: RunState, call: dict[str, Any], spec: ToolSpec, why: str) -> Outcome:
+    new = state.copy()
+    reason = f"{OUTCOME_UNKNOWN}: {why} and is not safe to repeat"
+    new.approval = {"kind": "outcome_unknown", "reason": reason}
+    t = Transition(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
+    t.approval = _approval_row(new, call, proposed_call(state, call["id"])["args"], "outcome_unknown", reason, spec)
+    return _move(new, AWAITING_APPROVAL, t)
 
 
 def _record(

@@ -1,4 +1,5 @@
-"""Built-in tools, one module each; `registry()` returns the ones this deployment offers."""
+"""Built-in tools, one module each, and the tools of registered MCP servers (`mcp/`);
+`registry()` returns the ones this deployment offers."""
 
 from __future__ import annotations
 
@@ -21,4 +22,9 @@ def registry() -> Registry:
     if faults.FAULT_TOOLS_ON and settings.AIRLOCK_ALLOW_SCRIPTED:
         for spec in faults.fault_tools():
             reg.add(spec)
+    from . import mcp
+
+    for spec in mcp.specs():
+        # `NAME__tool` cannot collide with a built-in name, which has no `__`.
+        reg.add(spec)
     return reg

@@ -1,0 +1,265 @@
+"""MCP servers as tool sources: registration, sync and pinning, and the tools they add
+to the registry (governed like built-in tools: same policy, journal and approvals).
+
+`mcp_server_add`, `mcp_server_sync` and `mcp_tool_accept` are shared by the commands and
+the admin; `specs()` is what `agents.tools.registry()` offers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agents.engine.registry import ToolContext, ToolError, ToolSpec
+from agents.models import McpServer, McpTool
+
+from .mapping import Kind, definition, definition_sha256, tool_name
+
+if TYPE_CHECKING:
+    from . import client
+
+log = logging.getLogger("airlock.mcp")
+
+# The worker waits this much longer than a tool's own timeout, so the call can stop its
+# server and report the timeout itself instead of being abandoned mid-teardown.
+TEARDOWN_GRACE_SECONDS = 10.0
+
+
+class McpError(Exception):
+    """A refused registration or a failed sync, with a readable detail."""
+
+
+def connection(server: McpServer) -> client.Connection:
+    # The SDK takes most of a second to import: only processes that talk to a server pay.
+    from . import client
+
+    return client.Connection(
+        name=server.name,
+        transport=server.transport,
+        command=server.command,
+        url=server.url,
+        env=dict(server.env or {}),
+        headers=dict(server.headers or {}),
+    )
+
+
+# -- registering and syncing -----------------------------------------------------------
+
+
+def mcp_server_add(
+    *,
+    name: str,
+    command: str = "",
+    url: str = "",
+    env: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> McpServer:
+    if bool(command) == bool(url):
+        raise McpError("give exactly one of a command (stdio) or a URL (streamable HTTP)")
+    if McpServer.objects.filter(name=name).exists():
+        raise McpError(f"a server named {name!r} exists already")
+    server = McpServer(
+        name=name,
+        transport="stdio" if command else "http",
+        command=command,
+        url=url,
+        env=env or {},
+        headers=headers or {},
+        timeout_seconds=timeout,
+    )
+    try:
+        server.full_clean()
+    except ValidationError as exc:
+        raise McpError("; ".join(exc.messages)) from None
+    server.save()
+    return server
+
+
+@dataclass(frozen=True)
+class SyncLine:
+    name: str
+    status: str
+    change: str  # new | unchanged | changed | removed | restored
+    claimed: Kind
+    effective: Kind
+    note: str = ""
+
+    def __str__(self) -> str:
+        parts = [self.name]
+        for label, field in (("risk", "risk"), ("returns", "returns"), ("retry", "retry_safety")):
+            value, claim = getattr(self.effective, field), getattr(self.claimed, field)
+            parts.append(f"{label}={value}" + (f" (override; server claims {claim})" if value != claim else ""))
+        state = {
+            "active": "offered",
+            "changed": "DISABLED: definition changed, accept it in the admin",
+            "removed": "not offered: the server no longer lists it",
+            "invalid": "not offered: invalid input schema",
+        }[self.status]
+        parts.append(f"[{self.change}; {state}]")
+        if self.note:
+            parts.append(self.note)
+        return "  ".join(parts)
+
+
+def _line(tool: McpTool, change: str) -> SyncLine:
+    return SyncLine(tool.name, tool.status, change, tool.claimed(), tool.effective(), tool.name_note)
+
+
+def _schema_problem(schema: Any) -> str | None:
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    return None if isinstance(schema, dict) else "the input schema is not an object"
+
+
+def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
+    """List the server's tools and reconcile them with the pinned ones.
+
+    A new tool is pinned as listed; a listed definition that differs from the pinned one
+    disables the tool (`changed`) until an operator accepts it; a tool the server no
+    longer lists is `removed`. Nothing an operator set (overrides, switches) is touched.
+    """
+    from . import client
+
+    try:
+        listed = client.list_tools(connection(server), timeout=server.timeout_seconds)
+    except ToolError as exc:
+        McpServer.objects.filter(pk=server.pk).update(last_error=exc.detail[:2000])
+        raise McpError(exc.detail) from None
+    now = timezone.now()
+    lines = []
+    with transaction.atomic():
+        existing = {t.mcp_name: t for t in server.tools.select_for_update()}
+        taken = set(McpTool.objects.values_list("name", flat=True))
+        for raw in sorted(listed, key=lambda t: str(t.get("name", ""))):
+            defn, sha = definition(raw), definition_sha256(raw)
+            tool = existing.pop(defn["name"], None)
+            if tool is None:
+                name, note = tool_name(server.name, defn["name"], taken)
+                taken.add(name)
+                tool = McpTool(server=server, mcp_name=defn["name"], name=name, name_note=note)
+                _install(tool, defn, sha)
+                change = "new"
+            elif tool.sha256 == sha:
+                change = "restored" if tool.status == "removed" else "unchanged"
+                if tool.status in ("changed", "removed"):
+                    # The server lists the pinned definition (again): nothing to accept.
+                    tool.status = "invalid" if _schema_problem(tool.input_schema) else "active"
+                    tool.pending_definition, tool.pending_sha256 = None, ""
+            else:
+                change = "changed"
+                tool.status, tool.pending_definition, tool.pending_sha256 = "changed", defn, sha
+            tool.synced_at = now
+            tool.save()
+            lines.append(_line(tool, change))
+        for tool in existing.values():
+            if tool.status != "removed":
+                tool.status = "removed"
+                tool.save(update_fields=["status"])
+            lines.append(_line(tool, "removed"))
+        McpServer.objects.filter(pk=server.pk).update(synced_at=now, last_error="")
+    return lines
+
+
+def _install(tool: McpTool, defn: dict[str, Any], sha: str) -> None:
+    tool.description = defn["description"]
+    tool.input_schema = defn["inputSchema"]
+    tool.annotations = defn["annotations"]
+    tool.sha256 = sha
+    tool.status = "invalid" if _schema_problem(tool.input_schema) else "active"
+    tool.pending_definition, tool.pending_sha256 = None, ""
+
+
+def mcp_tool_accept(*, tool_id: int) -> McpTool:
+    """Pin the changed definition a sync found; the tool is offered again."""
+    with transaction.atomic():
+        tool = McpTool.objects.select_for_update().get(pk=tool_id)
+        if tool.status != "changed" or not tool.pending_definition:
+            raise McpError(f"{tool.name} has no changed definition to accept")
+        _install(tool, tool.pending_definition, tool.pending_sha256)
+        tool.save()
+    return tool
+
+
+def definition_diff(tool: McpTool) -> str:
+    """The accepted definition against the one waiting for acceptance, unified diff."""
+    if not tool.pending_definition:
+        return ""
+
+    def text(defn: dict[str, Any]) -> list[str]:
+        return json.dumps(defn, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+    diff = difflib.unified_diff(
+        text(tool.definition()), text(tool.pending_definition), "accepted", "listed now", lineterm=""
+    )
+    return "\n".join(diff)
+
+
+# -- the registry's side ---------------------------------------------------------------
+
+
+def _changed_under(tool_id: int, pinned: str) -> Any:
+    def record(found: dict[str, Any] | None) -> None:
+        # Conditional on the pin we called with: an operator who accepted a newer
+        # definition meanwhile is not overruled by this stale observation.
+        rows = McpTool.objects.filter(pk=tool_id, sha256=pinned, status="active")
+        if found is None:
+            updated = rows.update(status="removed")
+        else:
+            updated = rows.update(
+                status="changed", pending_definition=definition(found), pending_sha256=definition_sha256(found)
+            )
+        if updated:
+            log.warning("mcp tool %s changed under a run; disabled until accepted", tool_id)
+
+    return record
+
+
+def _spec(tool: McpTool) -> ToolSpec:
+    from . import client
+
+    kind = tool.effective()
+    call = client.Call(
+        conn=connection(tool.server),
+        mcp_name=tool.mcp_name,
+        pinned_sha256=tool.sha256,
+        timeout=tool.timeout(),
+        retry_safe=kind.retry_safety == "safe",
+        on_changed=_changed_under(tool.pk, tool.sha256),
+    )
+
+    def run(args: dict[str, Any], ctx: ToolContext) -> Any:
+        return call(args, ctx.idempotency_key)
+
+    return ToolSpec(
+        name=tool.name,
+        description=tool.description or tool.mcp_name,
+        schema=tool.input_schema,
+        risk=kind.risk,
+        returns=kind.returns,
+        retry_safety=kind.retry_safety,
+        func=run,
+        timeout=tool.timeout() + TEARDOWN_GRACE_SECONDS,
+    )
+
+
+def specs() -> list[ToolSpec]:
+    """The MCP tools on offer: active, switched on, of an enabled server."""
+    found = []
+    rows = McpTool.objects.filter(status="active", enabled=True, server__enabled=True).select_related("server")
+    for tool in rows:
+        try:
+            found.append(_spec(tool))
+        except Exception:  # noqa: BLE001 - one bad row must not take the registry down
+            log.exception("mcp tool %s left out of the registry", tool.name)
+    return found

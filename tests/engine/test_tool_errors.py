@@ -1,0 +1,81 @@
+"""A tool's own failures in the pure engine: named errors, and a failure whose outcome
+is unknown (the request left before the far side died), plain data, no database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.engine import step as engine
+from agents.engine.limits import Limits
+from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall
+from agents.engine.registry import Registry, ToolContext, ToolError, ToolSpec
+
+
+class OneCall:
+    def decide(self, request: ModelRequest) -> Decision:
+        return Decision(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.entries: dict[str, JournalEntry] = {}
+
+    def get(self, key: str) -> JournalEntry | None:
+        return self.entries.get(key)
+
+    def executed(self, fingerprint: str) -> int:
+        return 0
+
+    def begin(self, key: str) -> bool:
+        self.entries[key] = JournalEntry("started")
+        return True
+
+
+def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:
+    raise ToolError("mcp_transport_error", "connection closed", outcome_unknown=True)
+
+
+def advance_to_rest(retry_safety: str) -> tuple[engine.RunState, list[engine.Transition]]:
+    spec = ToolSpec("charge", "", {"type": "object"}, "write", "internal", retry_safety, died_mid_call)  # type: ignore[arg-type]
+    deps = Deps(model=OneCall(), registry=Registry([spec]), journal=Journal())
+    state = engine.new_run("1", limits=Limits.from_dict({}), now=0.0, task="t")
+    deps.now = lambda: 1.0
+    transitions = []
+    for _ in range(4):
+        outcome = engine.step(state, deps)
+        if outcome is None:
+            break
+        state, t = outcome
+        transitions.append(t)
+        if state.state == "planning" and t.kind == "tool":
+            break
+    return state, transitions
+
+
+def test_unsafe_tool_whose_outcome_is_unknown_waits_for_a_human() -> None:
+    state, transitions = advance_to_rest("unsafe")
+    assert state.state == "awaiting_approval"
+    last = transitions[-1]
+    assert last.kind == "outcome_unknown" and last.journal_result is None
+    assert last.approval is not None and last.approval["kind"] == "outcome_unknown"
+    assert last.approval["reason"] == (
+        "outcome unknown: charge failed mid-call (connection closed) and is not safe to repeat"
+    )
+
+
+def test_safe_tool_whose_outcome_is_unknown_is_an_error_result() -> None:
+    state, transitions = advance_to_rest("safe")
+    assert state.state == "planning"
+    result = transitions[-1].journal_result
+    assert result is not None and result["result"] == {
+        "ok": False, "error": "mcp_transport_error", "detail": "connection closed",
+    }
+
+
+def test_expand_offers_every_tool_of_a_prefix() -> None:
+    def spec(name: str) -> ToolSpec:
+        return ToolSpec(name, "", {"type": "object"}, "read", "internal", "safe", lambda a, c: None)
+
+    reg = Registry([spec("echo"), spec("files__read"), spec("files__write"), spec("web__get")])
+    assert reg.expand(["files__*", "echo", "files__read", "gone__*"]) == ["files__read", "files__write", "echo"]
+    assert reg.expand(None) is None

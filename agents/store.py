@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -22,7 +22,7 @@ from django.utils import timezone
 from agents import faults
 from agents.engine import states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
-from agents.engine.registry import ToolContext, ToolSpec
+from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
 from agents.models import Approval, Message, Run, ToolCall
 from agents.models import Transition as TransitionRow
@@ -226,7 +226,12 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
         "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
         "status": a["status"], "decided_at": now if a["status"] != "pending" else None,
+        "expires_at": _moment(a.get("expires_at")),
     }
+
+
+def _moment(epoch: float | None) -> dt.datetime | None:
+    return None if epoch is None else dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
 def _commit_statement(
@@ -283,12 +288,14 @@ def _commit_statement(
         f = _approval_fields(t.approval, now)
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, rule, required, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s,"
-            " %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s FROM r)"
+            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at)"
+            " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s"
+            " FROM r)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
                    f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
-                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"], now]
+                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"],
+                   f["expires_at"], now]
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
@@ -369,6 +376,12 @@ class DjangoRunner(ThreadRunner):
             connection.close()
         faults.crash_point("after_tool_before_result_commit")
         return value
+
+
+def clock_only(run: Run, now: float) -> Deps:
+    """Deps for a run that waits for a human: it consults only the clock, so no model
+    client or tool is built."""
+    return Deps(model=cast(Any, None), registry=Registry(), journal=StoreJournal(run), now=lambda: now)
 
 
 def deps_for(run: Run) -> Deps:

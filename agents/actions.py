@@ -123,7 +123,7 @@ class DecisionResult:
 
 
 def approval_decide(
-    *, approval_id: int, user: Any, decision: str, note: str = "", args: Any = None
+    *, approval_id: int, user: Any, decision: str, note: str = "", args: Any = None, voter: str = ""
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -141,6 +141,8 @@ def approval_decide(
        closes the approval and the engine's transition commits in the same database
        transaction, so a decision never exists without its transition.
     5. The decider wakes a worker after commit.
+
+    `voter` names a vote cast without a user (the evals replaying a saved run's votes).
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
@@ -157,7 +159,7 @@ def approval_decide(
             status=403,
         )
     note = store.clean(note or "")
-    name = user.get_username() if user is not None else "system"
+    name = user.get_username() if user is not None else (voter or "system")
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("profile").get(pk=approval.run_id)
         approval = Approval.objects.pending().filter(pk=approval_id).first()
@@ -192,7 +194,7 @@ def approval_decide(
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
         after, t = engine.decide(
-            state, tally.decision, note, by=name if user is not None else "", edit=edit, votes=_plain_votes(votes)
+            state, tally.decision, note, by=name if user is not None else voter, edit=edit, votes=_plain_votes(votes)
         )
         store.commit(run, state, after, t, actor=actor_name(user))
         if after.state not in states.TERMINAL:

@@ -200,7 +200,9 @@ def expire(state: RunState) -> Outcome:
     reason = f"no reviewer answered within {state.approval.get('timeout_seconds')} s"
     call = state.current_call
     if state.policy.get("on_expiry") == "fail":
-        return fail(state, reason, kind="expiry")
+        after, t = fail(state, reason, kind="expiry")
+        t.detail.update(call_id=call["id"], tool=call["tool"])
+        return after, t
     new = state.copy()
     new.approval = None
     new.current_call = None

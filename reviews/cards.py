@@ -100,7 +100,7 @@ class Card:
     @property
     def timeout_seconds(self) -> int:
         a = self.approval
-        return int((a.expires_at - a.created_at).total_seconds()) if a.expires_at else 0
+        return round((a.expires_at - a.created_at).total_seconds()) if a.expires_at else 0
 
     @property
     def seconds_left(self) -> float:

@@ -16,7 +16,7 @@ from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
-from agents.models import AgentProfile, Approval, ApprovalVote, Run
+from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Run
 
 
 class ActionError(Exception):
@@ -123,7 +123,14 @@ class DecisionResult:
 
 
 def approval_decide(
-    *, approval_id: int, user: Any, decision: str, note: str = "", args: Any = None, voter: str = ""
+    *,
+    approval_id: int,
+    user: Any,
+    decision: str,
+    note: str = "",
+    args: Any = None,
+    remember: str | None = None,
+    voter: str = "",
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -142,7 +149,10 @@ def approval_decide(
        transaction, so a decision never exists without its transition.
     5. The decider wakes a worker after commit.
 
-    `voter` names a vote cast without a user (the evals replaying a saved run's votes).
+    `remember` ("call" or "tool", with approve) also grants the call that runs for the
+    rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
+    edit, which may raise the votes needed). `voter` names a vote cast without a user
+    (the evals replaying a saved run's votes).
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
@@ -152,6 +162,8 @@ def approval_decide(
         raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
     if args is not None and decision != "approve":
         raise ActionError("invalid_decision", "only an approval can change the arguments")
+    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
+        raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
     if access.duties_separated(user, approval.run):
         raise ActionError(
             "separation_of_duties",
@@ -170,6 +182,11 @@ def approval_decide(
             args = store.clean(args)
             if args != (approval.edited_args if approval.edited_args is not None else approval.args):
                 _edit(approval, state, args, user=user)
+        if remember is not None:
+            refusal = approval.grant_refusal()
+            if refusal is not None:
+                # Raised inside the transaction: an edit made above rolls back with it.
+                raise ActionError("grant_refused", refusal)
         if approval.votes.filter(round=approval.round, by_name=name).exists():
             return DecisionResult(_fresh(approval_id), "already_voted")
         ApprovalVote.objects.create(
@@ -194,9 +211,10 @@ def approval_decide(
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
         after, t = engine.decide(
-            state, tally.decision, note, by=name if user is not None else voter, edit=edit, votes=_plain_votes(votes)
+            state, tally.decision, note, by=name if user is not None else voter, remember=remember, edit=edit,
+            votes=_plain_votes(votes),
         )
-        store.commit(run, state, after, t, actor=actor_name(user))
+        store.commit(run, state, after, t, actor=actor_name(user), user=user)
         if after.state not in states.TERMINAL:
             _after_commit(run.pk)
     return DecisionResult(_fresh(approval_id), "decided")
@@ -285,4 +303,29 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
         except store.StaleRun:
             # A worker committed in between; cancel the state it left.
             run.refresh_from_db()
+    raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)
+
+
+def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:
+    """End a run-scoped grant, as a transition on the run's timeline. Revoking a
+    grant that is already revoked answers with it unchanged."""
+    grant = Grant.objects.select_related("run").filter(pk=grant_id, run_id=run_id).first()
+    if grant is None:
+        raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
+    for _ in range(5):
+        if grant.revoked_at is not None:
+            return grant
+        run = grant.run
+        if run.state in states.TERMINAL:
+            raise ActionError("not_active", f"run {run_id} already ended ({run.state}); its grants ended with it", status=409)
+        state = store.load(run)
+        after, t = engine.revoke_grant(state, grant.number, by=user.get_username() if user else "")
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user), user=user)
+        except store.StaleRun:
+            # A worker (or another revocation) committed in between: look again.
+            grant = Grant.objects.select_related("run").get(pk=grant_id)
+            continue
+        grant.refresh_from_db()
+        return grant
     raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)

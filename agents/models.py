@@ -290,6 +290,17 @@ class Approval(models.Model):
         """This round's votes, oldest first (prefetched `votes` are used when present)."""
         return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))
 
+    def grant_refusal(self) -> str | None:
+        """Why approving this call may not also grant it for the run, or None."""
+        return engine_policy.grant_refusal(
+            risk=self.risk, required=self.required, tainted=self.run.tainted, kind=self.kind
+        )
+
+    @property
+    def rule_label(self) -> str:
+        """'rule 2 of the profile' for an approval a rule asked for, else ''."""
+        return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
+
 
 class ApprovalVote(models.Model):
     """One reviewer's answer to one round of an approval: a reviewer votes once a round
@@ -311,6 +322,46 @@ class ApprovalVote(models.Model):
 
     def to_dict(self) -> dict[str, Any]:
         return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+
+
+class Grant(models.Model):
+    """A run-scoped grant: a reviewer approved a call and let the same call (`args`
+    set) or any call of the tool (`args` null) through for the rest of the run. The
+    engine state holds it as grant `number`; this row is the record people read."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="grants", db_index=False)
+    number = models.PositiveIntegerField(help_text="the engine's grant number within the run")
+    approval = models.ForeignKey(Approval, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True, blank=True, help_text="the exact call's arguments; null: any call of the tool")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="grant_run_number")]
+        ordering = ["run", "number"]
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def scope(self) -> str:
+        return "tool" if self.args is None else "call"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "tool": self.tool,
+            "args": self.args,
+            "by": self.by.get_username() if self.by else None,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
 
 
 class LedgerEntry(models.Model):

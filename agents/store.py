@@ -24,7 +24,7 @@ from agents.engine import states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
-from agents.models import Approval, Message, Run, ToolCall
+from agents.models import Approval, Grant, Message, Run, ToolCall
 from agents.models import Transition as TransitionRow
 
 log = logging.getLogger("airlock.store")
@@ -129,14 +129,21 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
 
 
 def commit(
-    run: Run, before: RunState, after: RunState, t: Transition, *, actor: str, lease_owner: str | None = None
+    run: Run,
+    before: RunState,
+    after: RunState,
+    t: Transition,
+    *,
+    actor: str,
+    lease_owner: str | None = None,
+    user: Any = None,
 ) -> None:
     """Write one transition and its effects atomically, or raise StaleRun.
 
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
     costs no extra commit to keep it. On PostgreSQL the whole transition is one
     statement (one round trip); elsewhere it is one ORM transaction. Both write the
-    same rows.
+    same rows. `user` is the person behind a grant or a revocation.
     """
     now = timezone.now()
     cached = cache_fields(after)
@@ -155,10 +162,12 @@ def commit(
     messages = _message_rows(run, 0, len(before.messages), t.messages)
     if t.intent is not None:
         faults.crash_point("before_intent_commit")
-    if connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
+    # Grants are rare, human-paced transitions: they take the ORM path.
+    one_statement = t.grant is None and t.grant_revoke is None
+    if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
         seq = _commit_statement(run, cached, row, messages, t, now)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now)
+        seq = _commit_orm(run, cached, row, messages, t, now, user)
     if seq is None:
         # Another worker (or a reviewer, or the sweeper) committed first; their
         # transition stands and nothing of ours was written.
@@ -176,7 +185,13 @@ def commit(
 
 
 def _commit_orm(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime
+    run: Run,
+    cached: dict[str, Any],
+    row: dict[str, Any],
+    messages: list[Message],
+    t: Transition,
+    now: dt.datetime,
+    user: Any = None,
 ) -> int | None:
     with transaction.atomic():
         updated = Run.objects.filter(pk=run.pk, version=run.version).update(version=F("version") + 1, **cached)
@@ -187,11 +202,11 @@ def _commit_orm(
         for m in messages:
             m.seq = seq
         Message.objects.bulk_create(messages)
-        _apply_effects(run, t, now)
+        _apply_effects(run, t, now, user)
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
+def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -206,6 +221,17 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
         Approval.objects.create(run=run, **_approval_fields(t.approval, now))
     if t.approval_close is not None:
         Approval.objects.filter(run=run, status="pending").update(status=t.approval_close, decided_at=now)
+    if t.grant is not None:
+        g = t.grant
+        # The decision's approval: decided in this same transaction, the newest of the call.
+        approval = Approval.objects.filter(run=run, call_id=t.detail.get("call_id", ""), kind="policy").order_by("-pk").first()
+        Grant.objects.create(
+            run=run, number=g["n"], approval=approval, tool=g["tool"][:100], args=clean(g.get("args")), by=user
+        )
+    if t.grant_revoke is not None:
+        Grant.objects.filter(run=run, number=t.grant_revoke, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=user
+        )
 
 
 def _intent_fields(i: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.engine import decisions
+from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
@@ -38,6 +39,20 @@ class Entry:
     @property
     def verdict(self) -> dict[str, Any] | None:
         return self.payload.get("verdict")
+
+    @property
+    def rule_label(self) -> str:
+        """'rule 2 of the profile' when a rule decided this step's verdict."""
+        verdict = self.verdict or {}
+        rule = verdict.get("rule")
+        # A grant's verdict names the rule it overrode in its own reason.
+        return rule_label(rule) if isinstance(rule, dict) and "grant" not in verdict else ""
+
+    @property
+    def grant(self) -> dict[str, Any] | None:
+        """The grant a decision made or a revocation ended."""
+        grant = self.payload.get("grant") if self.t.kind in ("decision", "revoke") else None
+        return grant if isinstance(grant, dict) else None
 
     @property
     def call(self) -> dict[str, Any] | None:

@@ -13,6 +13,8 @@ ARGS_MAX = 100_000
 
 class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
+    # "Approve and allow for this run" sends remember=tool (docs/policy.md, grants).
+    remember = forms.ChoiceField(required=False, choices=[("", "no"), ("call", "this call"), ("tool", "the tool")])
     # Present only when the card's editor is open: the arguments to run instead.
     args = forms.CharField(required=False, max_length=ARGS_MAX, strip=True)
 

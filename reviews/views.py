@@ -135,9 +135,9 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
         raise PermissionDenied("only reviewers decide approvals")
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        if "note" not in form.errors:
+        if "args" in form.errors and len(form.errors) == 1:
             return _refused_edit(request, approval_id, form.errors["args"][0])
-        return HttpResponseBadRequest(f"invalid note: {form.errors.as_text()}", content_type="text/plain")
+        return HttpResponseBadRequest(f"invalid decision: {form.errors.as_text()}", content_type="text/plain")
     try:
         result = approval_decide(
             approval_id=approval_id,
@@ -145,6 +145,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             decision=decision,
             note=form.cleaned_data["note"],
             args=form.cleaned_data["args"],
+            remember=form.cleaned_data["remember"] or None,
         )
     except ActionError as exc:
         if exc.status == 404:

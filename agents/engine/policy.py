@@ -179,7 +179,10 @@ def snapshot(profile: dict[str, Any], launch: dict[str, Any] | None = None) -> d
     a PolicyError naming the field under `policy.`.
     """
     base = {**DEFAULT_POLICY, **{k: v for k, v in profile.items() if k in DEFAULT_POLICY}}
-    launch = launch or {}
+    # A profile saved around its validation (a bulk update) must not launch runs.
+    base["rules"] = validate_rules(base["rules"] or [], field="profile.rules")
+    validate_settings(base, field="profile")
+    launch = {} if launch is None else launch
     if not isinstance(launch, dict):
         raise PolicyError("policy", "must be an object")
     unknown = sorted(set(launch) - set(LAUNCH_KEYS))
@@ -236,9 +239,12 @@ def decide(
     approver: str,
     args: Any = None,
     policy: dict[str, Any] | None = None,
+    grants: list[dict[str, Any]] | None = None,
+    fingerprint: str = "",
 ) -> Verdict:
     """The design's order: profile deny, the first matching rule, irreversible or
-    always-ask, tainted write, allow. Taint wins over an allow rule.
+    always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
+    a run-scoped grant turns an ask it covers into allow (see `grant_refusal`).
 
     A tool missing from the registry counts as irreversible and external.
     """
@@ -253,31 +259,69 @@ def decide(
         if rule["then"] == "deny":
             return Verdict("deny", rule["reason"], rule=rule)
         if rule["then"] == "ask":
-            verdict = Verdict("ask", rule["reason"], rule=rule, required=rule.get("approvals", 1))
+            # An ask rule never lowers the votes an irreversible call needs anyway.
+            floor = pol["irreversible_approvals"] if risk == "irreversible" else 1
+            verdict = Verdict("ask", rule["reason"], rule=rule, required=max(rule.get("approvals", 1), floor))
         elif not taint_asks:
             return Verdict("allow", rule["reason"], rule=rule)
-    required = pol["irreversible_approvals"] if risk == "irreversible" else 1
-    if verdict is None and taint_asks and rule is not None:
-        verdict = Verdict(
-            "ask",
-            f"{tool} {'writes' if risk == 'write' else 'is irreversible'} and the run has read external content "
-            f"({rule_label(rule)} would allow it, but taint wins)",
-            required=required,
-        )
-    elif risk == "irreversible":
-        verdict = Verdict("ask", f"{tool} is irreversible", required=required)
-    elif tool in always_ask:
-        verdict = Verdict("ask", f"the agent profile always asks before {tool}")
-    elif risk == "write" and tainted:
-        verdict = Verdict("ask", f"{tool} writes and the run has read external content")
+    if verdict is None:
+        verdict = _default(tool, risk, tainted, always_ask, pol["irreversible_approvals"], rule)
     if verdict is None:
         return Verdict("allow", f"{tool} is {risk}" + (" (run tainted)" if tainted else ""))
+    grant = next((g for g in grants or () if grant_covers(g, tool, fingerprint)), None)
+    if grant is not None and grant_refusal(risk=risk, required=verdict.required, tainted=tainted) is None:
+        how = "this exact call" if "fp" in grant else f"any {tool} call"
+        asked = f"{rule_label(verdict.rule)}: {verdict.reason}" if verdict.rule else verdict.reason
+        reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run (else: {asked})"
+        return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
     if approver == "none":
         return Verdict(
             "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
             rule=verdict.rule, required=verdict.required,
         )
     return verdict
+
+
+def _default(
+    tool: str, risk: str, tainted: bool, always_ask: list[str], irreversible_approvals: int, allowing: dict[str, Any] | None
+) -> Verdict | None:
+    """The risk defaults (design steps 2-4), or None for allow. `allowing` is an allow
+    rule that matched: only taint may overrule it."""
+    required = irreversible_approvals if risk == "irreversible" else 1
+    if allowing is not None:
+        what = "writes" if risk == "write" else "is irreversible"
+        reason = f"{tool} {what} and the run has read external content ({rule_label(allowing)} would allow it, but taint wins)"
+        return Verdict("ask", reason, required=required)
+    if risk == "irreversible":
+        return Verdict("ask", f"{tool} is irreversible", required=required)
+    if tool in always_ask:
+        return Verdict("ask", f"the agent profile always asks before {tool}")
+    if risk == "write" and tainted:
+        return Verdict("ask", f"{tool} writes and the run has read external content")
+    return None
+
+
+def grant_refusal(*, risk: str, required: int, tainted: bool, kind: str = "policy") -> str | None:
+    """Why a run-scoped grant may not be made (or used) for such a call, or None.
+
+    Never for irreversible tools or approvals needing several votes, and never stronger
+    than taint: a write or irreversible call in a tainted run always asks.
+    """
+    if kind != "policy":
+        return "only a policy approval can be remembered"
+    if risk == "irreversible":
+        return "irreversible calls are approved one at a time"
+    if required > 1:
+        return f"this call needs {required} approvals; a grant would skip them"
+    if tainted and risk == "write":
+        return "the run has read external content, so every write asks"
+    return None
+
+
+def grant_covers(grant: dict[str, Any], tool: str, fingerprint: str) -> bool:
+    if grant.get("revoked") or grant.get("tool") != tool:
+        return False
+    return "fp" not in grant or grant["fp"] == fingerprint
 
 
 def first_match(rules: list[dict[str, Any]], tool: str, args: Any) -> dict[str, Any] | None:

@@ -60,6 +60,9 @@ class RunState:
     # The policy at launch: rules (launch rules first), irreversible_approvals,
     # separate_duties, approval_timeout_seconds, on_expiry (see policy.snapshot).
     policy: dict[str, Any] = field(default_factory=dict)
+    # Run-scoped grants, numbered from 1: {"n", "tool", "fp"? (one exact call), "by",
+    # "revoked"?}. A revoked grant stays listed so numbers are never reused.
+    grants: list[dict[str, Any]] = field(default_factory=list)
     # Calls are referred to by id; their arguments live once, in the assistant message
     # that proposed them, so the state (rewritten every step) stays the same size.
     pending_calls: list[str] = field(default_factory=list)
@@ -103,6 +106,8 @@ class Transition:
     journal_reset: str | None = None  # key to set back to "intended" (run it again)
     approval: dict[str, Any] | None = None  # approval row to create
     approval_close: str | None = None  # status for the run's pending approval
+    grant: dict[str, Any] | None = None  # grant record to create {"n", "tool", "args", ...}
+    grant_revoke: int | None = None  # number of the grant to mark revoked
 
     def payload(self, before: RunState, after: RunState) -> dict[str, Any]:
         return {"patch": patch.diff(before.engine_json(), after.engine_json()), **self.detail}
@@ -218,6 +223,7 @@ def decide(
     decision: str,
     note: str = "",
     by: str = "",
+    remember: str | None = None,
     *,
     edit: dict[str, Any] | None = None,
     votes: list[dict[str, Any]] | None = None,
@@ -229,6 +235,8 @@ def decide(
     `fail` (end the run). An `approve` with an `edit` (`{"args", "by", "note"}`, checked
     beforehand with `check_edit`) runs the reviewer's arguments under their own
     idempotency key; `votes` are the votes that decided it, kept on the record.
+    `remember` ("call" or "tool") with `approve` also grants the same call, or any call
+    of the tool, for the rest of the run.
     """
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
@@ -238,23 +246,35 @@ def decide(
         raise ValueError(f"a {kind} approval takes {' or '.join(allowed)}, not {decision!r}")
     if edit is not None and decision != "approve":
         raise ValueError("only an approval can edit the arguments")
+    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
+        raise ValueError("remember takes 'call' or 'tool', and only with approve")
     call = state.current_call
     new = state.copy()
     new.approval = None
-    detail = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
+    detail: dict[str, Any] = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
     if votes:
         detail["votes"] = votes
+    if edit is not None:
+        original = call_args(state, call)
+        if edit["args"] != original:
+            call = new.current_call = edited_call(new, call, original, edit)
+            detail["edit"] = {"from": original, "to": edit["args"], "by": edit.get("by", ""),
+                              "note": edit.get("note", ""), "key": call["key"]}
+    if remember is not None:
+        # A grant covers the call that runs: the reviewer's, when they edited it.
+        grant: dict[str, Any] = {"n": len(new.grants) + 1, "tool": call["tool"], "by": by}
+        if remember == "call":
+            grant["fp"] = call["fp"]
+        new.grants = [*new.grants, grant]
+        detail["grant"] = {**grant, "args": call_args(new, call) if remember == "call" else None}
+    grant_effect = detail.get("grant")
     if decision == "fail":
         return fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
-            original = call_args(state, call)
-            if edit is not None and edit["args"] != original:
-                call = new.current_call = edited_call(new, call, original, edit)
-                detail["edit"] = {"from": original, "to": edit["args"], "by": edit.get("by", ""),
-                                  "note": edit.get("note", ""), "key": call["key"]}
             t.intent = _intent(new, call, call_args(new, call))
+            t.grant = grant_effect
         else:
             t.journal_reset = call["key"]
         return _move(new, ACTING, t)
@@ -341,6 +361,24 @@ def call_args(state: RunState, call: dict[str, Any]) -> Any:
     if "args" in call:
         return call["args"]
     return proposed_call(state, call["id"])["args"]
+
+
+def revoke_grant(state: RunState, n: int, by: str = "") -> Outcome:
+    """End a run-scoped grant: calls it covered ask again from the next proposal on.
+
+    A transition that changes no state (from == to): it records who revoked what
+    and when, without being an edge of the machine.
+    """
+    if state.state in TERMINAL:
+        raise ValueError("the run has ended")
+    grant = next((g for g in state.grants if g["n"] == n), None)
+    if grant is None or grant.get("revoked"):
+        raise LookupError(f"no active grant {n}")
+    new = state.copy()
+    new.grants = [{**g, "revoked": True} if g["n"] == n else g for g in new.grants]
+    t = Transition(state.state, state.state, "revoke", {"grant": {"n": n, "tool": grant["tool"]}, "by": by})
+    t.grant_revoke = n
+    return new, t
 
 
 # -- planning ------------------------------------------------------------------------
@@ -447,6 +485,8 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
         approver=new.approver,
         args=args,
         policy=new.policy,
+        grants=new.grants,
+        fingerprint=fp,
     )
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}

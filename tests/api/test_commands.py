@@ -99,10 +99,10 @@ def test_shipped_evals_pass(defaults) -> None:
     assert Approval.objects.get(run=injected).status == "rejected"
     assert LedgerEntry.objects.filter(run=injected).count() == 0
     # Saved demo runs replay with the scripted model under the demo profile's policy:
-    # the irreversible refund asked, was approved, and paid once.
+    # the profile's rule asked about the refund, a reviewer approved it, and it paid once.
     refund = Run.objects.get(task__startswith="My blender from order 1042")
     assert refund.profile.name == "replay-demo"
-    assert Approval.objects.get(run=refund).reason == "refund is irreversible"
+    assert Approval.objects.get(run=refund).reason == "refunds of 20 or more need a human"
     assert [e.entry["kind"] for e in LedgerEntry.objects.filter(run=refund)] == ["refund"]
 
 

@@ -77,7 +77,7 @@ def unapproved_risky_calls(run: Run) -> list[str]:
     from agents.tools import registry
 
     reg = registry()
-    approved = set(Approval.objects.filter(run=run, status="approved").values_list("call_id", flat=True))
+    approved = set(Approval.objects.filter(run=run, status=Approval.Status.APPROVED).values_list("call_id", flat=True))
     tainted = False
     problems = []
     for t in run.transitions.filter(kind="tool").order_by("seq"):
@@ -151,7 +151,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
     ]
     run = run_settle(run.pk, timeout=timeout)
     while run.state == states.AWAITING_APPROVAL:
-        pending = Approval.objects.filter(run=run, status="pending").first()
+        pending = Approval.objects.pending().filter(run=run).first()
         if pending is None or not decisions:
             break  # the run waits for an answer the case does not give: reported below
         d = decisions.pop(0)

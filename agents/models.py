@@ -269,12 +269,12 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="approval_status_created"),
             # The sweeper's "due" query and the queue's "expires soonest" order.
-            models.Index(fields=["expires_at"], condition=models.Q(status="pending"), name="approval_pending_expires"),
+            models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.
             models.UniqueConstraint(
-                fields=["run"], condition=models.Q(status="pending"), name="approval_one_pending_per_run"
+                fields=["run"], condition=models.Q(status=decisions.PENDING), name="approval_one_pending_per_run"
             )
         ]
 

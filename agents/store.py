@@ -220,7 +220,7 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) 
     if t.approval is not None:
         Approval.objects.create(run=run, **_approval_fields(t.approval, now))
     if t.approval_close is not None:
-        Approval.objects.filter(run=run, status="pending").update(status=t.approval_close, decided_at=now)
+        Approval.objects.pending().filter(run=run).update(status=t.approval_close, decided_at=now)
     if t.grant is not None:
         g = t.grant
         # The decision's approval: decided in this same transaction, the newest of the call.
@@ -251,7 +251,7 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
         "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
-        "status": a["status"], "decided_at": now if a["status"] != "pending" else None,
+        "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
         "expires_at": _moment(a.get("expires_at")),
     }
 

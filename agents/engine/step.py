@@ -318,16 +318,7 @@ def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verd
     problem = spec.validate(args)
     if problem is not None:
         raise EditRefused("invalid_arguments", problem, 400)
-    verdict = policy.decide(
-        spec,
-        call["tool"],
-        denied=state.denied_tools,
-        always_ask=state.always_ask_tools,
-        tainted=state.tainted,
-        approver=state.approver,
-        args=args,
-        policy=state.policy,
-    )
+    verdict = _verdict(state, spec, call["tool"], args, fingerprint(call["tool"], args))
     if verdict.action == "deny":
         raise EditRefused(
             "denied_by_policy", {"message": f"the edited call is denied: {verdict.reason}", "rule": verdict.rule}, 409
@@ -476,18 +467,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
             f"with the same error ({streak.get('error')})"
         )
         return _fail_from(new, t, reason)
-    verdict = policy.decide(
-        spec,
-        tool,
-        denied=new.denied_tools,
-        always_ask=new.always_ask_tools,
-        tainted=new.tainted,
-        approver=new.approver,
-        args=args,
-        policy=new.policy,
-        grants=new.grants,
-        fingerprint=fp,
-    )
+    verdict = _verdict(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
     if verdict.action == "allow":
@@ -507,6 +487,22 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
+
+
+def _verdict(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
+    """The run's policy on one call: what the model proposed, or a reviewer's edit."""
+    return policy.decide(
+        spec,
+        tool,
+        denied=state.denied_tools,
+        always_ask=state.always_ask_tools,
+        tainted=state.tainted,
+        approver=state.approver,
+        args=args,
+        policy=state.policy,
+        grants=state.grants,
+        fingerprint=fp,
+    )
 
 
 def _fail_from(new: RunState, t: Transition, reason: str) -> Outcome:

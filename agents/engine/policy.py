@@ -9,6 +9,7 @@ arguments after its schema was validated.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -90,7 +91,7 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
     allowed = ("ask", "deny") if launch else THEN
     if then not in allowed:
         extra = " (launch rules only tighten)" if launch else ""
-        raise PolicyError(f"{field}.then", f"must be {' or '.join(allowed)}{extra}, not {then!r}")
+        raise PolicyError(f"{field}.then", f"must be {_either(allowed)}{extra}, not {then!r}")
     reason = rule.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         raise PolicyError(f"{field}.reason", "must be a short text the reviewer reads")
@@ -103,6 +104,10 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
     if "when" in rule:
         validate_condition(rule["when"], field=f"{field}.when")
     return {k: rule[k] for k in ("tool", "when", "then", "approvals", "reason") if k in rule}
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
 
 
 def validate_condition(cond: Any, *, field: str, depth: int = 0) -> None:
@@ -163,7 +168,7 @@ def validate_settings(data: dict[str, Any], *, field: str = "") -> None:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise PolicyError(f"{prefix}approval_timeout_seconds", "must be a whole number of seconds (at least 1) or null")
     if "on_expiry" in data and data["on_expiry"] not in ON_EXPIRY:
-        raise PolicyError(f"{prefix}on_expiry", f"must be {' or '.join(ON_EXPIRY)}")
+        raise PolicyError(f"{prefix}on_expiry", f"must be {_either(ON_EXPIRY)}")
 
 
 # -- the snapshot a run keeps ---------------------------------------------------------
@@ -367,7 +372,7 @@ def holds(cond: dict[str, Any], args: Any) -> bool:
     op = cond["op"]
     found = resolve(args, cond["arg"].split("."))
     if op == "exists":
-        return bool(found) == cond.get("value", True)
+        return bool(found) is bool(cond.get("value", True))
     # .get: a run's snapshot drops nulls, so `"value": null` arrives as no value.
     return _any(found, lambda actual: _test(op, actual, cond.get("value")), fan_out=op != "contains")
 
@@ -388,7 +393,7 @@ def resolve(value: Any, parts: list[str]) -> list[Any]:
     return []
 
 
-def _any(found: list[Any], test: Any, *, fan_out: bool) -> bool:
+def _any(found: list[Any], test: Callable[[Any], bool], *, fan_out: bool) -> bool:
     """True if the test holds for any value (or any element of a list value)."""
     candidates: list[Any] = []
     for value in found:

@@ -65,4 +65,4 @@ def test_profile_clean_names_the_bad_rule_field() -> None:
     profile = AgentProfile(name="p", provider="scripted", rules=[{"tool": "refund", "then": "maybe", "reason": "x"}])
     with pytest.raises(ValidationError) as caught:
         profile.clean()
-    assert caught.value.message_dict["rules"] == ["rules[1].then: must be allow or ask or deny, not 'maybe'"]
+    assert caught.value.message_dict["rules"] == ["rules[1].then: must be allow, ask or deny, not 'maybe'"]

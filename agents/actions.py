@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import access, faults, store
+from agents import access, faults, store, telemetry
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
@@ -90,7 +90,10 @@ def run_launch(
         task=task,
     )
     with transaction.atomic():
-        run = Run(profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script))
+        run = Run(
+            profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script),
+            trace_context=telemetry.new_trace_context(),
+        )
         # The id is the run's identity in every idempotency key: take it first.
         run.deadline = timezone.now()
         run.save()

@@ -105,6 +105,9 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=100, null=True, blank=True)
     lease_expires = models.DateTimeField(null=True, blank=True)
     claims_without_progress = models.PositiveSmallIntegerField(default=0)
+    # The W3C traceparent of the run's trace, set at launch when tracing is on: a run
+    # resumed on another worker continues the same trace (agents/telemetry.py).
+    trace_context = models.CharField(max_length=60, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -362,6 +365,25 @@ class Grant(models.Model):
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
         }
+
+
+class MetricTally(models.Model):
+    """Counters and histogram buckets folded from the append-only transition log.
+
+    `GET /metrics` folds the transitions committed since the last scrape into these
+    rows (agents/metrics.py), so the totals cost the hot path nothing and are exact
+    whatever process died. The row named `_folded_through` holds the last transition id
+    folded, in `total`.
+    """
+
+    name = models.CharField(max_length=40)
+    labels = models.CharField(max_length=300, blank=True, help_text="label values joined by '|'")
+    bucket = models.SmallIntegerField(default=-1, help_text="histogram bucket index; -1 for a counter")
+    count = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "labels", "bucket"], name="tally_name_labels_bucket")]
 
 
 class LedgerEntry(models.Model):

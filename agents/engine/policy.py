@@ -81,7 +81,7 @@ def validate_rules(rules: Any, *, field: str = "rules", launch: bool = False) ->
 def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, Any]:
     if not isinstance(rule, dict):
         raise PolicyError(field, "a rule is an object with tool, then and reason (when and approvals optional)")
-    unknown = sorted(set(rule) - RULE_KEYS - {"origin", "index"})
+    unknown = sorted(set(rule) - RULE_KEYS)
     if unknown:
         raise PolicyError(f"{field}.{unknown[0]}", f"unknown key (a rule takes {', '.join(sorted(RULE_KEYS))})")
     tool = rule.get("tool")

@@ -22,7 +22,7 @@ def forwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0005_fewer_indexes_on_hot_rows'),
+        ('agents', '0006_ops'),  # re-chained after main merged ops
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -215,6 +215,7 @@ def test_an_ask_without_an_approver_is_a_recorded_denial_naming_the_rule() -> No
         ([{"tool": "x", "then": "maybe", "reason": "r"}], "rules[1].then"),
         ([{"tool": "x", "then": "deny"}], "rules[1].reason"),
         ([{"tool": "x", "then": "deny", "reason": "r", "unless": {}}], "rules[1].unless"),
+        ([{"tool": "x", "then": "deny", "reason": "r", "origin": "launch"}], "rules[1].origin"),
         ([{"tool": "x", "then": "deny", "reason": "r", "approvals": 2}], "rules[1].approvals"),
         ([{"tool": "x", "then": "ask", "reason": "r", "approvals": 0}], "rules[1].approvals"),
         ([{"tool": "x", "then": "ask", "reason": "r", "approvals": True}], "rules[1].approvals"),

@@ -47,6 +47,25 @@ class Filters:
 
 
 @dataclass
+class Quorum:
+    """Where an approval's votes stand, as its card shows them."""
+
+    pk: int
+    approvals: int
+    required: int
+    votes: list[ApprovalVote]
+
+    @classmethod
+    def of(cls, a: Approval) -> Quorum | None:
+        """None for an approval that needs one vote and has none: no counter to show."""
+        votes = a.current_votes()
+        if a.required <= 1 and not votes:
+            return None
+        count = decisions.tally([v.to_dict() for v in votes], a.required).approvals
+        return cls(a.pk, count, a.required, votes)
+
+
+@dataclass
 class Card:
     approval: Approval
     args_json: str
@@ -79,6 +98,10 @@ class Card:
     @property
     def decided_label(self) -> str:
         return self.approval.decided_label
+
+    @property
+    def quorum(self) -> Quorum | None:
+        return Quorum.of(self.approval)
 
     @property
     def approvals(self) -> int:
@@ -217,6 +240,8 @@ class OnScreen:
     so the poll sends only this stand-in instead of rendering the card again."""
 
     pk: int
+    # The vote counter goes out of band: the card stays, its count follows other reviewers.
+    quorum: Quorum | None = None
     placeholder: bool = True
 
 
@@ -236,7 +261,10 @@ def queue(
     order = SORTS.get(filters.sort, SORTS[""])[1]
     approvals = list(_select(rows).order_by(*order)[: PAGE + len(keep)])
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
-    items: list[Card | OnScreen] = [OnScreen(a.pk) if a.pk in on_screen else next(built) for a in approvals]
+    items: list[Card | OnScreen] = [
+        OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
+        for a in approvals
+    ]
     return items, pending.count()
 
 

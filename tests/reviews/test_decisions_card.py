@@ -106,12 +106,25 @@ def test_the_card_counts_votes_and_tells_a_voter_they_voted(pending, rita, rob, 
 
     mine = card_html(as_user(rita), approval)
     assert '<strong class="count">1 of 2 approvals</strong>: <span class="voter">rita</span> (approve)' in mine
+    assert 'id="approval-%d-quorum"' % approval.pk in mine
     assert ">Approve</button>" not in mine and "You already voted" in mine
     theirs = card_html(as_user(rob), approval)
     assert "1 of 2 approvals" in theirs and ">Approve</button>" in theirs and "You already voted" not in theirs
 
     assert as_user(rob).decide(approval.pk, "approve", htmx=True).status_code == 200
     assert Approval.objects.get(pk=approval.pk).status == "approved"
+
+
+def test_the_poll_sends_the_counter_of_a_card_the_page_keeps(pending, rita, rob, as_user) -> None:
+    approval = ask(pending)
+    approval_decide(approval_id=approval.pk, user=rob, decision="approve")
+    listed = as_user(rita).get(f"/reviews/list/?shown={approval.pk}", headers={"HX-Request": "true"})
+    html = listed.content.decode()
+    assert f'<article class="card" id="approval-{approval.pk}" data-approval-id="{approval.pk}" hx-preserve="true"></article>' in html
+    assert re.search(
+        rf'<p class="quorum" id="approval-{approval.pk}-quorum" hx-swap-oob="true"><strong class="count">1 of 2 approvals',
+        html,
+    )
 
 
 def test_voting_twice_from_the_card_changes_nothing(pending, rita, as_user) -> None:

@@ -106,7 +106,7 @@ def test_the_card_counts_votes_and_tells_a_voter_they_voted(pending, rita, rob, 
 
     mine = card_html(as_user(rita), approval)
     assert '<strong class="count">1 of 2 approvals</strong>: <span class="voter">rita</span> (approve)' in mine
-    assert 'id="approval-%d-quorum"' % approval.pk in mine
+    assert f'id="approval-{approval.pk}-quorum"' in mine
     assert ">Approve</button>" not in mine and "You already voted" in mine
     theirs = card_html(as_user(rob), approval)
     assert "1 of 2 approvals" in theirs and ">Approve</button>" in theirs and "You already voted" not in theirs

@@ -194,7 +194,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "already_voted")
         ApprovalVote.objects.create(
             approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            at=timezone.now(),
+            args=approval.edited_args, at=timezone.now(),
         )
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)

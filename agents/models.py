@@ -316,6 +316,9 @@ class ApprovalVote(models.Model):
     by_name = models.CharField(max_length=150)
     decision = models.CharField(max_length=10)
     note = models.TextField(blank=True)
+    # What this round was about: a reviewer's edited arguments, or null for the model's.
+    # A later edit replaces the approval's `edited_args`; the record of this one stays.
+    args = models.JSONField(null=True, blank=True)
     at = models.DateTimeField()
 
     class Meta:

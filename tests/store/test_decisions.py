@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from agents import access, store
 from agents.actions import ActionError, approval_decide, approval_expire
 from agents.defaults import DIAGNOSTIC_TOOLS
-from agents.engine.fingerprints import idempotency_key
-from agents.models import AgentProfile, Approval, ApprovalVote, LedgerEntry, Run, ToolCall, Transition
+from agents.engine.fingerprints import fingerprint, idempotency_key
+from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEntry, Run, ToolCall, Transition
 from tests.conftest import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,6 +107,9 @@ def test_an_edit_resets_the_votes_and_the_editors_vote_counts_first(waiting, peo
     assert a.idempotency_key == idempotency_key(str(approval.run_id), state.steps, "ledger_write", a.edited_args)
 
     assert decide(approval, people["rita"]).outcome == "decided"
+    # Every vote keeps the arguments it was about: the model's (null) or the edit.
+    assert [(v.round, v.by_name, v.args) for v in ApprovalVote.objects.order_by("pk")] == [
+        (0, "rita", None), (1, "rob", {"entry": "pay ACME 90"}), (1, "rita", {"entry": "pay ACME 90"})]
     run = drive(Run.objects.get(pk=approval.run_id))
     assert run.state == "done", run.error
     [entry] = LedgerEntry.objects.filter(run=run)
@@ -147,6 +150,18 @@ def test_an_edit_that_needs_more_votes_keeps_waiting(waiting, people) -> None:
     assert result.outcome == "voted" and result.approval.required == 3 and result.approval.status == "pending"
     assert decide(approval, people["rob"]).outcome == "voted"
     assert decide(approval, people["ruth"]).outcome == "decided"
+
+
+def test_a_grant_with_an_edit_covers_the_edited_call(waiting, people, drive) -> None:
+    approval = waiting(policy={"rules": [{**TWO_PEOPLE, "approvals": 1}]})
+    result = decide(approval, people["rita"], args={"entry": "pay ACME 90"}, remember="call")
+    assert result.outcome == "decided"
+    run = Run.objects.get(pk=approval.run_id)
+    [grant] = store.load(run).grants
+    assert grant["fp"] == fingerprint("ledger_write", {"entry": "pay ACME 90"})
+    assert Grant.objects.get(run=run).args == {"entry": "pay ACME 90"}
+    run = drive(run)
+    assert [e.entry for e in LedgerEntry.objects.filter(run=run)] == ["pay ACME 90"]
 
 
 # -- separation of duties -------------------------------------------------------------

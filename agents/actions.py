@@ -88,6 +88,7 @@ def run_launch(
         policy=run_policy,
         system_prompt=profile.system_prompt,
         task=task,
+        context_tokens=profile.context_tokens,
     )
     with transaction.atomic():
         run = Run(

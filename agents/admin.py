@@ -20,12 +20,15 @@ class AgentProfileAdmin(admin.ModelAdmin):
     search_fields = ["name", "description"]
     fieldsets = [
         (None, {"fields": ["name", "description", "provider", "model_name", "system_prompt"]}),
+        ("Model endpoint", {"fields": ["base_url", "api_key_env", "context_tokens"]}),
         ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools"]}),
         ("Policy", {
             "fields": ["rules", "irreversible_approvals", "separate_duties", "approval_timeout_seconds", "on_expiry"],
             "description": "Argument rules, first match wins; see docs/policy.md.",
         }),
-        ("Budget", {"fields": ["limits", "price_input_micros", "price_output_micros"]}),
+        ("Budget", {"fields": [
+            "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
+        ]}),
     ]
 
 

@@ -205,11 +205,14 @@ LOGGING = {
 # API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY) and base URLs (OPENAI_BASE_URL,
 # ANTHROPIC_BASE_URL) are read from the environment by the clients when a run is
 # driven, never stored in settings, rows or logs.
-AIRLOCK_LLM_TIMEOUT = env_float("AIRLOCK_LLM_TIMEOUT", 60.0)
+AIRLOCK_ANTHROPIC_MAX_TOKENS = env_int("AIRLOCK_ANTHROPIC_MAX_TOKENS", 4096)
+# Requests are not streamed: the answer comes when the whole reply is written, so the
+# default timeout covers max_tokens at a slow 20 tokens/s (at least 60 s). A timed-out
+# request is sent again and may be billed twice, so a short timeout costs money.
+AIRLOCK_LLM_TIMEOUT = env_float("AIRLOCK_LLM_TIMEOUT", max(60.0, AIRLOCK_ANTHROPIC_MAX_TOKENS / 20))
 AIRLOCK_LLM_RETRIES = env_int("AIRLOCK_LLM_RETRIES", 3)
 AIRLOCK_LLM_BACKOFF = env_float("AIRLOCK_LLM_BACKOFF", 1.0)
 AIRLOCK_LLM_MAX_SLEEP = env_float("AIRLOCK_LLM_MAX_SLEEP", 30.0)
-AIRLOCK_ANTHROPIC_MAX_TOKENS = env_int("AIRLOCK_ANTHROPIC_MAX_TOKENS", 4096)
 # Hosts http_get may fetch (`.example.com` allows subdomains too). The built-in demo
 # site's reserved host is answered in-process; private addresses are always refused.
 AIRLOCK_HTTP_ALLOWED_HOSTS = env_list("AIRLOCK_HTTP_ALLOWED_HOSTS", ["demo.airlock.internal"])

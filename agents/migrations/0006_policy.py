@@ -22,7 +22,7 @@ def forwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0006_ops'),  # re-chained after main merged ops
+        ('agents', '0007_llm'),  # re-chained after main merged ops and llm
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -26,6 +26,8 @@ def form(profile: AgentProfile, rules: Any) -> dict[str, Any]:
         "rules": rules if isinstance(rules, str) else json.dumps(rules),
         "irreversible_approvals": "1", "separate_duties": "on", "approval_timeout_seconds": "",
         "on_expiry": "reject", "limits": "{}", "price_input_micros": "0", "price_output_micros": "0",
+        "price_cached_input_micros": "", "price_cache_write_micros": "", "base_url": "", "api_key_env": "",
+        "context_tokens": "",
     }
 
 
@@ -41,6 +43,9 @@ def test_an_operator_adds_an_argument_rule_in_the_admin(admin_client: Client) ->
     url = f"/admin/agents/agentprofile/{demo.pk}/change/"
     page = admin_client.get(url).content.decode()
     assert "Policy" in page and "docs/policy.md" in page
+    # Every field of the model is on the form (a fieldset that forgot one would hide it).
+    fields = {f.name for f in AgentProfile._meta.get_fields() if f.concrete and not f.auto_created}
+    assert all(f'name="{name}"' in page for name in fields), sorted(n for n in fields if f'name="{n}"' not in page)
     response = admin_client.post(url, form(demo, [OVER_100]))
     assert response.status_code == 302
     assert AgentProfile.objects.get(pk=demo.pk).rules == [OVER_100]

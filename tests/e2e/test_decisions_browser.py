@@ -14,11 +14,9 @@ from playwright.sync_api import expect
 
 from agents.models import Approval, LedgerEntry, Run
 from tests.conftest import call, final, person
+from tests.e2e.test_reviews_queue import POLL, open_queue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-PW = "correct horse battery"
-POLL = 10_000  # ms: a bound on waiting for the queue's 2 s poll, not a measurement
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 
 
@@ -29,17 +27,10 @@ def waiting(launch, drive, **policy: Any) -> Approval:
     return Approval.objects.pending().get(run=run)
 
 
-def queue(new_page, login, username: str) -> Any:
-    page, watch = new_page()
-    login(page, username, PW)
-    page.goto("/reviews/")
-    return page, watch
-
-
 def test_a_reviewer_edits_the_arguments_then_approves(new_page, login, screenshot, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     approval = waiting(launch, drive, rules=[{**TWO_PEOPLE, "approvals": 1}])
-    page, watch = queue(new_page, login, "rita")
+    page, watch = open_queue(new_page, login, "rita")
     card = page.locator(f'[data-approval-id="{approval.pk}"]')
     editor = card.get_by_label("Arguments to run instead")
     expect(editor).to_be_hidden()
@@ -62,7 +53,7 @@ def test_a_reviewer_edits_the_arguments_then_approves(new_page, login, screensho
 def test_a_refused_edit_keeps_the_editor_open_with_the_reason(new_page, login, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     approval = waiting(launch, drive, rules=[{**TWO_PEOPLE, "approvals": 1}])
-    page, _ = queue(new_page, login, "rita")
+    page, _ = open_queue(new_page, login, "rita")
     card = page.locator(f'[data-approval-id="{approval.pk}"]')
     card.get_by_role("button", name="Edit arguments").click()
     card.get_by_label("Arguments to run instead").fill('{"entry": "pay", "amount": 5}')
@@ -76,8 +67,8 @@ def test_the_quorum_counter_counts_each_reviewer_once(new_page, login, screensho
     person("rita", "reviewer")
     person("rob", "reviewer")
     approval = waiting(launch, drive)
-    rita, _ = queue(new_page, login, "rita")
-    rob, _ = queue(new_page, login, "rob")
+    rita, _ = open_queue(new_page, login, "rita")
+    rob, _ = open_queue(new_page, login, "rob")
     mine = rita.locator(f'[data-approval-id="{approval.pk}"]')
     expect(mine.locator(".quorum")).to_have_text("0 of 2 approvals")
     mine.get_by_role("button", name="Approve", exact=True).click()
@@ -103,7 +94,7 @@ def test_the_card_counts_down_and_is_marked_in_the_last_fifth(new_page, login, s
     Approval.objects.filter(pk=approval.pk).update(
         created_at=now - dt.timedelta(seconds=38), expires_at=now + dt.timedelta(seconds=12)
     )
-    page, watch = queue(new_page, login, "rita")
+    page, watch = open_queue(new_page, login, "rita")
     expires = page.locator(f'[data-approval-id="{approval.pk}"] .expires')
     expect(expires).to_contain_text(re.compile(r"expires in 1\d s"))
     expect(expires).not_to_have_class(re.compile("expiring"))

@@ -50,3 +50,11 @@ def visible_runs(user: Any) -> QuerySet[Run]:
 
 def can_read_run(user: Any, run: Run) -> bool:
     return reads_all_runs(user) or (in_group(user, LAUNCHER) and run.created_by_id == user.pk)
+
+
+def duties_separated(user: Any, run: Run) -> bool:
+    """True when `user` launched `run` and its policy separates duties: they may read
+    the run's approvals but not vote on them, superusers included."""
+    if user is None or run.created_by_id is None or run.created_by_id != user.pk:
+        return False
+    return bool(run.policy()["separate_duties"])

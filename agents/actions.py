@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import faults, store, telemetry
+from agents import access, faults, store, telemetry
+from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
-from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
-from agents.models import AgentProfile, Approval, Grant, Run
+from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Run
 
 
 class ActionError(Exception):
@@ -111,56 +111,190 @@ def run_launch(
     return run
 
 
-DECISION_STATUS = {"approve": "approved", "reject": "rejected", "happened": "approved", "retry": "approved", "fail": "rejected"}
-KIND_DECISIONS = {"policy": ("approve", "reject"), "outcome_unknown": ("happened", "retry", "fail")}
+Outcome = Literal["decided", "voted", "already_voted", "late"]
 
 
 @dataclass
 class DecisionResult:
+    """What became of one reviewer's answer; `approval` is the row as it stands now.
+
+    decided: it settled the approval (this request's transition was committed);
+    voted: it was counted and the approval waits for more votes;
+    already_voted: this reviewer had voted in this round: nothing changed;
+    late: someone decided first (or it expired, or the run ended): their answer stands.
+    """
+
     approval: Approval
-    won: bool  # False: someone else had decided first; `approval` shows their answer
+    outcome: Outcome
+
+    @property
+    def won(self) -> bool:
+        return self.outcome == "decided"
 
 
 def approval_decide(
-    *, approval_id: int, user: Any, decision: str, note: str = "", remember: str | None = None
+    *,
+    approval_id: int,
+    user: Any,
+    decision: str,
+    note: str = "",
+    args: Any = None,
+    remember: str | None = None,
+    voter: str = "",
 ) -> DecisionResult:
-    """Record a reviewer's answer; the first answer wins, later ones change nothing.
+    """Record a reviewer's answer (a vote); the first answer that decides wins.
 
-    `remember` ("call" or "tool", with approve) also grants the call for the rest of
-    the run, where `Approval.grant_refusal()` has no objection.
+    1. Refuse what no reviewer may do: an unknown approval, a decision this kind does not
+       take, an edit with anything but approve, the run's launcher when duties are
+       separated.
+    2. Lock the run row, then find the approval still pending: every vote and decision
+       on a run queues here in turn (and takes its locks in the order a transition's
+       commit does: the run, then its approvals), so each voter counts the votes
+       committed before it. Not pending any more: someone decided first.
+    3. An edit (args that differ from the call on the card) is checked against the tool's
+       schema and the run's policy, then starts a new round of votes for the new call.
+    4. Add this reviewer's vote (once a round) and tally the round. Not decided yet: the
+       vote is the answer. Decided: a conditional update `WHERE status = 'pending'`
+       closes the approval and the engine's transition commits in the same database
+       transaction, so a decision never exists without its transition.
+    5. The decider wakes a worker after commit.
 
-    1. Conditional update `WHERE status = 'pending'`: exactly one caller gets a row.
-    2. The winner applies the engine's transition in the same database transaction,
-       so a decision never exists without its transition.
-    3. The winner wakes a worker after commit; losers get the recorded decision.
+    `remember` ("call" or "tool", with approve) also grants the call that runs for the
+    rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
+    edit, which may raise the votes needed). `voter` names a vote cast without a user
+    (the evals replaying a saved run's votes).
     """
-    approval = Approval.objects.filter(pk=approval_id).first()
+    approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    allowed = KIND_DECISIONS[approval.kind]
+    allowed = decisions.allowed(approval.kind)
     if decision not in allowed:
         raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
-    if remember is not None:
-        if remember not in ("call", "tool") or decision != "approve":
-            raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
-        refusal = approval.grant_refusal()
-        if refusal is not None:
-            raise ActionError("grant_refused", refusal)
+    if args is not None and decision != "approve":
+        raise ActionError("invalid_decision", "only an approval can change the arguments")
+    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
+        raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
+    if access.duties_separated(user, approval.run):
+        raise ActionError(
+            "separation_of_duties",
+            "you launched this run and its policy separates duties: another reviewer must decide",
+            status=403,
+        )
     note = store.clean(note or "")
+    name = user.get_username() if user is not None else (voter or "system")
     with transaction.atomic():
-        updated = Approval.objects.filter(pk=approval_id, status="pending").update(
-            status=DECISION_STATUS[decision], decision=decision, decided_by=user, decided_at=timezone.now(), note=note
+        run = Run.objects.select_for_update().select_related("profile").get(pk=approval.run_id)
+        approval = Approval.objects.pending().filter(pk=approval_id).first()
+        if approval is None:
+            return DecisionResult(_fresh(approval_id), "late")
+        state = store.load(run)
+        if args is not None:
+            args = store.clean(args)
+            if args != (approval.edited_args if approval.edited_args is not None else approval.args):
+                _edit(approval, state, args, user=user)
+        if remember is not None:
+            refusal = approval.grant_refusal()
+            if refusal is not None:
+                # Raised inside the transaction: an edit made above rolls back with it.
+                raise ActionError("grant_refused", refusal)
+        if approval.votes.filter(round=approval.round, by_name=name).exists():
+            return DecisionResult(_fresh(approval_id), "already_voted")
+        ApprovalVote.objects.create(
+            approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
+            args=approval.edited_args, at=timezone.now(),
+        )
+        votes = [v.to_dict() for v in approval.current_votes()]
+        tally = decisions.tally(votes, approval.required)
+        if tally.decision is None:
+            return DecisionResult(_fresh(approval_id), "voted")
+        updated = Approval.objects.pending().filter(pk=approval_id).update(
+            status=decisions.DECISION_STATUS[tally.decision], decision=tally.decision, decided_by=user,
+            decided_at=timezone.now(), note=note,
         )
         if updated != 1:
-            # Someone decided (or the sweeper expired it) first: their answer stands.
-            return DecisionResult(Approval.objects.select_related("decided_by").get(pk=approval_id), won=False)
-        run = Run.objects.select_for_update().get(pk=approval.run_id)
-        state = store.load(run)
-        after, t = engine.decide(state, decision, note, by=user.get_username() if user else "", remember=remember)
+            # Cannot happen while we hold the run's lock (every close of an approval
+            # commits through that row); kept so a change there fails loudly here.
+            raise store.StaleRun(f"approval {approval_id} changed under the run's lock")
+        edit = None
+        if approval.edited_args is not None:
+            editor = approval.edited_by.get_username() if approval.edited_by else ""
+            first = votes[0] if votes else {}
+            edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
+        after, t = engine.decide(
+            state, tally.decision, note, by=name if user is not None else voter, remember=remember, edit=edit,
+            votes=_plain_votes(votes),
+        )
         store.commit(run, state, after, t, actor=actor_name(user), user=user)
         if after.state not in states.TERMINAL:
             _after_commit(run.pk)
-    return DecisionResult(Approval.objects.select_related("decided_by").get(pk=approval_id), won=True)
+    return DecisionResult(_fresh(approval_id), "decided")
+
+
+def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -> None:
+    """Bind the approval to the reviewer's call and start a new round of votes.
+
+    The edited call meets the same checks as a proposed one (the tool's schema, then
+    policy on these arguments); it may need more votes than the original, never fewer.
+    """
+    from agents.tools import registry
+
+    try:
+        verdict = engine.check_edit(state, registry().get(approval.tool), args)
+    except engine.EditRefused as exc:
+        raise ActionError(exc.code, exc.detail, status=exc.status) from None
+    approval.edited_args = args
+    approval.edited_by = user
+    approval.round += 1
+    approval.required = max(approval.required, verdict.required)
+    approval.idempotency_key = engine.edited_key(state, args)
+    approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key"])
+
+
+def _plain_votes(votes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**v, "at": v["at"].isoformat()} for v in votes]
+
+
+def _fresh(approval_id: int) -> Approval:
+    return Approval.objects.select_related("decided_by", "edited_by").get(pk=approval_id)
+
+
+def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -> bool:
+    """Expire one pending approval whose time is up: the one place an approval expires
+    for want of an answer (the sweeper calls it). True if this call expired it.
+
+    1. Claim the run's lease (a worker or another sweeper holds it: leave it to them).
+    2. Step the waiting run on the clock alone: the engine expires the approval as the
+       run's `on_expiry` says (the model is told no reviewer answered, or the run
+       fails), or fails the run if its deadline came first.
+    3. Commit with the version check: a reviewer who answered first moved the version,
+       and their answer stands. Release the lease, then wake a worker if the run goes on
+       (woken before the release, the worker would find the run still leased).
+    """
+    run_id = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return False  # answered (or the run ended) since the sweeper listed it
+    if not store.claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+        return False
+    clean = expired = False
+    try:
+        run = Run.objects.get(pk=run_id)
+        state = store.load(run)
+        outcome = engine.step(state, store.clock_only(run, now if now is not None else time.time()))
+        if outcome is not None:
+            after, t = outcome
+            try:
+                store.commit(run, state, after, t, actor=owner, lease_owner=owner)
+                expired = True
+            except store.StaleRun:
+                pass  # a reviewer or an operator moved the run first: their transition stands
+        clean = True
+    finally:
+        store.release(run_id, owner, clean=clean)
+    if expired and run.state not in states.TERMINAL:
+        from agents import wakeup
+
+        wakeup.wake(run_id)
+    return expired
 
 
 def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:

@@ -32,6 +32,7 @@ from pydantic import ConfigDict, Field, StrictInt, StrictStr
 
 from agents import access, actions, tokens
 from agents.actions import ActionError
+from agents.engine import decisions
 from agents.models import Approval, IdempotencyKey, Run
 from agents.models import Transition as TransitionRow
 
@@ -39,7 +40,6 @@ log = logging.getLogger("airlock.api")
 
 MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
-APPROVAL_STATUSES = Literal["pending", "approved", "rejected", "expired", "denied"]
 
 
 # -- authentication ------------------------------------------------------------------
@@ -238,27 +238,43 @@ class RunIn(Schema):
 class DecisionIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    decision: Literal["approve", "reject", "happened", "retry", "fail"] = Field(
+    decision: decisions.DecisionName = Field(
         ..., description="approve or reject; an 'outcome unknown' approval takes happened, retry or fail"
     )
     note: StrictStr = Field("", max_length=10_000)
+    args: dict[str, Any] | None = Field(
+        None, description="with approve: run the call with these arguments instead (checked like the model's)"
+    )
     remember: Literal["call", "tool"] | None = Field(
         None, description="with approve: allow the same call (call) or any call of the tool (tool) for the rest of the run"
     )
+
+
+class VoteOut(Schema):
+    by: str
+    decision: str
+    note: str
+    at: dt.datetime
 
 
 class ApprovalOut(Schema):
     id: int
     run: int
     status: str
+    kind: str
     tool: str
+    risk: str
     args: Any = None
+    edited_args: Any = None
     reason: str
     taint_source: dict[str, Any] | None = None
     rule: dict[str, Any] | None = None
+    required: int
+    votes: list[VoteOut]
     decided_by: str | None = None
     decided_at: dt.datetime | None = None
     note: str
+    expires_at: dt.datetime | None = None
     created_at: dt.datetime
 
 
@@ -306,20 +322,26 @@ def approval_json(a: Approval) -> dict[str, Any]:
         "id": a.pk,
         "run": a.run_id,
         "status": a.status,
+        "kind": a.kind,
         "tool": a.tool,
+        "risk": a.risk,
         "args": a.args,
+        "edited_args": a.edited_args,
         "reason": a.reason,
         "taint_source": a.taint_source,
         "rule": a.rule,
+        "required": a.required,
+        "votes": [v.to_dict() for v in a.current_votes()],
         "decided_by": a.decided_by.get_username() if a.decided_by else None,
         "decided_at": a.decided_at,
         "note": a.note,
+        "expires_at": a.expires_at,
         "created_at": a.created_at,
     }
 
 
 def run_json(run: Run) -> dict[str, Any]:
-    pending = Approval.objects.select_related("decided_by").filter(run=run, status="pending").first()
+    pending = Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=run).pending().first()
     return {
         "id": run.pk,
         "agent": run.profile.name,
@@ -442,14 +464,16 @@ def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[
 @api.get("/approvals", response={200: list[ApprovalOut], ERRORS: Error}, summary="Approvals, oldest first")
 def approvals_list(
     request: HttpRequest,
-    status: APPROVAL_STATUSES | None = None,
+    status: decisions.StatusName | None = None,
     limit: Annotated[int, Field(ge=1, le=500)] = 100,
 ) -> list[dict[str, Any]]:
     """Approvals of the runs the caller may read, oldest first (the queue's order)."""
     user = request.auth  # type: ignore[attr-defined]
     if not (access.reads_all_runs(user) or access.can_launch(user)):
         raise _forbidden("reading approvals needs the reviewer, operator or launcher role")
-    approvals = Approval.objects.select_related("decided_by").filter(run__in=access.visible_runs(user))
+    approvals = (
+        Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run__in=access.visible_runs(user))
+    )
     if status:
         approvals = approvals.filter(status=status)
     return [approval_json(a) for a in approvals.order_by("created_at", "pk")[:limit]]
@@ -459,18 +483,21 @@ def approvals_list(
     "/approvals/{int:approval_id}/decision", response={200: ApprovalOut, ERRORS: Error}, summary="Decide an approval"
 )
 def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[str, Any]:
-    """The first answer wins. Repeating it (a retry, a second reviewer agreeing) returns
-    the recorded decision unchanged; a contradicting answer is a 409 naming who decided."""
+    """The answer that decides wins. Repeating it (a retry, a second reviewer agreeing)
+    returns the recorded decision unchanged; a contradicting answer is a 409 naming who
+    decided. An approval that needs several votes answers with the votes so far; a
+    reviewer voting again gets their vote back (a 409 if they now answer otherwise)."""
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_decide(user):
         raise _forbidden("deciding approvals needs the reviewer role")
     if not 0 < approval_id <= MAX_ID:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
-        approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, remember=payload.remember
+        approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
+        remember=payload.remember,
     )
     approval = result.approval
-    if not result.won and approval.decision != payload.decision:
+    if result.outcome == "late" and approval.decision != payload.decision:
         who = approval.decided_by.get_username() if approval.decided_by else "the system"
         recorded = approval.decision or approval.status
         raise ActionError(
@@ -481,6 +508,14 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
             },
             status=409,
         )
+    if result.outcome == "already_voted":
+        mine = next((v for v in approval.current_votes() if v.by_id == user.pk), None)
+        if mine is not None and mine.decision != payload.decision:
+            raise ActionError(
+                "already_voted",
+                {"message": f"you already voted {mine.decision}", "approval": _plain(approval_json(approval))},
+                status=409,
+            )
     return approval_json(approval)
 
 

@@ -1,9 +1,11 @@
 """Evals from saved runs: replay a case (the export format) with the scripted model and
 check what must hold whatever the model says.
 
-A case is a JSON object with `agent`, `task`, `approver`, `limits`, `script`,
-`decisions` (the reviewers' answers, in order) and `expect` (`state`, `answer`, and
-optionally `error_contains`, `ledger_entries`, `max_steps`, `max_cost_micros`, `max_tokens`).
+A case is a JSON object with `agent`, `task`, `approver`, `limits`, `policy` (what the
+launch added to the profile's), `script`, `decisions` (the reviewers' answers, in order:
+each with its `decision`, or its `votes` and `edited_args`, or `expired`) and `expect`
+(`state`, `answer`, and optionally `error_contains`, `ledger_entries`, `max_steps`,
+`max_cost_micros`, `max_tokens`).
 `manage.py export_run ID` writes one; `evals/` holds hand-written ones.
 """
 
@@ -16,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from agents import store
-from agents.actions import ActionError, approval_decide, run_launch
+from agents.actions import ActionError, approval_decide, approval_expire, run_launch
+from agents.engine import decisions as names
 from agents.engine import states
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 
-HUMAN_DECISIONS = ("approve", "reject", "happened", "retry", "fail")
 RISKY = ("write", "irreversible")
 
 
@@ -75,7 +77,7 @@ def unapproved_risky_calls(run: Run) -> list[str]:
     from agents.tools import registry
 
     reg = registry()
-    approved = set(Approval.objects.filter(run=run, status="approved").values_list("call_id", flat=True))
+    approved = set(Approval.objects.filter(run=run, status=Approval.Status.APPROVED).values_list("call_id", flat=True))
     tainted = False
     problems = []
     for t in run.transitions.filter(kind="tool").order_by("seq"):
@@ -142,14 +144,17 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
             approver=case.get("approver") or "human",
             limits=case.get("limits") or None,
             script=case.get("script") or [],
+            policy=case.get("policy") or None,
         )
     except ActionError as exc:
         result.problems.append(f"launch refused: {exc.code}: {exc.detail}")
         return result
-    decisions = [d for d in case.get("decisions") or [] if d.get("decision") in HUMAN_DECISIONS]
+    decisions = [
+        d for d in case.get("decisions") or [] if d.get("decision") in names.DECISIONS or d.get("expired")
+    ]
     run = run_settle(run.pk, timeout=timeout)
     while run.state == states.AWAITING_APPROVAL:
-        pending = Approval.objects.filter(run=run, status="pending").first()
+        pending = Approval.objects.pending().filter(run=run).first()
         if pending is None or not decisions:
             break  # the run waits for an answer the case does not give: reported below
         d = decisions.pop(0)
@@ -161,11 +166,41 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
                 f"but {pending.tool} {pending.args!r} is pending"
             )
             break
-        approval_decide(approval_id=pending.pk, user=None, decision=d["decision"], note=d.get("note") or "")
+        problem = answer(pending, d)
+        if problem:
+            result.problems.append(problem)
+            break
         run = run_settle(run.pk, timeout=timeout)
     result.run = run
     result.problems.extend(check(run, case, decisions_left=len(decisions)))
     return result
+
+
+def answer(pending: Approval, d: dict[str, Any]) -> str | None:
+    """Give the pending approval the recorded answer: let it expire, cast the recorded
+    votes (the first with the edited arguments, if any) by the same names, or give the
+    single decision. A problem when the replay cannot answer as the saved run did."""
+    if d.get("expired"):
+        if pending.expires_at is None:
+            return "the recorded approval expired, but the replayed one has no expiry (approval_timeout_seconds)"
+        approval_expire(approval_id=pending.pk, owner="evals", now=pending.expires_at.timestamp() + 1)
+        return None
+    edited = d.get("edited_args")
+    votes = d.get("votes") or [{"by": "", "decision": d["decision"], "note": d.get("note") or ""}]
+    for i, vote in enumerate(votes):
+        try:
+            result = approval_decide(
+                approval_id=pending.pk, user=None, voter=str(vote.get("by") or ""), decision=str(vote["decision"]),
+                note=vote.get("note") or "", args=edited if i == 0 else None,
+            )
+        except ActionError as exc:
+            return f"the recorded answer was refused: {exc.code}: {exc.detail}"
+        if result.outcome == "decided":
+            return None
+    pending.refresh_from_db()
+    if pending.is_pending:
+        return f"the recorded {len(votes)} vote(s) do not decide the replayed approval (it needs {pending.required})"
+    return None
 
 
 def check(run: Run, case: dict[str, Any], *, decisions_left: int = 0) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Run
+from agents.models import Approval, Run
 
 FORMAT = "airlock-run/1"
 
@@ -32,6 +32,44 @@ def replay_script(run: Run) -> list[dict[str, Any]]:
     return script
 
 
+def decisions(run: Run) -> list[dict[str, Any]]:
+    """The reviewers' answers in order: each approval's decision and, when it took
+    several, the votes of its last round (the first is the editor's when it was edited);
+    `expired` when nobody answered in time."""
+    expired_calls = {
+        t.payload.get("call_id") for t in run.transitions.filter(kind="expiry").only("payload")
+    }
+    return [
+        {
+            "tool": a.tool,
+            "args": a.args,
+            "edited_args": a.edited_args,
+            "decision": a.decision,
+            "note": a.note,
+            "status": a.status,
+            "required": a.required,
+            "votes": [{k: v for k, v in vote.to_dict().items() if k != "at"} for vote in a.current_votes()],
+            "expired": a.status == Approval.Status.EXPIRED and a.call_id in expired_calls,
+        }
+        for a in run.approvals.prefetch_related("votes").order_by("created_at", "pk")
+    ]
+
+
+def launch_policy(snapshot: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a run's policy snapshot a launch can give again: its launch rules
+    and the settings (the profile's own rules come with the profile)."""
+    if not snapshot:
+        return {}
+    rules = [
+        {k: v for k, v in r.items() if k not in ("origin", "index")}
+        for r in snapshot.get("rules", [])
+        if r.get("origin") == "launch"
+    ]
+    # Only what tightens: a launch may not turn separated duties off.
+    keys = ("irreversible_approvals", "separate_duties", "approval_timeout_seconds")
+    return {"rules": rules, **{k: snapshot[k] for k in keys if snapshot.get(k) not in (None, False)}}
+
+
 def export_run(run: Run) -> dict[str, Any]:
     engine = run.engine
     return {
@@ -41,10 +79,8 @@ def export_run(run: Run) -> dict[str, Any]:
         "approver": run.approver,
         "limits": engine.get("limits", {}),
         "script": replay_script(run),
-        "decisions": [
-            {"tool": a.tool, "args": a.args, "decision": a.decision, "note": a.note, "status": a.status}
-            for a in run.approvals.order_by("created_at", "pk")
-        ],
+        "policy": launch_policy(engine.get("policy")),
+        "decisions": decisions(run),
         "expect": {"state": run.state, "answer": run.answer},
         "run": {
             "id": run.pk,

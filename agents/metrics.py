@@ -245,7 +245,7 @@ class AirlockCollector(Collector):
         return gauge
 
     def _approvals(self) -> Iterator[Metric]:
-        pending = Approval.objects.filter(status="pending")
+        pending = Approval.objects.pending()
         gauge = GaugeMetricFamily(
             "airlock_approvals_pending", "Calls waiting for a reviewer, by tool and risk.", labels=["tool", "risk"]
         )

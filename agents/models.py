@@ -13,8 +13,8 @@ from django.db.models import Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
+from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
-from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 from agents.llm import API_KEY_ENV
 
@@ -257,39 +257,79 @@ class ToolCall(models.Model):
         constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="toolcall_idempotency_key")]
 
 
+class ApprovalQuerySet(models.QuerySet["Approval"]):
+    def pending(self) -> ApprovalQuerySet:
+        return self.filter(status=Approval.Status.PENDING)
+
+
 class Approval(models.Model):
-    STATUSES = [(s, s) for s in ("pending", "approved", "rejected", "expired", "denied")]
-    KINDS = [("policy", "policy"), ("outcome_unknown", "outcome unknown")]
+    class Status(models.TextChoices):
+        PENDING = decisions.PENDING
+        APPROVED = decisions.APPROVED
+        REJECTED = decisions.REJECTED
+        EXPIRED = decisions.EXPIRED
+        DENIED = decisions.DENIED
+
+    class Kind(models.TextChoices):
+        POLICY = decisions.POLICY
+        OUTCOME_UNKNOWN = decisions.OUTCOME_UNKNOWN, "outcome unknown"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
-    kind = models.CharField(max_length=20, choices=KINDS, default="policy")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.POLICY)
+    # The call this approval would run: the model's, or after an edit the reviewer's.
     idempotency_key = models.CharField(max_length=64)
     call_id = models.CharField(max_length=200)
     step = models.PositiveIntegerField(default=0)
     tool = models.CharField(max_length=100)
-    args = models.JSONField(null=True)
+    args = models.JSONField(null=True, help_text="the arguments the model proposed")
     risk = models.CharField(max_length=20)
     reason = models.TextField()
     taint_source = models.JSONField(null=True, blank=True)
     rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
     required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
-    status = models.CharField(max_length=10, choices=STATUSES, default="pending")
-    decision = models.CharField(max_length=10, blank=True, help_text="approve, reject, happened, retry or fail")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decision = models.CharField(max_length=10, blank=True, help_text=", ".join(decisions.DECISIONS))
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True)
+    edited_args = models.JSONField(null=True, blank=True, help_text="a reviewer's arguments, run instead")
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Votes count within a round; an edit starts the next one (earlier votes were for
+    # other arguments).
+    round = models.PositiveSmallIntegerField(default=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = ApprovalQuerySet.as_manager()
+
     class Meta:
-        indexes = [models.Index(fields=["status", "created_at"], name="approval_status_created")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="approval_status_created"),
+            # The sweeper's "due" query and the queue's "expires soonest" order.
+            models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
+        ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.
             models.UniqueConstraint(
-                fields=["run"], condition=models.Q(status="pending"), name="approval_one_pending_per_run"
+                fields=["run"], condition=models.Q(status=decisions.PENDING), name="approval_one_pending_per_run"
             )
         ]
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING
+
+    @property
+    def decided_label(self) -> str:
+        return decisions.label(self.decision, self.status)
+
+    def current_votes(self) -> list[ApprovalVote]:
+        """This round's votes, oldest first (prefetched `votes` are used when present)."""
+        return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))
 
     def grant_refusal(self) -> str | None:
         """Why approving this call may not also grant it for the run, or None."""
@@ -301,6 +341,31 @@ class Approval(models.Model):
     def rule_label(self) -> str:
         """'rule 2 of the profile' for an approval a rule asked for, else ''."""
         return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
+
+
+class ApprovalVote(models.Model):
+    """One reviewer's answer to one round of an approval: a reviewer votes once a round
+    (the constraint), so a second click or a retried request records nothing."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes", db_index=False)
+    round = models.PositiveSmallIntegerField(default=0)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # The name as it was when the vote was cast: votes stay readable if the user goes.
+    by_name = models.CharField(max_length=150)
+    decision = models.CharField(max_length=10)
+    note = models.TextField(blank=True)
+    # What this round was about: a reviewer's edited arguments, or null for the model's.
+    # A later edit replaces the approval's `edited_args`; the record of this one stays.
+    args = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "round", "by_name"], name="vote_once_per_round"),
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
 
 
 class Grant(models.Model):

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -23,7 +23,7 @@ from django.utils import timezone
 from agents import faults, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
-from agents.engine.registry import ToolContext, ToolSpec
+from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
 from agents.logs import bind_run
 from agents.models import Approval, Grant, Message, Run, ToolCall
@@ -230,7 +230,7 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) 
     if t.approval is not None:
         Approval.objects.create(run=run, **_approval_fields(t.approval, now))
     if t.approval_close is not None:
-        Approval.objects.filter(run=run, status="pending").update(status=t.approval_close, decided_at=now)
+        Approval.objects.pending().filter(run=run).update(status=t.approval_close, decided_at=now)
     if t.grant is not None:
         g = t.grant
         # The decision's approval: decided in this same transaction, the newest of the call.
@@ -261,8 +261,13 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
         "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
-        "status": a["status"], "decided_at": now if a["status"] != "pending" else None,
+        "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
+        "expires_at": _moment(a.get("expires_at")),
     }
+
+
+def _moment(epoch: float | None) -> dt.datetime | None:
+    return None if epoch is None else dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
 def _commit_statement(
@@ -319,12 +324,14 @@ def _commit_statement(
         f = _approval_fields(t.approval, now)
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, rule, required, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s,"
-            " %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s FROM r)"
+            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at)"
+            " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s"
+            " FROM r)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
                    f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
-                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"], now]
+                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"],
+                   f["expires_at"], now]
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
@@ -436,6 +443,12 @@ class DjangoRunner(ThreadRunner):
             connection.close()
         faults.crash_point("after_tool_before_result_commit")
         return value
+
+
+def clock_only(run: Run, now: float) -> Deps:
+    """Deps for a run that waits for a human: it consults only the clock, so no model
+    client or tool is built."""
+    return Deps(model=cast(Any, None), registry=Registry(), journal=StoreJournal(run), now=lambda: now)
 
 
 def deps_for(run: Run) -> Deps:

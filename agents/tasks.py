@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -23,12 +23,10 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import store, wakeup
+from agents import actions, store, wakeup
 from agents.engine import limits, states
 from agents.engine import step as engine
-from agents.engine.protocols import Deps
-from agents.engine.registry import Registry
-from agents.models import Run
+from agents.models import Approval, Run
 
 log = logging.getLogger("airlock.tasks")
 
@@ -111,7 +109,8 @@ def sweep() -> dict[str, int]:
     1. Fail runs past their deadline that no live worker holds, those waiting for a
        human included (their approval expires): claim, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
-    2. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
+    2. Expire approvals past their `expires_at` (`actions.approval_expire`).
+    3. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
        that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
        lost wake-up, a broker that was down). A conditional update stamping the wake-up
        picks the one sweeper that sends it and holds the next one back for an idle
@@ -127,6 +126,14 @@ def sweep() -> dict[str, int]:
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     failed = sum(1 for pk in late if _fail_late(pk, owner))
+    # Approvals nobody answered in time (their run's deadline is still ahead).
+    due = list(
+        Approval.objects.pending()
+        .filter(expires_at__lte=now)
+        .order_by("expires_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
     idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
     # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
     # since its last release has been idle. A sent wake-up is stamped as an owner-less
@@ -152,9 +159,9 @@ def sweep() -> dict[str, int]:
             continue
         wakeup.wake(pk)
         woken += 1
-    if failed or woken:
-        log.info("sweep failed=%s woken=%s", failed, woken)
-    return {"failed": failed, "woken": woken}
+    if failed or woken or expired:
+        log.info("sweep failed=%s expired=%s woken=%s", failed, expired, woken)
+    return {"failed": failed, "expired": expired, "woken": woken}
 
 
 def _fail_late(run_id: int, owner: str) -> bool:
@@ -167,7 +174,7 @@ def _fail_late(run_id: int, owner: str) -> bool:
         now = time.time()
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
-            outcome = engine.step(state, _clock_only(run, now))
+            outcome = engine.step(state, store.clock_only(run, now))
         else:
             outcome = engine.fail(state, limits.exceeded(state, now) or "deadline passed")
         if outcome is None:
@@ -183,8 +190,3 @@ def _fail_late(run_id: int, owner: str) -> bool:
         return True
     finally:
         store.release(run_id, owner, clean=clean)
-
-
-def _clock_only(run: Run, now: float) -> Deps:
-    # A waiting run consults only the clock: no model client or tool is built.
-    return Deps(model=cast(Any, None), registry=Registry(), journal=store.StoreJournal(run), now=lambda: now)

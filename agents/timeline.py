@@ -7,15 +7,17 @@ same number of queries per page as a run of 3.
 
 from __future__ import annotations
 
+import difflib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 200
-UNKNOWN_DECISIONS = ("happened", "retry", "fail")
 TRUNCATION_MARK = "\n[airlock: result truncated, "
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 CHART_POINTS = 400
@@ -74,7 +76,21 @@ class Entry:
     def decision(self) -> dict[str, Any] | None:
         if self.t.kind != "decision":
             return None
-        return {k: self.payload.get(k) for k in ("decision", "by", "note", "tool")}
+        return {k: self.payload.get(k) for k in ("decision", "by", "note", "tool", "votes")}
+
+    @property
+    def edit(self) -> dict[str, Any] | None:
+        """A reviewer's edit of the call's arguments, with the change as diff lines."""
+        edit = self.payload.get("edit")
+        if self.t.kind != "decision" or not isinstance(edit, dict):
+            return None
+        return {**edit, "diff": args_diff(edit.get("from"), edit.get("to"))}
+
+    @property
+    def expiry(self) -> dict[str, Any] | None:
+        if self.t.kind != "expiry":
+            return None
+        return {"reason": self.payload.get("reason"), "on_expiry": self.payload.get("on_expiry")}
 
     @property
     def tool_error(self) -> str | None:
@@ -100,6 +116,22 @@ class Entry:
     @property
     def cost_unknown(self) -> bool:
         return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
+
+
+def args_diff(before: Any, after: Any) -> list[tuple[str, str]]:
+    """(kind, line) pairs of a line diff of two argument objects as pretty JSON; kind is
+    `del`, `add` or `same`."""
+
+    def lines(value: Any) -> list[str]:
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str).splitlines()
+
+    out = []
+    for line in difflib.ndiff(lines(before), lines(after)):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        out.append(({"-": "del", "+": "add"}.get(tag, "same"), text))
+    return out
 
 
 def series(run: Run) -> list[tuple[int, int, int]]:
@@ -139,7 +171,9 @@ def page(
     approvals = (
         {
             (a.call_id, a.kind): a
-            for a in Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by")
+            for a in Approval.objects.filter(run=run, call_id__in=call_ids)
+            .select_related("decided_by", "edited_by")
+            .prefetch_related("votes")
         }
         if call_ids
         else {}
@@ -149,11 +183,12 @@ def page(
             continue
         if e.t.kind == "tool":
             e.journal = journal.get(e.call_id)
-        if e.t.to_state == "awaiting_approval" or e.t.kind == "decision" or (e.verdict or {}).get("action") == "deny":
+        if e.t.to_state == "awaiting_approval" or e.t.kind in ("decision", "expiry") or (e.verdict or {}).get("action") == "deny":
             kind = (
-                "outcome_unknown"
-                if e.t.kind == "outcome_unknown" or e.payload.get("decision") in UNKNOWN_DECISIONS
-                else "policy"
+                decisions.OUTCOME_UNKNOWN
+                if e.t.kind == "outcome_unknown"
+                or e.payload.get("decision") in decisions.KIND_DECISIONS[decisions.OUTCOME_UNKNOWN]
+                else decisions.POLICY
             )
             e.approval = approvals.get((e.call_id, kind))
     return entries, more

@@ -56,7 +56,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     ordered = {s: by_state[s] for s in states.STATES if s in by_state}
     # Approvals are about every run: shown to those who read every run.
     reads_all = access.reads_all_runs(request.user)
-    open_approvals = Approval.objects.filter(status="pending")
+    open_approvals = Approval.objects.pending()
     pending = open_approvals.count() if reads_all else None
     waiting = list(open_approvals.select_related("run__profile").order_by("created_at")[:5]) if reads_all else []
     failed = list(
@@ -187,7 +187,7 @@ def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
     return {
         "run": run,
         "approvals": approvals,
-        "pending": next((a for a in approvals if a.status == "pending"), None),
+        "pending": next((a for a in approvals if a.is_pending), None),
         "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")),
         "can_revoke": access.can_decide(request.user) and not run.is_terminal,
     }

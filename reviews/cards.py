@@ -7,27 +7,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from agents import access
-from agents.models import AgentProfile, Approval, ToolCall
+from agents.engine import decisions
+from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
 
 from .untrusted import Untrusted, untrusted
 
 RISKS = ("read", "write", "irreversible")
 PAGE = 100  # cards on one page; the queue says how many more wait
-
-DECIDED_LABELS = {
-    "approve": "Approved",
-    "reject": "Rejected",
-    "happened": "Marked as happened",
-    "retry": "Run again",
-    "fail": "Run failed",
+# The queue's orders: value -> (label, ordering). Without an expiry a card sorts last.
+SORTS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "": ("oldest first", ("created_at", "pk")),
+    "expires": ("expires soonest", (F("expires_at").asc(nulls_last=True), "created_at", "pk")),
 }
+EXPIRING_FRACTION = 5  # a card is marked when less than a fifth of its time is left
 
 
 @dataclass
@@ -35,13 +34,35 @@ class Filters:
     agent: str = ""
     tool: str = ""
     risk: str = ""
+    sort: str = ""
 
     def query(self) -> dict[str, str]:
-        return {k: v for k, v in (("agent", self.agent), ("tool", self.tool), ("risk", self.risk)) if v}
+        pairs = (("agent", self.agent), ("tool", self.tool), ("risk", self.risk), ("sort", self.sort))
+        return {k: v for k, v in pairs if v}
 
     @property
     def active(self) -> bool:
-        return bool(self.query())
+        # An order is not a filter: every pending card still shows.
+        return bool(self.agent or self.tool or self.risk)
+
+
+@dataclass
+class Quorum:
+    """Where an approval's votes stand, as its card shows them."""
+
+    pk: int
+    approvals: int
+    required: int
+    votes: list[ApprovalVote]
+
+    @classmethod
+    def of(cls, a: Approval) -> Quorum | None:
+        """None for an approval that needs one vote and has none: no counter to show."""
+        votes = a.current_votes()
+        if a.required <= 1 and not votes:
+            return None
+        count = decisions.tally([v.to_dict() for v in votes], a.required).approvals
+        return cls(a.pk, count, a.required, votes)
 
 
 @dataclass
@@ -50,18 +71,23 @@ class Card:
     args_json: str
     waited: str
     taint: Untrusted | None
+    votes: list[ApprovalVote] = field(default_factory=list)  # this round's, oldest first
+    my_vote: ApprovalVote | None = None  # the viewer's, this round
+    separated: bool = False  # the viewer launched the run and its duties are separated
     late: bool = False  # this request's answer came after someone else's
     message: str = ""  # what the deciding request is told
+    edit_error: str = ""  # why the reviewer's edited arguments were refused
+    edit_text: str = ""  # those arguments, as typed, to correct
 
     placeholder = False
 
     @property
     def pending(self) -> bool:
-        return self.approval.status == "pending"
+        return self.approval.is_pending
 
     @property
     def outcome_unknown(self) -> bool:
-        return self.approval.kind == "outcome_unknown"
+        return self.approval.kind == Approval.Kind.OUTCOME_UNKNOWN
 
     @property
     def can_grant(self) -> bool:
@@ -71,10 +97,52 @@ class Card:
 
     @property
     def decided_label(self) -> str:
+        return self.approval.decided_label
+
+    @property
+    def quorum(self) -> Quorum | None:
+        return Quorum.of(self.approval)
+
+    @property
+    def approvals(self) -> int:
+        return decisions.tally([v.to_dict() for v in self.votes], self.approval.required).approvals
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.approval.required - self.approvals)
+
+    @property
+    def edited_by(self) -> str:
+        user = self.approval.edited_by
+        return user.get_username() if user is not None else "a reviewer"
+
+    @property
+    def edited_json(self) -> str:
+        return pretty_args(self.approval.edited_args)
+
+    @property
+    def run_json(self) -> str:
+        """The arguments that would run: the edit when there is one."""
         a = self.approval
-        if a.status == "expired":
-            return "Expired"
-        return DECIDED_LABELS.get(a.decision, a.status.capitalize())
+        return pretty_args(a.edited_args if a.edited_args is not None else a.args)
+
+    @property
+    def timeout_seconds(self) -> int:
+        a = self.approval
+        return round((a.expires_at - a.created_at).total_seconds()) if a.expires_at else 0
+
+    @property
+    def seconds_left(self) -> float:
+        a = self.approval
+        return (a.expires_at - timezone.now()).total_seconds() if a.expires_at else 0.0
+
+    @property
+    def time_left(self) -> str:
+        return short_duration(self.seconds_left)
+
+    @property
+    def expiring(self) -> bool:
+        return self.approval.expires_at is not None and self.seconds_left * EXPIRING_FRACTION < self.timeout_seconds
 
     @property
     def decided_by(self) -> str:
@@ -109,7 +177,7 @@ def visible(user: Any) -> QuerySet[Approval]:
 
 
 def pending_count(user: Any) -> int:
-    return visible(user).filter(status="pending").count()
+    return visible(user).pending().count()
 
 
 def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
@@ -122,7 +190,7 @@ def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
     return qs
 
 
-def build(approvals: Iterable[Approval], *, late: bool = False) -> list[Card]:
+def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = False) -> list[Card]:
     approvals = list(approvals)
     keys = [a.taint_source["key"] for a in approvals if isinstance(a.taint_source, dict) and a.taint_source.get("key")]
     journal = {
@@ -140,12 +208,16 @@ def build(approvals: Iterable[Approval], *, late: bool = False) -> list[Card]:
                 taint = untrusted(call.tool, source.get("step", call.step), call.result)
             else:
                 taint = Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
+        votes = a.current_votes()
         cards.append(
             Card(
                 approval=a,
                 args_json=pretty_args(a.args),
                 waited=short_duration(((a.decided_at or now) - a.created_at).total_seconds()),
                 taint=taint,
+                votes=votes,
+                my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
+                separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
                 late=late,
             )
         )
@@ -153,8 +225,13 @@ def build(approvals: Iterable[Approval], *, late: bool = False) -> list[Card]:
 
 
 def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
-    # The run's engine state and script can be large; a card needs neither.
-    return qs.select_related("run__profile", "decided_by").defer("run__engine", "run__script")
+    # The run's engine state and script can be large; a card needs neither (but the
+    # policy, read from the engine state, when the viewer launched the run).
+    return (
+        qs.select_related("run__profile", "decided_by", "edited_by")
+        .prefetch_related("votes")
+        .defer("run__engine", "run__script")
+    )
 
 
 @dataclass
@@ -163,6 +240,8 @@ class OnScreen:
     so the poll sends only this stand-in instead of rendering the card again."""
 
     pk: int
+    # The vote counter goes out of band: the card stays, its count follows other reviewers.
+    quorum: Quorum | None = None
     placeholder: bool = True
 
 
@@ -175,25 +254,30 @@ def queue(
     there, to stay on screen). Those come back as stand-ins; a card shown as pending that
     someone else decided comes back not at all, so it leaves the page.
     """
-    pending = _filtered(visible(user).filter(status="pending"), filters)
+    pending = _filtered(visible(user).pending(), filters)
     keep = list(keep)[:PAGE]
     on_screen = set(keep) | set(shown)
-    rows = _filtered(visible(user).filter(Q(status="pending") | Q(pk__in=keep)), filters)
-    approvals = list(_select(rows).order_by("created_at", "pk")[: PAGE + len(keep)])
-    built = iter(build(a for a in approvals if a.pk not in on_screen))
-    items: list[Card | OnScreen] = [OnScreen(a.pk) if a.pk in on_screen else next(built) for a in approvals]
+    rows = _filtered(visible(user).filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
+    order = SORTS.get(filters.sort, SORTS[""])[1]
+    approvals = list(_select(rows).order_by(*order)[: PAGE + len(keep)])
+    built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
+    items: list[Card | OnScreen] = [
+        OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
+        for a in approvals
+    ]
     return items, pending.count()
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
     approval = _select(visible(user).filter(pk=approval_id)).first()
-    return build([approval], late=late)[0] if approval is not None else None
+    return build([approval], viewer=user, late=late)[0] if approval is not None else None
 
 
-def filter_choices(user: Any) -> dict[str, list[str]]:
-    tools = visible(user).filter(status="pending").order_by("tool").values_list("tool", flat=True).distinct()
+def filter_choices(user: Any) -> dict[str, list[Any]]:
+    tools = visible(user).pending().order_by("tool").values_list("tool", flat=True).distinct()
     return {
         "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
         "tools": list(tools),
         "risks": list(RISKS),
+        "sorts": [(value, label) for value, (label, _order) in SORTS.items()],
     }

@@ -1,16 +1,34 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django import forms
 
-from .cards import RISKS, Filters
+from .cards import RISKS, SORTS, Filters
 
 NOTE_MAX = 4_000
+ARGS_MAX = 100_000
 
 
 class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
     # "Approve and allow for this run" sends remember=tool (docs/policy.md, grants).
     remember = forms.ChoiceField(required=False, choices=[("", "no"), ("call", "this call"), ("tool", "the tool")])
+    # Present only when the card's editor is open: the arguments to run instead.
+    args = forms.CharField(required=False, max_length=ARGS_MAX, strip=True)
+
+    def clean_args(self) -> Any:
+        text = self.cleaned_data.get("args") or ""
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"the arguments are not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("the arguments must be a JSON object")
+        return value
 
 
 class FilterForm(forms.Form):
@@ -19,11 +37,14 @@ class FilterForm(forms.Form):
     agent = forms.CharField(required=False, max_length=64)
     tool = forms.CharField(required=False, max_length=100)
     risk = forms.ChoiceField(required=False, choices=[("", "any")] + [(r, r) for r in RISKS])
+    sort = forms.ChoiceField(required=False, choices=[(value, label) for value, (label, _o) in SORTS.items()])
 
     def filters(self) -> Filters:
         self.is_valid()
         data = self.cleaned_data  # only the fields that were valid
-        return Filters(agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""))
+        return Filters(
+            agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""), sort=data.get("sort", "")
+        )
 
 
 def keep_ids(values: list[str]) -> list[int]:

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
+from agents.engine.decisions import DECISIONS
+
 from . import views
 
 app_name = "reviews"
 
 # One endpoint per answer, so each button posts to exactly what it says.
-DECISIONS = ("approve", "reject", "happened", "retry", "fail")
 
 urlpatterns = [
     path("", views.queue, name="queue"),

@@ -83,15 +83,49 @@ def _back_to_queue(request: HttpRequest) -> str:
     return reverse("reviews:queue") + (f"?{query}" if query else "")
 
 
-def _summary(card: cards.Card, *, late: bool, me: Any) -> str:
+def _summary(card: cards.Card, outcome: str, *, me: Any) -> str:
     a = card.approval
-    if not late:
+    if outcome == "decided":
         return f"{card.decided_label}: {a.tool} for run {a.run_id}."
+    if outcome == "voted":
+        return f"Your vote is recorded: {card.approvals} of {a.required} approvals."
+    if outcome == "already_voted":
+        return "You had already voted on this call: nothing changed."
     if a.decided_by_id == me.pk:
         return f"You had already answered: {card.decided_label.lower()}."
     if card.decided_by:
         return f"Your answer was not recorded: {card.decided_by} decided first ({card.decided_label.lower()})."
-    return f"Your answer was not recorded: this call is {a.status} (the run ended)."
+    why = "the run ended" if a.run.is_terminal else "nobody answered in time"
+    return f"Your answer was not recorded: this call is {a.status} ({why})."
+
+
+def _respond(request: HttpRequest, card: cards.Card, *, ok: bool) -> HttpResponse:
+    """The card again for htmx; a redirect to the queue with the message otherwise."""
+    if not request.htmx:
+        (messages.success if ok else messages.warning)(request, card.message)
+        response = redirect(_back_to_queue(request))
+        response.status_code = 303  # See Other: the browser GETs the queue
+        return response
+    return render(request, "reviews/queue.html#card", {"card": card, "can_decide": True})
+
+
+def _refused_edit(request: HttpRequest, approval_id: int, why: str) -> HttpResponse:
+    # The card comes back with the editor open on what the reviewer typed, and why.
+    card = cards.card(request.user, approval_id)
+    if card is None:
+        raise Http404("approval not visible")
+    card.edit_error = card.message = f"Not approved: {why}"
+    card.edit_text = request.POST.get("args", "")
+    return _respond(request, card, ok=False)
+
+
+def _edit_refusal(exc: ActionError) -> str:
+    detail = exc.detail
+    if isinstance(detail, dict):
+        rule = detail.get("rule")
+        named = f" (rule: {rule.get('reason')})" if isinstance(rule, dict) and rule.get("reason") else ""
+        return f"{detail.get('message', exc.code)}{named}"
+    return f"{exc.code}: {detail}"
 
 
 @login_required_htmx
@@ -101,6 +135,8 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
         raise PermissionDenied("only reviewers decide approvals")
     form = DecisionForm(request.POST)
     if not form.is_valid():
+        if "args" in form.errors and len(form.errors) == 1:
+            return _refused_edit(request, approval_id, form.errors["args"][0])
         return HttpResponseBadRequest(f"invalid decision: {form.errors.as_text()}", content_type="text/plain")
     try:
         result = approval_decide(
@@ -108,20 +144,21 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             user=request.user,
             decision=decision,
             note=form.cleaned_data["note"],
+            args=form.cleaned_data["args"],
             remember=form.cleaned_data["remember"] or None,
         )
     except ActionError as exc:
         if exc.status == 404:
             raise Http404(str(exc.detail)) from None
+        if exc.code in ("invalid_arguments", "denied_by_policy"):
+            return _refused_edit(request, approval_id, _edit_refusal(exc))
         return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")
-    card = cards.card(request.user, result.approval.pk, late=not result.won)
+    late = result.outcome == "late"
+    card = cards.card(request.user, result.approval.pk, late=late)
     if card is None:
         raise Http404("approval not visible")
-    card.message = _summary(card, late=not result.won, me=request.user)
-    if not request.htmx:
-        (messages.success if result.won else messages.warning)(request, card.message)
-        response = redirect(_back_to_queue(request))
-        response.status_code = 303  # See Other: the browser GETs the queue
-        return response
-    response = render(request, "reviews/queue.html#card", {"card": card, "can_decide": True})
-    return trigger_client_event(response, "approvalDecided", {"id": card.approval.pk, "won": result.won})
+    card.message = _summary(card, result.outcome, me=request.user)
+    response = _respond(request, card, ok=not late)
+    if request.htmx and result.outcome in ("decided", "late"):
+        trigger_client_event(response, "approvalDecided", {"id": card.approval.pk, "won": result.won})
+    return response

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from . import context, patch, policy
+from . import context, decisions, patch, policy
 from . import limits as limits_mod
 from .fingerprints import fingerprint, idempotency_key
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
@@ -172,6 +172,9 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
         # Only the clock moves a waiting run; decisions arrive through decide().
         if state.deadline and now >= state.deadline:
             return fail(state, limits_mod.exceeded(state, now) or "deadline passed")
+        expires_at = (state.approval or {}).get("expires_at")
+        if expires_at is not None and now >= expires_at:
+            return expire(state)
         return None
     reason = limits_mod.exceeded(state, now)
     if reason:
@@ -198,7 +201,9 @@ def fail(state: RunState, reason: str, *, kind: str = "fail", actor_state: str =
     new.approval = None
     transition = Transition(state.state, actor_state, kind, {"reason": reason})
     if state.state == AWAITING_APPROVAL:
-        transition.approval_close = "expired"
+        transition.approval_close = decisions.EXPIRED
+        if kind == "expiry":
+            transition.detail["on_expiry"] = "fail"
     return _move(new, actor_state, transition)
 
 
@@ -206,39 +211,84 @@ def cancel(state: RunState, reason: str) -> Outcome:
     return fail(state, reason, kind="cancel", actor_state=CANCELLED)
 
 
-def decide(state: RunState, decision: str, note: str = "", by: str = "", remember: str | None = None) -> Outcome:
-    """A reviewer's answer to the run's pending approval.
+def expire(state: RunState) -> Outcome:
+    """Nobody answered the pending approval in time; the run's `on_expiry` says what
+    follows: `reject` tells the model no reviewer answered and lets it go on, `fail`
+    ends the run. Either way the approval is `expired`, never `rejected`."""
+    if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
+        raise ValueError("the run is not waiting for a decision")
+    reason = f"no reviewer answered within {state.approval.get('timeout_seconds')} s"
+    call = state.current_call
+    if state.policy.get("on_expiry") == "fail":
+        after, t = fail(state, reason, kind="expiry")
+        t.detail.update(call_id=call["id"], tool=call["tool"])
+        return after, t
+    new = state.copy()
+    new.approval = None
+    new.current_call = None
+    detail = {"reason": reason, "on_expiry": "reject", "call_id": call["id"], "tool": call["tool"]}
+    t = Transition(AWAITING_APPROVAL, PLANNING, "expiry", detail)
+    t.approval_close = decisions.EXPIRED
+    t.messages.append(_tool_message(call, policy.not_permitted(reason)))
+    return _move(new, PLANNING, t)
+
+
+def decide(
+    state: RunState,
+    decision: str,
+    note: str = "",
+    by: str = "",
+    remember: str | None = None,
+    *,
+    edit: dict[str, Any] | None = None,
+    votes: list[dict[str, Any]] | None = None,
+) -> Outcome:
+    """The reviewers' answer to the run's pending approval.
 
     Policy approvals take `approve` or `reject`; "outcome unknown" approvals take
     `happened` (the note becomes the result), `retry` (run the exact call again) or
-    `fail` (end the run). `remember` ("call" or "tool") with `approve` also grants the
-    same call, or any call of the tool, for the rest of the run.
+    `fail` (end the run). An `approve` with an `edit` (`{"args", "by", "note"}`, checked
+    beforehand with `check_edit`) runs the reviewer's arguments under their own
+    idempotency key; `votes` are the votes that decided it, kept on the record.
+    `remember` ("call" or "tool") with `approve` also grants the same call, or any call
+    of the tool, for the rest of the run.
     """
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
     kind = state.approval["kind"]
-    allowed = ("approve", "reject") if kind == "policy" else ("happened", "retry", "fail")
+    allowed = decisions.allowed(kind)
     if decision not in allowed:
         raise ValueError(f"a {kind} approval takes {' or '.join(allowed)}, not {decision!r}")
+    if edit is not None and decision != "approve":
+        raise ValueError("only an approval can edit the arguments")
     if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
         raise ValueError("remember takes 'call' or 'tool', and only with approve")
     call = state.current_call
     new = state.copy()
     new.approval = None
     detail: dict[str, Any] = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
+    if votes:
+        detail["votes"] = votes
+    if edit is not None:
+        original = call_args(state, call)
+        if edit["args"] != original:
+            call = new.current_call = edited_call(new, call, original, edit)
+            detail["edit"] = {"from": original, "to": edit["args"], "by": edit.get("by", ""),
+                              "note": edit.get("note", ""), "key": call["key"]}
     if remember is not None:
+        # A grant covers the call that runs: the reviewer's, when they edited it.
         grant: dict[str, Any] = {"n": len(new.grants) + 1, "tool": call["tool"], "by": by}
         if remember == "call":
             grant["fp"] = call["fp"]
         new.grants = [*new.grants, grant]
-        detail["grant"] = {**grant, "args": proposed_call(state, call["id"])["args"] if remember == "call" else None}
+        detail["grant"] = {**grant, "args": call_args(new, call) if remember == "call" else None}
     grant_effect = detail.get("grant")
     if decision == "fail":
         return fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
-            t.intent = _intent(new, call, proposed_call(state, call["id"])["args"])
+            t.intent = _intent(new, call, call_args(new, call))
             t.grant = grant_effect
         else:
             t.journal_reset = call["key"]
@@ -255,6 +305,68 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "", remembe
         new.consecutive_errors = 0
     t.messages.append(_tool_message(call, result))
     return _move(new, PLANNING, t)
+
+
+class EditRefused(ValueError):
+    """A reviewer's arguments that cannot replace the call's: a code, a readable
+    detail and the HTTP-like status the API answers with."""
+
+    def __init__(self, code: str, detail: Any, status: int) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code, self.detail, self.status = code, detail, status
+
+
+def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verdict:
+    """A reviewer's arguments for the pending call, checked as if the model had
+    proposed them: the tool's schema, then the run's policy. The tool cannot change.
+
+    Returns the verdict (an `ask` may need more votes than the original); raises
+    EditRefused for invalid arguments or a call the policy denies.
+    """
+    call = state.current_call
+    if state.state != AWAITING_APPROVAL or not call or not state.approval:
+        raise ValueError("the run is not waiting for a decision")
+    if state.approval["kind"] != decisions.POLICY:
+        raise EditRefused("invalid_decision", "only a policy approval's arguments can be edited", 400)
+    if spec is None:
+        raise EditRefused("unknown_tool", f"{call['tool']} is no longer registered", 409)
+    problem = spec.validate(args)
+    if problem is not None:
+        raise EditRefused("invalid_arguments", problem, 400)
+    verdict = _verdict(state, spec, call["tool"], args, fingerprint(call["tool"], args))
+    if verdict.action == "deny":
+        raise EditRefused(
+            "denied_by_policy", {"message": f"the edited call is denied: {verdict.reason}", "rule": verdict.rule}, 409
+        )
+    return verdict
+
+
+def edited_key(state: RunState, args: Any) -> str:
+    """The idempotency key the pending call gets with a reviewer's arguments."""
+    assert state.current_call is not None
+    return idempotency_key(state.run_id, state.steps, state.current_call["tool"], args)
+
+
+def edited_call(state: RunState, call: dict[str, Any], original: Any, edit: dict[str, Any]) -> dict[str, Any]:
+    """The current call with a reviewer's arguments: a new idempotency key and
+    fingerprint from them, and the edit kept so the tool result can say so. The
+    proposing assistant message keeps the model's own arguments (the provider's
+    transcript must stay what the model sent); the edited ones live here."""
+    args = edit["args"]
+    return {
+        **call,
+        "key": edited_key(state, args),
+        "fp": fingerprint(call["tool"], args),
+        "args": args,
+        "edited": {"from": original, "by": edit.get("by", ""), "note": edit.get("note", "")},
+    }
+
+
+def call_args(state: RunState, call: dict[str, Any]) -> Any:
+    """The arguments a call runs with: a reviewer's edit, or what the model proposed."""
+    if "args" in call:
+        return call["args"]
+    return proposed_call(state, call["id"])["args"]
 
 
 def revoke_grant(state: RunState, n: int, by: str = "") -> Outcome:
@@ -423,18 +535,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
             f"with the same error ({streak.get('error')})"
         )
         return _fail_from(new, t, reason)
-    verdict = policy.decide(
-        spec,
-        tool,
-        denied=new.denied_tools,
-        always_ask=new.always_ask_tools,
-        tainted=new.tainted,
-        approver=new.approver,
-        args=args,
-        policy=new.policy,
-        grants=new.grants,
-        fingerprint=fp,
-    )
+    verdict = _verdict(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
     if verdict.action == "allow":
@@ -446,6 +547,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
         new.current_call = current
         new.approval = {"kind": "policy", "reason": verdict.reason}
         t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec, verdict)
+        _set_expiry(new, t, deps.now())
         t.to_state = AWAITING_APPROVAL
         return _move(new, AWAITING_APPROVAL, t)
     if verdict.no_approver:
@@ -453,6 +555,22 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
+
+
+def _verdict(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
+    """The run's policy on one call: what the model proposed, or a reviewer's edit."""
+    return policy.decide(
+        spec,
+        tool,
+        denied=state.denied_tools,
+        always_ask=state.always_ask_tools,
+        tainted=state.tainted,
+        approver=state.approver,
+        args=args,
+        policy=state.policy,
+        grants=state.grants,
+        fingerprint=fp,
+    )
 
 
 def _fail_from(new: RunState, t: Transition, reason: str) -> Outcome:
@@ -481,6 +599,17 @@ def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
     }
 
 
+def _set_expiry(new: RunState, t: Transition, now: float) -> None:
+    """A policy approval expires after the run's approval timeout, never after the
+    run's deadline (which fails the run first). No timeout: only the deadline."""
+    timeout = new.policy.get("approval_timeout_seconds")
+    if not timeout or new.approval is None or t.approval is None:
+        return
+    expires_at = min(now + timeout, new.deadline) if new.deadline else now + timeout
+    new.approval.update(expires_at=expires_at, timeout_seconds=timeout)
+    t.approval["expires_at"] = expires_at
+
+
 def _approval_row(
     state: RunState,
     call: dict[str, Any],
@@ -502,7 +631,7 @@ def _approval_row(
         "reason": reason,
         "taint_source": state.taint_source if state.tainted else None,
         "step": state.steps,
-        "status": "pending",
+        "status": decisions.PENDING,
     }
 
 
@@ -526,7 +655,7 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
     if spec.retry_safety == "unsafe" and not deps.journal.begin(call["key"]):
         return None  # another worker started it between our read and our mark
     ctx = ToolContext(run_id=state.run_id, idempotency_key=call["key"], timeout=spec.timeout)
-    args = proposed_call(state, call["id"])["args"]
+    args = call_args(state, call)
     outcome = deps.runner.run(spec, args, ctx)
     if outcome.unknown and spec.retry_safety == "unsafe":
         # The tool failed after its request left (a server died mid-call): the journal
@@ -540,7 +669,7 @@ def _outcome_unknown(state: RunState, call: dict[str, Any], spec: ToolSpec, why:
     reason = f"{OUTCOME_UNKNOWN}: {why} and is not safe to repeat"
     new.approval = {"kind": "outcome_unknown", "reason": reason}
     t = Transition(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
-    t.approval = _approval_row(new, call, proposed_call(state, call["id"])["args"], "outcome_unknown", reason, spec)
+    t.approval = _approval_row(new, call, call_args(state, call), "outcome_unknown", reason, spec)
     return _move(new, AWAITING_APPROVAL, t)
 
 
@@ -581,7 +710,23 @@ def _record(
 
 
 def _tool_message(call: dict[str, Any], result: Any) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call["id"], "name": call["tool"], "content": cap(result_text(result))}
+    text = result_text(result)
+    if call.get("edited"):
+        # The model proposed other arguments: it must not read this result as the
+        # outcome of its own call.
+        text = edit_statement(call) + "\n" + text
+    return {"role": "tool", "tool_call_id": call["id"], "name": call["tool"], "content": cap(text)}
+
+
+def edit_statement(call: dict[str, Any]) -> str:
+    edit = call["edited"]
+    who = f" ({edit['by']})" if edit.get("by") else ""
+    why = f" Their note: {edit['note']}" if edit.get("note") else ""
+    return (
+        f"[airlock: a human reviewer{who} changed the arguments of this call before approving it. "
+        f"You proposed {json.dumps(edit['from'], ensure_ascii=False, sort_keys=True)}; "
+        f"it ran with {json.dumps(call['args'], ensure_ascii=False, sort_keys=True)}.{why}]"
+    )
 
 
 def result_text(result: Any) -> str:

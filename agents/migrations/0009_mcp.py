@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0005_fewer_indexes_on_hot_rows'),
+        ('agents', '0008_policy'),
     ]
 
     operations = [

@@ -24,6 +24,13 @@ APPROVAL_FIELDS = {
     "decided_at",
     "note",
     "created_at",
+    # Decisions beyond yes/no (design: Policy and decisions, second round).
+    "kind",
+    "risk",
+    "required",
+    "votes",
+    "edited_args",
+    "expires_at",
 }
 
 

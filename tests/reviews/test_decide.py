@@ -8,14 +8,12 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents import faults
+from agents.engine.decisions import DECISIONS
 from agents.models import Approval, Message, Run, ToolCall
 from tests.conftest import call, final
 from tests.reviews.conftest import CsrfClient, person
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DECISIONS = ("approve", "reject", "happened", "retry", "fail")
-
 
 def recorded(approval: Approval) -> Approval:
     return Approval.objects.get(pk=approval.pk)

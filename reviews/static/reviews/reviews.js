@@ -65,6 +65,26 @@
     }
   });
 
+  // "Edit arguments" opens the card's JSON editor: the arguments field is sent only
+  // while it is open (a disabled field is not submitted), and "Approve with these
+  // arguments" stands in for the plain Approve.
+  document.addEventListener("click", function (event) {
+    const toggle = event.target instanceof Element && event.target.closest("button.edit-args");
+    if (!toggle) return;
+    const form = toggle.closest("form");
+    const editor = document.getElementById(toggle.getAttribute("aria-controls"));
+    if (!form || !editor) return;
+    const open = editor.hidden;
+    editor.hidden = !open;
+    toggle.setAttribute("aria-expanded", String(open));
+    toggle.textContent = open ? "Cancel edit" : "Edit arguments";
+    const field = editor.querySelector("textarea[name=args]");
+    field.disabled = !open;
+    const plain = form.querySelector('button[data-key="a"]');
+    if (plain) plain.hidden = open;
+    if (open) field.focus();
+  });
+
   // Filters apply as soon as one is picked; the Filter button stays for keyboards.
   document.addEventListener("change", function (event) {
     const select = event.target instanceof Element && event.target.closest("form.filters select");
@@ -111,4 +131,17 @@
       el.textContent = duration(now - Number(el.dataset.since));
     });
   }, 5000);
+
+  // The time left to answer, every second; under a fifth of it the card is marked
+  // (the server marks it the same way when it renders the card).
+  function countdown() {
+    const now = Date.now() / 1000;
+    document.querySelectorAll("#queue-list .card:not(.is-decided) .expires[data-until]").forEach(function (el) {
+      const left = Number(el.dataset.until) - now;
+      const time = el.querySelector("time");
+      if (time) time.textContent = duration(left);
+      el.classList.toggle("expiring", left * 5 < Number(el.dataset.total));
+    });
+  }
+  window.setInterval(countdown, 1000);
 })();

@@ -1,0 +1,96 @@
+"""The one list of approval statuses, kinds and decision names, and the vote rule.
+
+Pages, the API, the evals and the ORM's `TextChoices` all derive from these names;
+nothing else spells them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+# Approval statuses.
+PENDING = "pending"
+APPROVED = "approved"
+REJECTED = "rejected"
+EXPIRED = "expired"  # nobody answered in time: never a rejection
+DENIED = "denied"  # policy said ask, but the run has no approver
+StatusName = Literal["pending", "approved", "rejected", "expired", "denied"]
+STATUSES: tuple[str, ...] = get_args(StatusName)
+assert STATUSES == (PENDING, APPROVED, REJECTED, EXPIRED, DENIED)
+
+# Approval kinds.
+POLICY = "policy"
+OUTCOME_UNKNOWN = "outcome_unknown"
+KINDS: tuple[str, ...] = (POLICY, OUTCOME_UNKNOWN)
+
+DecisionName = Literal["approve", "reject", "happened", "retry", "fail"]
+DECISIONS: tuple[str, ...] = get_args(DecisionName)
+KIND_DECISIONS: dict[str, tuple[str, ...]] = {
+    POLICY: ("approve", "reject"),
+    OUTCOME_UNKNOWN: ("happened", "retry", "fail"),
+}
+# The approval status each decision closes it with.
+DECISION_STATUS: dict[str, str] = {
+    "approve": APPROVED,
+    "reject": REJECTED,
+    "happened": APPROVED,
+    "retry": APPROVED,
+    "fail": REJECTED,
+}
+# How a decided card and the timeline name each answer.
+DECISION_LABELS: dict[str, str] = {
+    "approve": "Approved",
+    "reject": "Rejected",
+    "happened": "Marked as happened",
+    "retry": "Run again",
+    "fail": "Run failed",
+}
+# Answers that settle a question on their own whatever the quorum: a "no", and every
+# answer to "outcome unknown" (one reviewer says what happened).
+DECIDES_ALONE: frozenset[str] = frozenset({"reject", "happened", "retry", "fail"})
+
+
+def allowed(kind: str) -> tuple[str, ...]:
+    return KIND_DECISIONS.get(kind, ())
+
+
+def label(decision: str, status: str) -> str:
+    if status == EXPIRED:
+        return "Expired"
+    return DECISION_LABELS.get(decision, status.capitalize())
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Where the votes stand: `decision` is set once they decide the question."""
+
+    approvals: int
+    required: int
+    decision: str | None
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.required - self.approvals)
+
+
+def tally(votes: list[dict[str, Any]], required: int) -> Tally:
+    """The two-person rule on a list of `{by, decision}` votes, oldest first.
+
+    Each reviewer counts once (their first vote); any vote that decides alone (a reject)
+    decides at once; approvals decide when `required` distinct reviewers gave one.
+    """
+    required = max(1, int(required or 1))
+    seen: set[str] = set()
+    approvals = 0
+    for vote in votes:
+        by = str(vote.get("by") or "")
+        if by in seen:
+            continue
+        seen.add(by)
+        decision = str(vote.get("decision"))
+        if decision in DECIDES_ALONE:
+            return Tally(approvals, required, decision)
+        if decision == "approve":
+            approvals += 1
+    return Tally(approvals, required, "approve" if approvals >= required else None)

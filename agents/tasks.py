@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import store, wakeup
+from agents import notify, store, wakeup
 from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.engine.protocols import Deps
@@ -188,3 +188,13 @@ def _fail_late(run_id: int, owner: str) -> bool:
 def _clock_only(run: Run, now: float) -> Deps:
     # A waiting run consults only the clock: no model client or tool is built.
     return Deps(model=cast(Any, None), registry=Registry(), journal=store.StoreJournal(run), now=lambda: now)
+
+
+@shared_task(ignore_result=True)
+def deliver_notifications() -> dict[str, int]:
+    """Fan out new outbox events, attempt the due webhook deliveries, send a due digest.
+
+    Woken after a commit that wrote events and run by the beat (retries wait there, not
+    in the broker). Safe with any number at once; see `agents.notify`.
+    """
+    return notify.dispatch()

@@ -199,7 +199,9 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
     new.approval = None
     detail = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
     if decision == "fail":
-        return fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
+        after, t = fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
+        t.detail.update(detail)  # a decision like the others, on the record
+        return after, t
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from agents import notify
-from agents.actions import approval_decide
+from agents.actions import approval_decide, run_launch
 from agents.models import Delivery, DeliveryAttempt, OutboxEvent, Webhook
 from tests.conftest import person
 from tests.webhook_receiver import Receiver, add_webhook
@@ -187,3 +187,29 @@ def test_add_webhook_prints_the_secret_once_as_its_last_line(db) -> None:
     hook = Webhook.objects.get()
     assert out.getvalue().splitlines()[-1] == hook.secret
     assert hook.secret.startswith("whsec_") and (hook.format, hook.events) == ("slack", ["run.done"])
+
+
+def test_the_demo_produces_verifiable_events_with_working_links(
+    loopback_allowed, receiver: Receiver, drive, rita
+) -> None:
+    from agents import demo
+
+    receiver.secret = add_webhook(receiver.url, "approval.pending,run.done")
+    client = Client()
+    client.force_login(rita)
+    scenario = next(s for s in demo.SCENARIOS if s["name"] == "customer-question")
+    run = drive(run_launch(agent=scenario["agent"], task=scenario["task"]))
+    deliver_all()
+    approval = run.approvals.get()
+    card = receiver.requests[0].payload["data"]["url"].removeprefix("https://airlock.example.org")
+    assert card == f"/reviews/#approval-{approval.pk}"
+    assert f'data-approval-id="{approval.pk}"' in client.get(card).content.decode()
+
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve")
+    assert drive(run).state == "done"
+    deliver_all()
+    assert receiver.types() == ["approval.pending", "run.done"]
+    assert all(not r.refused for r in receiver.requests)
+    timeline = receiver.requests[1].payload["data"]["url"].removeprefix("https://airlock.example.org")
+    page = client.get(timeline)
+    assert page.status_code == 200 and "send_email" in page.content.decode()

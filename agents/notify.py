@@ -199,9 +199,11 @@ def fan_out(*, now: dt.datetime | None = None) -> int:
         hooks = list(Webhook.objects.filter(active=True))
         deliveries: list[Delivery] = []
         for event in events:
-            event.data = render(event)
+            wanted = [h for h in hooks if h.wants(event.type)]
+            if wanted:  # rendering costs queries; an event nobody subscribed to needs none
+                event.data = render(event)
             event.dispatched_at = now
-            deliveries += [Delivery(event=event, webhook=h, next_attempt_at=now) for h in hooks if h.wants(event.type)]
+            deliveries += [Delivery(event=event, webhook=h, next_attempt_at=now) for h in wanted]
         OutboxEvent.objects.bulk_update(events, ["data", "dispatched_at"])
         Delivery.objects.bulk_create(deliveries, ignore_conflicts=True)
     return len(events)

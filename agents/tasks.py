@@ -165,6 +165,11 @@ def _fail_late(run_id: int, owner: str) -> bool:
         run = Run.objects.get(pk=run_id)
         state = store.load(run)
         now = time.time()
+        if state.state in states.TERMINAL:
+            # Two sweepers in one process share an owner name, so both "held" the lease;
+            # the other one failed the run between our claim and our load.
+            clean = True
+            return False
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
             outcome = engine.step(state, _clock_only(run, now))

@@ -13,7 +13,7 @@ from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
 from agents.engine.step import Transition
 from agents.models import Approval, OutboxEvent, Run
-from tests.conftest import call, final, person
+from tests.conftest import call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +141,18 @@ def test_emit_writes_in_the_callers_transaction(waiting) -> None:
     assert (event.type, event.approval_id, event.run_id) == ("approval.expiring", approval.pk, approval.run_id)
     with pytest.raises(ValueError, match="unknown event type"):
         outbox.emit("approval.exploded", approval)
+
+
+@requires_postgres()
+@pytest.mark.parametrize("kind", ["no_event", "events"])
+def test_a_transition_stays_one_statement_with_or_without_events(
+    kind: str, settings, launch, django_assert_num_queries
+) -> None:
+    settings.AIRLOCK_STORE_ONE_STATEMENT = True
+    run = Run.objects.select_related("profile").get(pk=launch([final()]).pk)
+    state = store.load(run)
+    after, t = engine.cancel(state, "stop") if kind == "events" else engine.step(state, store.deps_for(run))
+    assert bool(outbox.events_for(t)) == (kind == "events")
+    with django_assert_num_queries(1):
+        store.commit(run, state, after, t, actor="test")
+    assert OutboxEvent.objects.filter(run=run).count() == (1 if kind == "events" else 0)

@@ -246,7 +246,9 @@ def attempt(delivery_id: int) -> bool | None:
             # Another worker claimed it first (it sends), or it was delivered meanwhile.
             return None
         delivery = Delivery.objects.select_related("event", "webhook").get(pk=delivery_id)
-        row = DeliveryAttempt.objects.create(delivery=delivery, number=delivery.attempts, started_at=now)
+        # Numbered over the delivery's whole life: a resend starts `attempts` over, not this.
+        number = DeliveryAttempt.objects.filter(delivery=delivery).count() + 1
+        row = DeliveryAttempt.objects.create(delivery=delivery, number=number, started_at=now)
     event, hook = delivery.event, delivery.webhook
     content = body(event, hook)
     stamp = int(time.time())

@@ -29,6 +29,8 @@ from agents.models import Transition as TransitionRow
 
 log = logging.getLogger("airlock.store")
 
+Events = tuple[outbox.Event, ...]
+
 
 class StaleRun(Exception):
     """Someone else committed a transition of this run first."""
@@ -182,13 +184,8 @@ def commit(
 
 
 def _commit_orm(
-    run: Run,
-    cached: dict[str, Any],
-    row: dict[str, Any],
-    messages: list[Message],
-    t: Transition,
-    now: dt.datetime,
-    events: tuple[outbox.Event, ...],
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime,
+    events: Events,
 ) -> int | None:
     with transaction.atomic():
         updated = Run.objects.filter(pk=run.pk, version=run.version).update(version=F("version") + 1, **cached)
@@ -203,7 +200,7 @@ def _commit_orm(
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime, events: tuple[outbox.Event, ...]) -> None:
+def _apply_effects(run: Run, t: Transition, now: dt.datetime, events: Events) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -250,13 +247,8 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
 
 
 def _commit_statement(
-    run: Run,
-    cached: dict[str, Any],
-    row: dict[str, Any],
-    messages: list[Message],
-    t: Transition,
-    now: dt.datetime,
-    events: tuple[outbox.Event, ...],
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime,
+    events: Events,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 

@@ -445,3 +445,11 @@ class NotificationPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: digest {'on' if self.email_digest else 'off'}"
+
+    @classmethod
+    def digest_on(cls, user: Any) -> bool:
+        return not cls.objects.filter(user=user, email_digest=False).exists()
+
+    @classmethod
+    def set_digest(cls, user: Any, on: bool) -> None:
+        cls.objects.update_or_create(user=user, defaults={"email_digest": on})

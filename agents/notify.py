@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.mail import EmailMessage, get_connection
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
@@ -33,6 +32,7 @@ from django.db.models import F, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from agents import access
 from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
 from agents.tools.demo import UrlRefused, public_addresses
 
@@ -291,7 +291,7 @@ def attempt(delivery_id: int) -> bool | None:
         delivery_id,
         hook.pk,
         event.msg_id,
-        delivery.attempts,
+        number,
         "delivered" if ok else error,
     )
     return ok
@@ -320,14 +320,7 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
 
 
 def digest_recipients() -> list[str]:
-    users = (
-        get_user_model()
-        .objects.filter(is_active=True, groups__name="reviewer")
-        .exclude(email="")
-        .exclude(notification_preference__email_digest=False)
-        .distinct()
-        .order_by("pk")
-    )
+    users = access.reviewers().exclude(email="").exclude(notification_preference__email_digest=False).order_by("pk")
     return [u.email for u in users]
 
 
@@ -357,7 +350,7 @@ def send_digest(*, now: dt.datetime | None = None) -> int:
             for a in waiting:
                 url = f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{a.pk}"
                 lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {url}", ""]
-            lines.append("You get this as a reviewer; an administrator can turn it off (Notification preferences).")
+            lines.append(f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}")
             text = "\n".join(lines)
             messages = [EmailMessage(subject, text, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
             with get_connection() as connection:

@@ -10,4 +10,5 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+    path("account/notifications/", views.notifications, name="notifications"),
 ]

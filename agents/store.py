@@ -7,6 +7,7 @@ still the one the engine read (optimistic concurrency).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from agents import faults, outbox
-from agents.engine import states
+from agents.engine import patch, states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
@@ -82,7 +83,8 @@ def load(run: Run) -> RunState:
     return RunState.from_json(run.engine, messages)
 
 
-def cache_fields(state: RunState) -> dict[str, Any]:
+def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run row's cache of `state`; `engine` is its cleaned engine JSON if known."""
     return {
         "state": state.state,
         "steps": state.steps,
@@ -92,7 +94,7 @@ def cache_fields(state: RunState) -> dict[str, Any]:
         "tainted": state.tainted,
         "answer": clean(state.answer),
         "error": clean(state.error),
-        "engine": clean(state.engine_json()),
+        "engine": clean(state.engine_json()) if engine is None else engine,
         "messages_count": len(state.messages),
     }
 
@@ -141,17 +143,22 @@ def commit(
     same rows.
     """
     now = timezone.now()
-    cached = cache_fields(after)
+    engine = clean(after.engine_json())
+    cached = cache_fields(after, engine)
     if lease_owner is not None:
-        cached["lease_owner"] = lease_owner
-        cached["lease_expires"] = now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
+        # A run that ends gives its lease back in the same update: no release commit.
+        ends = after.state in states.TERMINAL
+        cached["lease_owner"] = None if ends else lease_owner
+        cached["lease_expires"] = None if ends else now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
     cached["updated_at"] = now
     cached["finished_at"] = now if after.state in states.TERMINAL else None
     # Progress: the poison count (claims that died without a transition) starts over.
     cached["claims_without_progress"] = 0
     row = {
         "from_state": t.from_state, "to_state": t.to_state, "kind": t.kind,
-        "payload": clean(t.payload(before, after)), "cost_micros": t.cost_micros, "tokens": t.tokens,
+        # `run.engine` is the stored cache of `before` (the version check below makes
+        # sure of it), so replaying the patch onto it reproduces the new cache exactly.
+        "payload": {"patch": patch.diff(run.engine, engine), **clean(t.detail)}, "cost_micros": t.cost_micros, "tokens": t.tokens,
         "duration_ms": t.duration_ms, "actor": actor,
     }
     messages = _message_rows(run, 0, len(before.messages), t.messages)
@@ -332,10 +339,41 @@ def _commit_statement(
             + " UNION ALL ".join(selects) + ")"
         )
     sql.append(" SELECT version FROM r")
-    with connection.cursor() as cursor:
+    with _prepared_cursor() as cursor:
         cursor.execute("".join(sql), params)
         found = cursor.fetchone()
     return None if found is None else int(found[0])
+
+
+def _prepared_cursor() -> Any:
+    """A cursor whose statements are bound and prepared on the server.
+
+    Django binds parameters on the client, so PostgreSQL plans the transition statement
+    afresh every time (planning cost 4x its execution). The statement text has a few
+    shapes only (messages 1 or 2, with or without an intent...), so each shape is
+    planned once per connection and reused. Only this statement is prepared: the rest of
+    Django keeps client-side binding, and AIRLOCK_PREPARED_STATEMENTS=0 turns it off for
+    a pooler that cannot keep prepared statements (PgBouncer in transaction mode before
+    1.21, or without max_prepared_statements).
+    """
+    if not settings.AIRLOCK_PREPARED_STATEMENTS:
+        return connection.cursor()
+    connection.ensure_connection()
+    # Django's wrapper keeps its error translation, execute wrappers and query log.
+    return connection._prepare_cursor(_prepared_cursor_class()(connection.connection))
+
+
+@functools.cache
+def _prepared_cursor_class() -> type:
+    # Imported late: the module needs psycopg, which SQLite deployments may lack.
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            return super().execute(query, params, **kwargs)
+
+    return PreparedCursor
 
 
 # -- the journal ---------------------------------------------------------------------
@@ -487,7 +525,7 @@ def drive(
     if not claim(run_id, owner):
         return Run.objects.get(pk=run_id)
     run = Run.objects.select_related("profile").get(pk=run_id)
-    clean_exit = False
+    clean_exit = ended = False
     started = time.monotonic()
     try:
         state = load(run)
@@ -511,14 +549,18 @@ def drive(
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
                 state = after
+                # The terminal commit released the lease and left `run` current.
+                ended = after.state in states.TERMINAL
         clean_exit = True
     finally:
-        release(run_id, owner, clean=clean_exit)
+        if not ended:
+            release(run_id, owner, clean=clean_exit)
         # The tool thread ends with the drive (a worker drives thousands of runs).
         close = getattr(deps.runner, "close", None) if deps is not None else None
         if close is not None:
             close()
-    run.refresh_from_db()
+    if not ended:
+        run.refresh_from_db()
     return run
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
+CALLS_PER_RUN = 10  # tool calls per run in the worker figures
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.1) -> Any:
@@ -217,7 +218,7 @@ def worker_phase(agent: Any, count: int, runs: int, calls: int) -> dict[str, Any
     }
 
 
-def worker_throughput(runs: int = 500, calls: int = 10, order: tuple[int, ...] = (1, 2, 2, 1)) -> dict[str, Any]:
+def worker_throughput(runs: int = 500, calls: int = CALLS_PER_RUN, order: tuple[int, ...] = (1, 2, 2, 1)) -> dict[str, Any]:
     """Section 4: `runs` runs of `calls` echo calls through 1 and through 2 worker processes.
 
     The machine is shared, so its load drifts: the runs of each setting are split over

@@ -177,6 +177,9 @@ AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
+# The one transition statement is prepared on the server (planned once per connection).
+# Off for a pooler that cannot keep prepared statements: docs/performance.md.
+AIRLOCK_PREPARED_STATEMENTS = env_bool("AIRLOCK_PREPARED_STATEMENTS", True)
 
 LOGGING = {
     "version": 1,

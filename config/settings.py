@@ -217,8 +217,8 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
 # -- notifications (issue #14): webhooks and the reviewers' email digest ---------------
-# Links in webhook bodies, Slack messages and emails point here.
-AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
+AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
 # Webhook receivers on private addresses are refused (as for http_get) unless listed
 # here: comma-separated host names or addresses, e.g. 127.0.0.1,hooks.internal.
 AIRLOCK_WEBHOOK_ALLOWED_HOSTS = [h.lower().rstrip(".") for h in env_list("AIRLOCK_WEBHOOK_ALLOWED_HOSTS", [])]

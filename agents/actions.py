@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import faults, store
+from agents import faults, store, telemetry
 from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
@@ -80,9 +80,13 @@ def run_launch(
         prices=profile.prices(),
         system_prompt=profile.system_prompt,
         task=task,
+        context_tokens=profile.context_tokens,
     )
     with transaction.atomic():
-        run = Run(profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script))
+        run = Run(
+            profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script),
+            trace_context=telemetry.new_trace_context(),
+        )
         # The id is the run's identity in every idempotency key: take it first.
         run.deadline = timezone.now()
         run.save()

@@ -7,11 +7,15 @@ import datetime as dt
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.core.validators import URLValidator
+from django.core.validators import RegexValidator, URLValidator
 from django.db import models
+from django.db.models import Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
+from agents.llm import API_KEY_ENV
 
 
 class AgentProfile(models.Model):
@@ -24,6 +28,21 @@ class AgentProfile(models.Model):
     # Micro-dollars per million tokens: $3/Mtok is 3_000_000.
     price_input_micros = models.PositiveBigIntegerField(default=0)
     price_output_micros = models.PositiveBigIntegerField(default=0)
+    # Prompt-cache prices (OpenAI: cached input; Anthropic: cache reads and writes).
+    # Empty means "the input price", so a profile priced before these existed costs the same.
+    price_cached_input_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    price_cache_write_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    # Where this profile's model lives: empty means the provider's environment default
+    # (OPENAI_BASE_URL / ANTHROPIC_BASE_URL). The key itself is never stored: only the
+    # NAME of the environment variable that holds it (empty: OPENAI_API_KEY / ANTHROPIC_API_KEY).
+    base_url = models.URLField(max_length=500, blank=True)
+    api_key_env = models.CharField(
+        max_length=100, blank=True,
+        validators=[RegexValidator(API_KEY_ENV, "an environment variable name ending in _API_KEY, like VLLM_API_KEY")],
+    )
+    # Token budget of the prompt a run sends (estimated); over it, older tool results
+    # are folded into short stubs (docs/models.md). Empty: no budget.
+    context_tokens = models.PositiveIntegerField(null=True, blank=True)
     system_prompt = models.TextField(blank=True)
     tools = models.JSONField(null=True, blank=True, help_text="tool names offered; empty means all registered")
     denied_tools = models.JSONField(default=list, blank=True)
@@ -37,7 +56,14 @@ class AgentProfile(models.Model):
         return Limits.from_dict(self.limits)
 
     def prices(self) -> dict[str, int]:
-        return {"input": self.price_input_micros, "output": self.price_output_micros}
+        """The run's price snapshot; a cache price left empty is not in it, so the
+        engine bills those tokens at the input price."""
+        prices = {"input": self.price_input_micros, "output": self.price_output_micros}
+        if self.price_cached_input_micros is not None:
+            prices["cached_input"] = self.price_cached_input_micros
+        if self.price_cache_write_micros is not None:
+            prices["cache_write"] = self.price_cache_write_micros
+        return prices
 
 
 class Run(models.Model):
@@ -72,6 +98,9 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=100, null=True, blank=True)
     lease_expires = models.DateTimeField(null=True, blank=True)
     claims_without_progress = models.PositiveSmallIntegerField(default=0)
+    # The W3C traceparent of the run's trace, set at launch when tracing is on: a run
+    # resumed on another worker continues the same trace (agents/telemetry.py).
+    trace_context = models.CharField(max_length=60, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -86,6 +115,17 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.state})"
+
+    def cache_tokens(self) -> dict[str, int]:
+        """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
+        provider's cache, summed over the transitions' recorded usage in one query."""
+        def total(key: str) -> Sum:
+            return Sum(Cast(KT(f"payload__usage__{key}"), models.BigIntegerField()))
+
+        sums = self.transitions.filter(kind="model").aggregate(
+            read=total("cached_input_tokens"), write=total("cache_write_tokens")
+        )
+        return {k: v or 0 for k, v in sums.items()}
 
     @property
     def is_terminal(self) -> bool:
@@ -268,6 +308,25 @@ class Approval(models.Model):
             "note": self.note,
             "created_at": self.created_at,
         }
+
+
+class MetricTally(models.Model):
+    """Counters and histogram buckets folded from the append-only transition log.
+
+    `GET /metrics` folds the transitions committed since the last scrape into these
+    rows (agents/metrics.py), so the totals cost the hot path nothing and are exact
+    whatever process died. The row named `_folded_through` holds the last transition id
+    folded, in `total`.
+    """
+
+    name = models.CharField(max_length=40)
+    labels = models.CharField(max_length=300, blank=True, help_text="label values joined by '|'")
+    bucket = models.SmallIntegerField(default=-1, help_text="histogram bucket index; -1 for a counter")
+    count = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "labels", "bucket"], name="tally_name_labels_bucket")]
 
 
 class LedgerEntry(models.Model):

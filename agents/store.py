@@ -20,11 +20,12 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from agents import faults, outbox
+from agents import faults, outbox, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
+from agents.logs import bind_run
 from agents.models import Approval, Message, OutboxEvent, Run, ToolCall
 from agents.models import Transition as TransitionRow
 
@@ -185,6 +186,8 @@ def commit(
         "committed run=%s seq=%s %s->%s kind=%s actor=%s",
         run.pk, seq, t.from_state, t.to_state, t.kind, actor,
     )
+    if telemetry.enabled():
+        telemetry.transition_committed(run, before, after, t)
     if t.intent is not None:
         faults.crash_point("after_intent_commit")
     faults.crash_point("after_transition_commit")
@@ -527,6 +530,7 @@ def drive(
     run = Run.objects.select_related("profile").get(pk=run_id)
     clean_exit = ended = False
     started = time.monotonic()
+    unbind = bind_run(run.pk, run.trace_context)  # log lines name the run and its trace
     try:
         state = load(run)
         reason = poison_reason(run.claims_without_progress)
@@ -559,6 +563,7 @@ def drive(
         close = getattr(deps.runner, "close", None) if deps is not None else None
         if close is not None:
             close()
+        unbind()
     if not ended:
         run.refresh_from_db()
     return run

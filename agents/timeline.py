@@ -76,6 +76,13 @@ class Entry:
         return self.payload.get("usage")
 
     @property
+    def compaction(self) -> dict[str, Any] | None:
+        """What a `compact` step folded out of the prompt (the transcript keeps it all)."""
+        if self.t.kind != "compact":
+            return None
+        return {**self.payload, "count": len(self.payload.get("folded") or [])}
+
+    @property
     def cost_unknown(self) -> bool:
         return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
 

@@ -275,13 +275,14 @@ def main() -> None:
         / max(engine["10"]["history_disk_bytes_per_tool_call"], 1),
         "wal_ratio_200_to_10": engine["200"]["wal_bytes_per_tool_call"] / max(engine["10"]["wal_bytes_per_tool_call"], 1),
     }
-    from bench import pages, workers
+    from bench import metrics, pages, workers
 
     results["workers"] = workers.worker_throughput()
     # The in-process engine at the workers' run size, measured right after them.
     results["workers"]["in_process"] = engine_rounds(1)[str(workers.CALLS_PER_RUN)]
     results["approval_latency"] = workers.approval_latency()
     results["pages"] = pages.pages_bench()
+    results["metrics"] = metrics.metrics_bench()  # on the database the pages seeded
     results["seconds"] = time.perf_counter() - started
     results["targets"] = targets(results).rows
     out = ROOT / "bench" / "results.json"
@@ -373,6 +374,23 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{name:>9} {x['p50_ms']:>7.1f} {x['p95_ms']:>7.1f} {x['ratio_p50_to_minimal']:>9.2f} {x['ratio_p95_to_minimal']:>9.2f} "
                 f"{x['queries']:>8} {p['small'][name]['queries']:>6}"
             )
+    m = r.get("metrics")
+    if m:
+        rows, alt = m["rows"], m["alternatives"]
+        print(
+            f"\nGET /metrics with {rows['runs']:,} runs, {rows['transitions']:,} transitions, "
+            f"{rows['pending_approvals']:,} pending approvals: p50 {m['steady']['p50_ms']:.1f} ms, "
+            f"p95 {m['steady']['p95_ms']:.1f} ms, {m['queries']} queries "
+            f"(first fold of the log: {m['catch_up']['scrapes']} scrapes, {m['catch_up']['seconds']:.1f} s)"
+        )
+        for name, x in alt.items():
+            print(f"  instead, run totals by {name.replace('_', ' ')}: {x['scan']} scan, p50 {x['p50_ms']:.1f} ms")
+        sa = m["store_aggregate"]
+        print(
+            f"  instead, totals in the store's statement: {sa['threads']} writers, "
+            f"{sa['plain_commits_per_second']:.0f} -> {sa['with_shared_total_commits_per_second']:.0f} commits/s "
+            f"({sa['ratio']:.2f}x)"
+        )
     if r.get("targets"):
         print("\ntargets")
         for x in r["targets"]:

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import context, patch, policy
 from . import limits as limits_mod
-from . import patch, policy
 from .fingerprints import fingerprint, idempotency_key
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
 from .registry import ToolContext, ToolSpec
@@ -65,6 +65,10 @@ class RunState:
     error_streak: dict[str, Any] | None = None
     answer: str | None = None
     error: str | None = None
+    # Context management (engine/context.py); None when the run has no budget.
+    context_tokens: int | None = None
+    folded_before: int | None = None
+    token_scale: int | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def engine_json(self) -> dict[str, Any]:
@@ -125,6 +129,7 @@ def new_run(
     prices: dict[str, int] | None = None,
     system_prompt: str = "",
     task: str,
+    context_tokens: int | None = None,
 ) -> RunState:
     if approver not in ("human", "none"):
         raise ValueError(f"approver must be 'human' or 'none', not {approver!r}")
@@ -137,6 +142,7 @@ def new_run(
         deadline=now + limits.deadline_seconds,
         approver=approver,
         limits=limits.to_dict(),
+        context_tokens=context_tokens or None,
         tools=list(tools) if tools is not None else None,
         denied_tools=list(denied_tools or []),
         always_ask_tools=list(always_ask_tools or []),
@@ -165,6 +171,10 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
             new = state.copy()
             call = proposed_call(new, new.pending_calls.pop(0))
             return _propose(new, call, deps, Transition(PLANNING, PLANNING, "call"))
+        if state.context_tokens:
+            compacted = _compact(state, deps)
+            if compacted is not None:
+                return compacted
         return _call_model(state, deps)
     assert state.state == ACTING
     return _run_tool(state, deps)
@@ -231,12 +241,35 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
 # -- planning ------------------------------------------------------------------------
 
 
+def _compact(state: RunState, deps: Deps) -> Outcome | None:
+    """Fold older tool results out of the prompt when it would exceed the budget."""
+    assert state.context_tokens
+    try:
+        plan = context.plan(
+            state.messages, _offered(state, deps), budget=state.context_tokens,
+            folded_before=state.folded_before or 0, scale=state.token_scale,
+        )
+    except context.OverBudget as exc:
+        return fail(state, (
+            f"context budget: the prompt needs about {exc.tokens} tokens with every older tool result "
+            f"folded, over context_tokens {state.context_tokens}"
+        ))
+    if plan is None:
+        return None
+    new = state.copy()
+    new.folded_before = plan.folded_before
+    detail = {
+        "folded": plan.folded, "tokens_before": plan.tokens_before, "tokens_after": plan.tokens_after,
+        "budget": state.context_tokens,
+    }
+    return _move(new, PLANNING, Transition(PLANNING, PLANNING, "compact", detail))
+
+
 def _call_model(state: RunState, deps: Deps) -> Outcome:
     specs = _offered(state, deps)
     started = time.monotonic()
-    request = ModelRequest(
-        run_id=state.run_id, turn=state.model_calls, messages=list(state.messages), tools=specs
-    )
+    prompt = context.prompt(state.messages, state.folded_before or 0)
+    request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs)
     try:
         decision = deps.model.decide(request)
     except ModelError as exc:
@@ -246,18 +279,16 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     new.steps += 1
     new.model_calls += 1
     cost, tokens = _account(new, decision)
-    calls = [
-        {"id": c.id or f"call_{state.model_calls}_{i}", "tool": c.tool, "args": c.args}
-        for i, c in enumerate(decision.calls)
-    ]
+    if new.context_tokens and decision.usage is not None:
+        new.token_scale = context.corrected_scale(decision.usage.input_tokens, context.raw_tokens(prompt, specs))
+    calls, renamed = unique_calls(decision, state.model_calls)
     message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}
     if calls:
         message["tool_calls"] = calls
     detail: dict[str, Any] = {"decision": "final" if decision.final is not None else "calls"}
-    if decision.usage is None:
-        detail["usage"] = None
-    else:
-        detail["usage"] = {"input_tokens": decision.usage.input_tokens, "output_tokens": decision.usage.output_tokens}
+    detail["usage"] = None if decision.usage is None else decision.usage.to_dict()
+    if renamed:
+        detail["renamed_ids"] = renamed
     if decision.final is not None:
         new.answer = decision.final
         t = Transition(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
@@ -268,15 +299,47 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     return _propose(new, calls[0], deps, t)
 
 
+def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The reply's calls with ids unique within it, and {new id: id the model gave}.
+
+    Some OpenAI-compatible servers give several calls of one reply the same id; calls
+    are found by id, so the second would be lost and the first run twice. The renamed
+    id is what the transcript (and so the provider) sees from then on, for the call and
+    its result alike, which keeps every call paired with its own result.
+    """
+    calls: list[dict[str, Any]] = []
+    renamed: dict[str, str] = {}
+    taken: set[str] = set()
+    for i, c in enumerate(decision.calls):
+        given = c.id or f"call_{turn}_{i}"
+        call_id, n = given, 1
+        while call_id in taken:
+            n += 1
+            call_id = f"{given}_{n}"
+        if call_id != given:
+            renamed[call_id] = given
+        taken.add(call_id)
+        calls.append({"id": call_id, "tool": c.tool, "args": c.args})
+    return calls, renamed
+
+
 def _account(new: RunState, decision: Decision) -> tuple[int, int]:
-    if decision.usage is None:
+    """Tokens and cost of a model call. Cached prompt tokens are priced at the
+    profile's cached-input price and cache writes at its cache-write price; a run
+    whose prices lack those keys pays the input price for them."""
+    usage = decision.usage
+    if usage is None:
         new.cost_unknown = True
         return 0, 0
-    tokens = decision.usage.input_tokens + decision.usage.output_tokens
+    tokens = usage.input_tokens + usage.output_tokens
+    price_in = new.prices.get("input", 0)
+    uncached = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
     cost = math.ceil(
         (
-            decision.usage.input_tokens * new.prices.get("input", 0)
-            + decision.usage.output_tokens * new.prices.get("output", 0)
+            uncached * price_in
+            + usage.cached_input_tokens * new.prices.get("cached_input", price_in)
+            + usage.cache_write_tokens * new.prices.get("cache_write", price_in)
+            + usage.output_tokens * new.prices.get("output", 0)
         )
         / 1_000_000
     )

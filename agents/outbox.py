@@ -1,8 +1,9 @@
 """The outbox: events written in the same transaction as the transition that caused them.
 
 `events_for(t)` is the one rule from a transition to its events; the store applies it
-in both of its commit paths (one PostgreSQL statement, or the ORM). Code that changes
-an approval outside a transition (expiry) calls `emit()` inside its own transaction.
+in both of its commit paths (one PostgreSQL statement, or the ORM). Code that raises an
+event outside a transition calls `emit()` inside its own transaction, or `emit_once()`
+for a warning a periodic job may find more than once (`approval.expiring`).
 Delivery is `agents.notify`'s job, woken after commit and by the beat.
 """
 
@@ -91,6 +92,19 @@ def emit(event_type: str, subject: Approval | Run) -> OutboxEvent:
     row.save()
     wake_after_commit()
     return row
+
+
+def emit_once(event_type: str, approval: Approval) -> OutboxEvent | None:
+    """`emit()`, unless this approval already has an event of this type: for warnings a
+    periodic job raises (`approval.expiring`), however many sweepers find it at once.
+    None when it was already written."""
+    with transaction.atomic():
+        # The approval's row lock puts concurrent sweepers in line; the later one sees
+        # the event the first one wrote and writes nothing.
+        Approval.objects.select_for_update().filter(pk=approval.pk).values_list("pk").first()
+        if OutboxEvent.objects.filter(approval=approval, type=event_type).exists():
+            return None
+        return emit(event_type, approval)
 
 
 def wake_after_commit() -> None:

@@ -13,7 +13,7 @@ from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
 from agents.engine.step import Transition
 from agents.models import Approval, OutboxEvent, Run
-from tests.conftest import call, final, person, requires_postgres
+from tests.conftest import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -156,3 +156,14 @@ def test_a_transition_stays_one_statement_with_or_without_events(
     with django_assert_num_queries(1):
         store.commit(run, state, after, t, actor="test")
     assert OutboxEvent.objects.filter(run=run).count() == (1 if kind == "events" else 0)
+
+
+@requires_postgres()
+@pytest.mark.django_db(transaction=True)
+def test_emit_once_writes_one_warning_however_many_sweepers_find_it(waiting) -> None:
+    approval = waiting()
+    results = at_once(lambda _: outbox.emit_once("approval.expiring", approval), range(4))
+    assert sum(r is not None for r in results) == 1
+    assert OutboxEvent.objects.filter(approval=approval, type="approval.expiring").count() == 1
+    assert outbox.emit_once("approval.expiring", approval) is None
+    assert outbox.emit_once("approval.expired", approval) is not None  # another type is another event

@@ -27,6 +27,13 @@ def can_decide(user: Any) -> bool:
     return in_group(user, REVIEWER)
 
 
+def reviewers() -> QuerySet[Any]:
+    """Active members of the reviewer group: who is told about pending calls."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(is_active=True, groups__name=REVIEWER).distinct()
+
+
 def can_cancel(user: Any) -> bool:
     return in_group(user, OPERATOR)
 

@@ -318,46 +318,11 @@ class TransitionOut(Schema):
 
 
 def approval_json(a: Approval) -> dict[str, Any]:
-    return {
-        "id": a.pk,
-        "run": a.run_id,
-        "status": a.status,
-        "kind": a.kind,
-        "tool": a.tool,
-        "risk": a.risk,
-        "args": a.args,
-        "edited_args": a.edited_args,
-        "reason": a.reason,
-        "taint_source": a.taint_source,
-        "rule": a.rule,
-        "required": a.required,
-        "votes": [v.to_dict() for v in a.current_votes()],
-        "decided_by": a.decided_by.get_username() if a.decided_by else None,
-        "decided_at": a.decided_at,
-        "note": a.note,
-        "expires_at": a.expires_at,
-        "created_at": a.created_at,
-    }
+    return dict(a.to_dict())
 
 
 def run_json(run: Run) -> dict[str, Any]:
-    pending = Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=run).pending().first()
-    return {
-        "id": run.pk,
-        "agent": run.profile.name,
-        "state": run.state,
-        "task": run.task,
-        "steps": run.steps,
-        "cost_micros": run.cost_micros,
-        "tokens": run.tokens,
-        "answer": run.answer,
-        "error": run.error,
-        "tainted": run.tainted,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
-        "pending_approval": approval_json(pending) if pending else None,
-        "grants": [g.to_dict() for g in run.grants.select_related("by").order_by("number")],
-    }
+    return dict(run.to_dict())
 
 
 def _readable_run(user: Any, run_id: int) -> Run:

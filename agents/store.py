@@ -20,16 +20,18 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from agents import faults, telemetry
+from agents import faults, outbox, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
 from agents.logs import bind_run
-from agents.models import Approval, Grant, Message, Run, ToolCall
+from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall
 from agents.models import Transition as TransitionRow
 
 log = logging.getLogger("airlock.store")
+
+Events = tuple[outbox.Event, ...]
 
 
 class StaleRun(Exception):
@@ -168,18 +170,24 @@ def commit(
         "duration_ms": t.duration_ms, "actor": actor,
     }
     messages = _message_rows(run, 0, len(before.messages), t.messages)
+    # Outbox rows go in the same transaction; most transitions cause no event.
+    events = outbox.events_for(t)
     if t.intent is not None:
         faults.crash_point("before_intent_commit")
     # Grants are rare, human-paced transitions: they take the ORM path.
     one_statement = t.grant is None and t.grant_revoke is None
     if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
-        seq = _commit_statement(run, cached, row, messages, t, now)
+        seq = _commit_statement(run, cached, row, messages, t, now, events)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now, user)
+        seq = _commit_orm(run, cached, row, messages, t, now, events, user)
     if seq is None:
         # Another worker (or a reviewer, or the sweeper) committed first; their
         # transition stands and nothing of ours was written.
         raise StaleRun(f"run {run.pk} moved past version {run.version}")
+    if events:
+        # Right away when we are not inside an outer transaction (a worker), else when
+        # the caller's (a decision's) commits.
+        outbox.wake_after_commit()
     for name, value in cached.items():
         setattr(run, name, value)
     run.version = seq
@@ -201,6 +209,7 @@ def _commit_orm(
     messages: list[Message],
     t: Transition,
     now: dt.datetime,
+    events: Events,
     user: Any = None,
 ) -> int | None:
     with transaction.atomic():
@@ -212,11 +221,11 @@ def _commit_orm(
         for m in messages:
             m.seq = seq
         Message.objects.bulk_create(messages)
-        _apply_effects(run, t, now, user)
+        _apply_effects(run, t, now, events, user)
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) -> None:
+def _apply_effects(run: Run, t: Transition, now: dt.datetime, events: Events, user: Any = None) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -227,10 +236,16 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) 
         ToolCall.objects.filter(idempotency_key=t.journal_result["key"]).update(
             **_result_fields(t.journal_result), finished_at=now
         )
+    created = closed = None
     if t.approval is not None:
-        Approval.objects.create(run=run, **_approval_fields(t.approval, now))
+        created = Approval.objects.create(run=run, **_approval_fields(t.approval, now)).pk
     if t.approval_close is not None:
-        Approval.objects.pending().filter(run=run).update(status=t.approval_close, decided_at=now)
+        pending = Approval.objects.pending().filter(run=run)
+        if events:
+            # Locked, so the update below closes exactly these (a decision racing us waits).
+            closed = list(pending.select_for_update().values_list("pk", flat=True))
+            pending = Approval.objects.filter(pk__in=closed)
+        pending.update(status=t.approval_close, decided_at=now)
     if t.grant is not None:
         g = t.grant
         # The decision's approval: decided in this same transaction, the newest of the call.
@@ -242,6 +257,8 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) 
         Grant.objects.filter(run=run, number=t.grant_revoke, revoked_at__isnull=True).update(
             revoked_at=now, revoked_by=user
         )
+    if events:
+        OutboxEvent.objects.bulk_create(outbox.rows(run.pk, events, created=created, closed=closed or [], now=now))
 
 
 def _intent_fields(i: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +288,8 @@ def _moment(epoch: float | None) -> dt.datetime | None:
 
 
 def _commit_statement(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime,
+    events: Events,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
@@ -326,7 +344,7 @@ def _commit_statement(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
             " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at)"
             " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s"
-            " FROM r)"
+            " FROM r RETURNING id)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
                    f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
@@ -335,9 +353,27 @@ def _commit_statement(
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
-            " WHERE run_id = %s AND status = 'pending' AND EXISTS (SELECT 1 FROM r))"
+            " WHERE run_id = %s AND status = 'pending' AND EXISTS (SELECT 1 FROM r) RETURNING id)"
         )
         params += [t.approval_close, now, run.pk]
+    if events:
+        # One insert, its rows in the events' order. The approval an event is about
+        # comes from the CTE that wrote it (or, for a decision, the run's newest
+        # approval); no such row, no event.
+        selects = []
+        for e in events:
+            subject, source = {
+                None: ("NULL", "r"),
+                "created": ("a.id", "r, a"),
+                "closed": ("ac.id", "r, ac"),
+                "current": ("(SELECT max(id) FROM agents_approval WHERE run_id = r.id)", "r"),
+            }[e.approval]
+            selects.append(f"SELECT %s, %s, r.id, {subject}, %s::timestamptz FROM {source}")
+            params += [outbox.new_msg_id(), e.type, now]
+        sql.append(
+            ", o AS (INSERT INTO agents_outboxevent (msg_id, type, run_id, approval_id, created_at) "
+            + " UNION ALL ".join(selects) + ")"
+        )
     sql.append(" SELECT version FROM r")
     with _prepared_cursor() as cursor:
         cursor.execute("".join(sql), params)

@@ -20,10 +20,10 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents import actions, store, wakeup
+from agents import actions, notify, store, wakeup
 from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.models import Approval, Run
@@ -134,6 +134,7 @@ def sweep() -> dict[str, int]:
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
     expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
+    expiring = _warn_expiring(now)
     idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
     # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
     # since its last release has been idle. A sent wake-up is stamped as an owner-less
@@ -159,9 +160,32 @@ def sweep() -> dict[str, int]:
             continue
         wakeup.wake(pk)
         woken += 1
-    if failed or woken or expired:
-        log.info("sweep failed=%s expired=%s woken=%s", failed, expired, woken)
-    return {"failed": failed, "expired": expired, "woken": woken}
+    if failed or woken or expired or expiring:
+        log.info("sweep failed=%s expired=%s expiring=%s woken=%s", failed, expired, expiring, woken)
+    return {"failed": failed, "expired": expired, "expiring": expiring, "woken": woken}
+
+
+def _warn_expiring(now: dt.datetime) -> int:
+    """Write `approval.expiring` once for each pending approval with under a fifth of
+    its time left; `outbox.emit_once` keeps concurrent sweepers to one event."""
+    from agents import outbox
+    from agents.models import OutboxEvent
+
+    warned = OutboxEvent.objects.filter(approval=OuterRef("pk"), type="approval.expiring")
+    soonest = (
+        Approval.objects.pending()
+        .filter(expires_at__gt=now)
+        .exclude(Exists(warned))
+        .order_by("expires_at")[:SWEEP_BATCH]
+    )
+    count = 0
+    for approval in soonest:
+        assert approval.expires_at is not None
+        if approval.expires_at - now > (approval.expires_at - approval.created_at) / 5:
+            continue  # more than a fifth left (timeouts differ, so keep looking)
+        if outbox.emit_once("approval.expiring", approval) is not None:
+            count += 1
+    return count
 
 
 def _fail_late(run_id: int, owner: str) -> bool:
@@ -172,6 +196,11 @@ def _fail_late(run_id: int, owner: str) -> bool:
         run = Run.objects.get(pk=run_id)
         state = store.load(run)
         now = time.time()
+        if state.state in states.TERMINAL:
+            # Two sweepers in one process share an owner name, so both "held" the lease;
+            # the other one failed the run between our claim and our load.
+            clean = True
+            return False
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
             outcome = engine.step(state, store.clock_only(run, now))
@@ -190,3 +219,13 @@ def _fail_late(run_id: int, owner: str) -> bool:
         return True
     finally:
         store.release(run_id, owner, clean=clean)
+
+
+@shared_task(ignore_result=True)
+def deliver_notifications() -> dict[str, int]:
+    """Fan out new outbox events, attempt the due webhook deliveries, send a due digest.
+
+    Woken after a commit that wrote events and run by the beat (retries wait there, not
+    in the broker). Safe with any number at once; see `agents.notify`.
+    """
+    return notify.dispatch()

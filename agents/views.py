@@ -27,7 +27,7 @@ from agents.engine import states
 from agents.export import export_run
 from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
 from agents.middleware import denied
-from agents.models import AgentProfile, Approval, Run
+from agents.models import AgentProfile, Approval, NotificationPreference, Run
 
 LIST_PAGE = 50
 LIVE_POLL = "every 1s"
@@ -306,3 +306,23 @@ EXAMPLE_SCRIPT = json.dumps(
         {"final": "Recorded the quarterly number."},
     ]
 )
+
+
+# -- notifications (issue #14) -------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def notifications(request: HttpRequest) -> HttpResponse:
+    """A reviewer turns the pending-calls email digest on or off for themselves."""
+    reviewer = access.can_decide(request.user)
+    if request.method == "POST":
+        on = request.POST.get("email_digest") == "on"
+        NotificationPreference.set_digest(request.user, on)
+        messages.success(request, "Digest emails are on." if on else "Digest emails are off.")
+        return redirect("notifications")
+    return render(
+        request,
+        "agents/notifications.html",
+        {"reviewer": reviewer, "digest_on": NotificationPreference.digest_on(request.user)},
+    )

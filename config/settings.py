@@ -235,6 +235,22 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
+# -- notifications (issue #14): webhooks and the reviewers' email digest ---------------
+# Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
+AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
+# Webhook receivers on private addresses are refused (as for http_get) unless listed
+# here: comma-separated host names or addresses, e.g. 127.0.0.1,hooks.internal.
+AIRLOCK_WEBHOOK_ALLOWED_HOSTS = [h.lower().rstrip(".") for h in env_list("AIRLOCK_WEBHOOK_ALLOWED_HOSTS", [])]
+AIRLOCK_WEBHOOK_TIMEOUT = env_float("AIRLOCK_WEBHOOK_TIMEOUT", 10.0)
+# Attempt n failing waits min(MAX, BASE * 4^(n-1)) seconds, +-20% jitter: 5 s, 20 s,
+# 80 s, ... 6 h; eleven attempts span about a day, then the delivery is dead.
+AIRLOCK_WEBHOOK_MAX_ATTEMPTS = env_int("AIRLOCK_WEBHOOK_MAX_ATTEMPTS", 11)
+AIRLOCK_WEBHOOK_RETRY_BASE_SECONDS = env_float("AIRLOCK_WEBHOOK_RETRY_BASE_SECONDS", 5.0)
+AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS = env_float("AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS", 6 * 3600.0)
+# Pending calls are emailed to reviewers as one digest once the oldest unsent one is
+# this old: fifty in a minute make one email, not fifty.
+AIRLOCK_EMAIL_DIGEST_SECONDS = env_float("AIRLOCK_EMAIL_DIGEST_SECONDS", 60.0)
+
 # -- workers (Celery) ---------------------------------------------------------------
 # The database is the truth; broker messages are only wake-ups, so losing one costs a
 # sweep interval, never a run. REDIS_URL picks Redis; otherwise kombu's filesystem
@@ -299,14 +315,25 @@ CELERY_DB_REUSE_MAX = 2**62
 CELERY_TASK_DEFAULT_QUEUE = "airlock"
 CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sweep", routing_key="airlock_sweep")]
 # Sweeps get their own queue so a backlog of runs cannot starve them.
-CELERY_TASK_ROUTES = {"agents.tasks.sweep": {"queue": "airlock_sweep"}}
+# Notifications share it: their work per task is bounded, and a backlog of runs must
+# not hold back a reviewer's "a call is waiting".
+CELERY_TASK_ROUTES = {
+    "agents.tasks.sweep": {"queue": "airlock_sweep"},
+    "agents.tasks.deliver_notifications": {"queue": "airlock_sweep"},
+}
 CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {
         "task": "agents.tasks.sweep",
         "schedule": AIRLOCK_SWEEP_SECONDS,
         # A sweep that waited longer than two intervals is superseded by a newer one.
         "options": {"expires": AIRLOCK_SWEEP_SECONDS * 2},
-    }
+    },
+    # Retries that came due, events whose wake-up was lost, the email digest.
+    "deliver-notifications": {
+        "task": "agents.tasks.deliver_notifications",
+        "schedule": AIRLOCK_SWEEP_SECONDS,
+        "options": {"expires": AIRLOCK_SWEEP_SECONDS * 2},
+    },
 }
 
 # -- operations: metrics and traces -------------------------------------------------

@@ -131,3 +131,13 @@ def browser() -> Any:
     from tests.e2e.conftest import chromium_session
 
     yield from chromium_session()
+
+
+# -- webhook receivers (issue #14): a real server on loopback, verifying signatures --
+@pytest.fixture
+def receiver() -> Any:
+    from tests.webhook_receiver import Receiver
+
+    r = Receiver().start()
+    yield r
+    r.stop()

@@ -284,7 +284,9 @@ def decide(
         detail["grant"] = {**grant, "args": call_args(new, call) if remember == "call" else None}
     grant_effect = detail.get("grant")
     if decision == "fail":
-        return fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
+        after, t = fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
+        t.detail.update(detail)  # a decision like the others, on the record
+        return after, t
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0006_policy'),
+        ('agents', '0009_mcp'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -8,7 +8,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from agents.actions import ActionError, run_launch
-from agents.api import run_json
 from agents.evals import run_settle
 from agents.models import Run
 
@@ -68,7 +67,7 @@ class Command(BaseCommand):
             run = run_settle(run.pk, timeout=o["timeout"])
         run = Run.objects.select_related("profile").get(pk=run.pk)
         if o["json"]:
-            self.stdout.write(json.dumps(run_json(run), cls=DjangoJSONEncoder, indent=2))
+            self.stdout.write(json.dumps(run.to_dict(), cls=DjangoJSONEncoder, indent=2))
         else:
             line = f"run {run.pk}: {run.state}"
             if run.answer:

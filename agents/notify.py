@@ -1,0 +1,359 @@
+"""Delivering the outbox: signed webhooks (Standard Webhooks), Slack, the reviewers' digest.
+
+Work comes from `OutboxEvent` rows the store wrote with their transitions. Every step
+is a conditional update or a skip-locked read, so any number of workers can dispatch
+at once; a worker that dies leaves rows that the next dispatch picks up:
+
+- fan-out: render an event's `data` once, make one `Delivery` per subscribed webhook;
+- delivery: claim a due delivery, record the attempt, POST outside any transaction,
+  record the outcome; failures wait with exponential back-off and jitter, then `dead`;
+- digest: pending calls go to reviewers as one email once the oldest is a window old.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
+import random
+import secrets
+import time
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.mail import EmailMessage, get_connection
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.urls import reverse
+from django.utils import timezone
+
+from agents import access
+from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
+from agents.tools.demo import UrlRefused, public_addresses
+
+log = logging.getLogger("airlock.notify")
+
+FAN_OUT_BATCH = 200
+DELIVERY_BATCH = 100
+DIGEST_MAX = 500
+DISPATCH_SECONDS = 30.0  # work per task; the next wake-up or beat goes on
+SLACK_TEXT_MAX = 2900  # Slack refuses a section's text over 3000 characters
+
+
+# -- secrets and signatures (https://www.standardwebhooks.com/) -------------------------
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """`v1,<base64 HMAC-SHA256 of "id.timestamp.body">` keyed by the secret's bytes."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+# -- what is sent ---------------------------------------------------------------------
+
+
+def link(event: OutboxEvent) -> str:
+    """The approval's card in the review queue, or the run's timeline."""
+    if event.approval_id is not None:
+        return f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{event.approval_id}"
+    return settings.AIRLOCK_BASE_URL + reverse("run_detail", args=[event.run_id])
+
+
+def render(event: OutboxEvent) -> dict[str, Any]:
+    """The approval or run exactly as the JSON API returns it (`to_dict()` through the
+    same JSON encoder), plus `url`."""
+    subject: Any = (
+        Approval.objects.select_related("decided_by").get(pk=event.approval_id)
+        if event.approval_id is not None
+        else Run.objects.select_related("profile").get(pk=event.run_id)
+    )
+    data = json.loads(json.dumps(subject.to_dict(), cls=DjangoJSONEncoder))
+    data["url"] = link(event)
+    return data
+
+
+def body(event: OutboxEvent, webhook: Webhook) -> bytes:
+    """The same bytes on every attempt: built from the frozen `data`."""
+    if webhook.format == "slack":
+        payload: dict[str, Any] = slack_message(event.type, event.data or {})
+    else:
+        payload = {"type": event.type, "timestamp": event.created_at, "data": event.data}
+    return json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
+
+
+def _slack_escape(text: Any) -> str:
+    # Slack's mrkdwn treats these three as control characters; the rest stays inert text.
+    value = str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return value if len(value) <= SLACK_TEXT_MAX else value[: SLACK_TEXT_MAX - 1] + "…"
+
+
+def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Slack's incoming-webhook body: `text` (notifications, fallback) and blocks."""
+    e = _slack_escape
+    url = data.get("url", "")
+    if event_type.startswith("approval."):
+        what = {
+            "approval.pending": "waits for review",
+            "approval.decided": f"was {e(data.get('status'))} by {e(data.get('decided_by') or 'the system')}",
+            "approval.expired": "expired without a decision",
+            "approval.expiring": "expires soon",
+        }.get(event_type, event_type)
+        text = f"{e(data.get('tool'))} on run {data.get('run')} {what}"
+        detail = f"*`{e(data.get('tool'))}`* on run {data.get('run')} {what}\n>{e(data.get('reason'))}"
+        action = "Open the review queue"
+    else:
+        state = data.get("state", event_type.removeprefix("run."))
+        text = f"Run {data.get('id')} ({e(data.get('agent'))}) {e(state)}"
+        outcome = data.get("answer") if state == "done" else data.get("error")
+        detail = f"*Run {data.get('id')}* ({e(data.get('agent'))}) {e(state)}: {e(data.get('task'))}"
+        if outcome:
+            detail += f"\n>{e(outcome)}"
+        action = "Open the timeline"
+    return {
+        "text": f"{text}: {url}",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]},
+        ],
+    }
+
+
+# -- the outgoing request -------------------------------------------------------------
+
+
+def host_allowed(host: str) -> bool:
+    return host.lower().rstrip(".") in settings.AIRLOCK_WEBHOOK_ALLOWED_HOSTS
+
+
+def target(url: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+    """Where to connect, the Host header and the TLS name: a listed host as it is;
+    any other only at a public address, pinned to the one we checked (a second DNS
+    lookup could answer differently). Raises UrlRefused."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise UrlRefused(f"not a valid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise UrlRefused("only http and https URLs with a host are delivered to")
+    if host_allowed(parsed.host):
+        return parsed, {}, {}
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        address = public_addresses(parsed.host, port)[0]
+    except UrlRefused as exc:
+        raise UrlRefused(f"{exc} (webhooks likewise; AIRLOCK_WEBHOOK_ALLOWED_HOSTS lets a host through)") from None
+    host_header = parsed.host if parsed.port is None else f"{parsed.host}:{parsed.port}"
+    extensions = {"sni_hostname": parsed.host} if parsed.scheme == "https" else {}
+    return parsed.copy_with(host=address), {"Host": host_header}, extensions
+
+
+def post(url: str, content: bytes, headers: dict[str, str]) -> int:
+    """POST and return the status code; raises UrlRefused or httpx.HTTPError."""
+    where, extra, extensions = target(url)
+    # No redirects (a 3xx is a failure: a redirect could point inside), no proxies.
+    with httpx.Client(timeout=settings.AIRLOCK_WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
+        response = client.post(where, content=content, headers={**headers, **extra}, extensions=extensions)
+        return response.status_code
+
+
+# -- dispatch -------------------------------------------------------------------------
+
+
+def dispatch() -> dict[str, int]:
+    """One bounded round: fan out new events, deliver what is due, send a due digest."""
+    started = time.monotonic()
+    fanned = fan_out()
+    delivered, failed = deliver_due(budget=DISPATCH_SECONDS - (time.monotonic() - started))
+    emailed = send_digest()
+    if fanned or delivered or failed or emailed:
+        log.info("notify fanned_out=%s delivered=%s failed=%s emailed=%s", fanned, delivered, failed, emailed)
+    return {"fanned_out": fanned, "delivered": delivered, "failed": failed, "emailed": emailed}
+
+
+def fan_out(*, now: dt.datetime | None = None) -> int:
+    """Render new events and make their deliveries, in one transaction per batch.
+
+    Rows another dispatcher has locked are skipped (it fans them out); the unique
+    (event, webhook) pair makes a repeat harmless anyway.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        events = list(
+            OutboxEvent.objects.select_for_update(skip_locked=True)
+            .filter(dispatched_at__isnull=True)
+            .order_by("pk")[:FAN_OUT_BATCH]
+        )
+        if not events:
+            return 0
+        hooks = list(Webhook.objects.filter(active=True))
+        deliveries: list[Delivery] = []
+        for event in events:
+            wanted = [h for h in hooks if h.wants(event.type)]
+            if wanted:  # rendering costs queries; an event nobody subscribed to needs none
+                event.data = render(event)
+            event.dispatched_at = now
+            deliveries += [Delivery(event=event, webhook=h, next_attempt_at=now) for h in wanted]
+        OutboxEvent.objects.bulk_update(events, ["data", "dispatched_at"])
+        Delivery.objects.bulk_create(deliveries, ignore_conflicts=True)
+    return len(events)
+
+
+def deliver_due(*, budget: float = DISPATCH_SECONDS) -> tuple[int, int]:
+    """Attempt the due deliveries (oldest first) until the batch or the time runs out."""
+    started = time.monotonic()
+    due = list(
+        Delivery.objects.filter(status="pending", next_attempt_at__lte=timezone.now(), webhook__active=True)
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:DELIVERY_BATCH]
+    )
+    delivered = failed = 0
+    for pk in due:
+        if time.monotonic() - started >= budget:
+            break
+        outcome = attempt(pk)
+        delivered += outcome is True
+        failed += outcome is False
+    return delivered, failed
+
+
+def attempt(delivery_id: int) -> bool | None:
+    """One attempt: True delivered, False failed, None not ours to make.
+
+    1. Claim: a conditional update counts the attempt and pushes `next_attempt_at` past
+       the request's timeout; the attempt row is written in the same transaction.
+    2. POST outside any transaction, signed with this attempt's timestamp.
+    3. Record the outcome, only if the claim is still ours.
+    """
+    now = timezone.now()
+    # Past the request's timeout with room to record it: a live attempt is never overtaken.
+    hold = now + dt.timedelta(seconds=2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5)
+    with transaction.atomic():
+        claimed = Delivery.objects.filter(pk=delivery_id, status="pending", next_attempt_at__lte=now).update(
+            attempts=F("attempts") + 1, next_attempt_at=hold
+        )
+        if claimed != 1:
+            # Another worker claimed it first (it sends), or it was delivered meanwhile.
+            return None
+        delivery = Delivery.objects.select_related("event", "webhook").get(pk=delivery_id)
+        # Numbered over the delivery's whole life: a resend starts `attempts` over, not this.
+        number = DeliveryAttempt.objects.filter(delivery=delivery).count() + 1
+        row = DeliveryAttempt.objects.create(delivery=delivery, number=number, started_at=now)
+    event, hook = delivery.event, delivery.webhook
+    content = body(event, hook)
+    stamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Airlock-webhooks/1",
+        "webhook-id": event.msg_id,
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign(hook.secret, event.msg_id, stamp, content),
+    }
+    started = time.monotonic()
+    code: int | None = None
+    error = ""
+    try:
+        code = post(hook.url, content, headers)
+        if not 200 <= code < 300:
+            error = f"HTTP {code}"
+    except UrlRefused as exc:
+        error = f"refused: {exc}"
+    except httpx.HTTPError as exc:
+        # httpx's messages name the failure, not the URL (a Slack URL is a secret).
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    ok = not error
+    finished = timezone.now()
+    fields: dict[str, Any] = {"last_status_code": code, "last_error": error}
+    if ok:
+        fields.update(status="delivered", delivered_at=finished, next_attempt_at=None)
+    elif delivery.attempts >= settings.AIRLOCK_WEBHOOK_MAX_ATTEMPTS:
+        fields.update(status="dead", next_attempt_at=None)
+    else:
+        fields["next_attempt_at"] = finished + dt.timedelta(seconds=backoff(delivery.attempts))
+    with transaction.atomic():
+        DeliveryAttempt.objects.filter(pk=row.pk).update(
+            finished_at=finished, status_code=code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
+        )
+        # Our claim outlived its hold and another worker took the delivery: its outcome stands.
+        Delivery.objects.filter(pk=delivery_id, attempts=delivery.attempts, status="pending").update(**fields)
+    log.info(
+        "webhook delivery=%s webhook=%s event=%s attempt=%s %s",
+        delivery_id,
+        hook.pk,
+        event.msg_id,
+        number,
+        "delivered" if ok else error,
+    )
+    return ok
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before the next attempt after `attempts` failed ones: exponential, capped,
+    with +-20% jitter so receivers coming back are not hit by every sender at once."""
+    base = settings.AIRLOCK_WEBHOOK_RETRY_BASE_SECONDS * 4 ** (attempts - 1)
+    return min(settings.AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS, base) * random.uniform(0.8, 1.2)
+
+
+def resend(deliveries: QuerySet[Delivery]) -> int:
+    """Give dead deliveries a new round of attempts, same webhook-id and body."""
+    count = deliveries.filter(status="dead").update(
+        status="pending", attempts=0, next_attempt_at=timezone.now(), last_error=""
+    )
+    if count:
+        from agents import outbox
+
+        outbox.wake_after_commit()
+    return count
+
+
+# -- the reviewers' digest ------------------------------------------------------------
+
+
+def digest_recipients() -> list[str]:
+    users = access.reviewers().exclude(email="").exclude(notification_preference__email_digest=False).order_by("pk")
+    return [u.email for u in users]
+
+
+def send_digest(*, now: dt.datetime | None = None) -> int:
+    """Email the reviewers the calls waiting for them, once the oldest unsent one has
+    waited AIRLOCK_EMAIL_DIGEST_SECONDS; returns the number of emails sent.
+
+    The events stay locked while the mail goes out: a failure rolls back and the next
+    round sends (at least once); calls decided meanwhile are left out.
+    """
+    now = now or timezone.now()
+    window = dt.timedelta(seconds=settings.AIRLOCK_EMAIL_DIGEST_SECONDS)
+    with transaction.atomic():
+        events = list(
+            OutboxEvent.objects.select_for_update(skip_locked=True)
+            .filter(type="approval.pending", emailed_at__isnull=True)
+            .order_by("created_at", "pk")[:DIGEST_MAX]
+        )
+        if not events or events[0].created_at > now - window:
+            return 0
+        ids = [e.approval_id for e in events if e.approval_id is not None]
+        waiting = list(Approval.objects.filter(pk__in=ids, status="pending").order_by("created_at", "pk"))
+        to = digest_recipients() if waiting else []
+        if to:
+            subject = f"Airlock: {len(waiting)} tool call{'s' if len(waiting) != 1 else ''} waiting for review"
+            lines = [f"{len(waiting)} tool call(s) wait for a reviewer:", ""]
+            for a in waiting:
+                url = f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{a.pk}"
+                lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {url}", ""]
+            lines.append(f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}")
+            text = "\n".join(lines)
+            messages = [EmailMessage(subject, text, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
+            with get_connection() as connection:
+                connection.send_messages(messages)
+        OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(emailed_at=now)
+    return len(to)

@@ -161,7 +161,7 @@ def sweep() -> dict[str, int]:
         wakeup.wake(pk)
         woken += 1
     if failed or woken or expired or expiring:
-        log.info("sweep failed=%s expired=%s expiring=%s woken=%s", failed, expired, expiring, woken)
+        log.info("sweep failed=%s woken=%s expired=%s expiring=%s", failed, woken, expired, expiring)
     return {"failed": failed, "expired": expired, "expiring": expiring, "woken": woken}
 
 

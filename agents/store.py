@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from agents import faults
 from agents.engine import states
-from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
+from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
 from agents.engine.registry import ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
 from agents.models import Approval, Message, Run, ToolCall
@@ -35,7 +36,25 @@ class StaleRun(Exception):
 
 
 def worker_name() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
+    """This thread's name as a lease owner: host, process and thread.
+
+    A threaded worker drives many runs in one process; were the owner only the process,
+    a duplicate wake-up on a second thread would pass `claim`'s "we hold it already"
+    test and drive the run beside the first thread.
+    """
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
+
+
+def release_connection() -> None:
+    """Hand this thread's database connection back before it waits (a model call, a
+    tool, a sleep), so a worker's connections follow its database work, not its runs.
+
+    With the pool (PostgreSQL) the connection goes back to the pool; without one it is
+    closed and the next query opens another. Inside a transaction (a test's, or an
+    eager task inside a request) nothing happens: the caller owns that connection.
+    """
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 # -- text PostgreSQL can store -------------------------------------------------------
@@ -360,7 +379,12 @@ class StoreJournal:
 
 
 class DjangoRunner(ThreadRunner):
-    """Runs tools in a thread with its own database connection, closed afterwards."""
+    """Runs tools in a thread with its own database connection, closed afterwards;
+    the driver's thread gives its own connection back while it waits for the tool."""
+
+    def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        release_connection()
+        return super().run(spec, args, ctx)
 
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         try:
@@ -371,12 +395,24 @@ class DjangoRunner(ThreadRunner):
         return value
 
 
+class ReleasingModel:
+    """A model client that gives the thread's database connection back before each
+    call: a call takes seconds, and a worker has many threads but a few connections."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner = inner
+
+    def decide(self, request: ModelRequest) -> Decision:
+        release_connection()
+        return self.inner.decide(request)
+
+
 def deps_for(run: Run) -> Deps:
     from agents.llm import client_for
     from agents.tools import registry
 
     return Deps(
-        model=client_for(run.profile, run),
+        model=ReleasingModel(client_for(run.profile, run)),
         registry=registry(),
         journal=StoreJournal(run),
         runner=DjangoRunner(),

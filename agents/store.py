@@ -397,7 +397,9 @@ class DjangoRunner(ThreadRunner):
 
 class ReleasingModel:
     """A model client that gives the thread's database connection back before each
-    call: a call takes seconds, and a worker has many threads but a few connections."""
+    call: a call takes seconds, and a worker has many threads but a few connections.
+    (`deps_for` skips the wrapper for a client that says `waits = False`: one that
+    answers from memory, where the pool's round trip would be pure cost.)"""
 
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
@@ -411,8 +413,9 @@ def deps_for(run: Run) -> Deps:
     from agents.llm import client_for
     from agents.tools import registry
 
+    model = client_for(run.profile, run)
     return Deps(
-        model=ReleasingModel(client_for(run.profile, run)),
+        model=ReleasingModel(model) if getattr(model, "waits", True) else model,
         registry=registry(),
         journal=StoreJournal(run),
         runner=DjangoRunner(),

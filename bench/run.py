@@ -248,6 +248,7 @@ def main() -> None:
 
     results["workers"] = workers.worker_throughput()
     results["approval_latency"] = workers.approval_latency()
+    results["concurrency"] = workers.concurrency()
     results["pages"] = pages.pages_bench()
     results["seconds"] = time.perf_counter() - started
     out = ROOT / "bench" / "results.json"
@@ -312,9 +313,50 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{name:>9} {x['p50_ms']:>7.1f} {x['p95_ms']:>7.1f} {x['ratio_p50_to_minimal']:>9.2f} {x['ratio_p95_to_minimal']:>9.2f} "
                 f"{x['queries']:>8} {p['small'][name]['queries']:>6}"
             )
+    if r.get("concurrency"):
+        print_concurrency(r["concurrency"])
     if "seconds" in r:
         print(f"\nbench took {r['seconds']:.0f} s")
 
 
+def print_concurrency(c: dict[str, Any]) -> None:
+    if c:
+        mb = 1024 * 1024
+        print(
+            f"\nconcurrency: {c['runs']} runs of {c['model_calls_per_run']} model calls of {c['model_seconds']:g} s "
+            f"(+ {c['model_calls_per_run'] - 1} sleeps of {c['tool_seconds']:g} s) on ONE worker process of "
+            f"{c['threads']} threads"
+        )
+        shown = {
+            "in_flight_at_least_50": f"most runs in flight at once: {c['most_in_flight']} (target >= 50)",
+            "within_1_5x_of_ideal": f"total {c['seconds']:.1f} s, ideal {c['ideal_seconds']:.1f} s: "
+            f"{c['ratio_to_ideal']:.2f}x (target <= 1.5x)",
+            "connections_within_pool": f"most database connections open: {c['most_connections']} "
+            f"(pool size {c['pool_max']})",
+            "memory_flat": f"worker RSS {c['rss_start_bytes'] / mb:.1f} MB at start, {c['rss_end_bytes'] / mb:.1f} MB "
+            f"at the end (target: under +20%)",
+        }
+        for key, text in shown.items():
+            print(f"  {'met   ' if c['targets'][key] else 'MISSED'} {text}")
+
+
+def concurrency_only(runs: int = 200, threads: int = 100) -> None:
+    """`python bench/run.py concurrency [RUNS THREADS]`: section 6 alone, written into
+    bench/results.json beside the other sections of the last full run."""
+    setup_django()
+    truncate()
+    from bench import workers
+
+    out = ROOT / "bench" / "results.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["concurrency"] = workers.concurrency(runs=runs, threads=threads)
+    out.write_text(json.dumps(results, indent=2))
+    print_concurrency(results["concurrency"])
+    print(f"\nwritten: {out.relative_to(ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["concurrency"]:
+        concurrency_only(*(int(a) for a in sys.argv[2:4]))
+    else:
+        main()

@@ -83,7 +83,8 @@ class Cluster:
         self.exits: dict[str, list[int]] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, **FAST, "DATABASE_URL": worker_database_url()}
+        # A test on its own database (the embedded SQLite default) names it in `extra`.
+        env = {**os.environ, **FAST, "DATABASE_URL": extra.get("DATABASE_URL") or worker_database_url()}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         else:

@@ -155,7 +155,8 @@ def sweep() -> dict[str, int]:
        period.
     """
     now = timezone.now()
-    owner = f"sweeper:{socket.gethostname()}:{os.getpid()}"
+    # Per thread, as a worker's name is: two sweeps in one threaded worker are two owners.
+    owner = f"sweeper:{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
     free = Q(lease_owner__isnull=True) | Q(lease_expires__lt=now)
     late = list(
         Run.objects.filter(state__in=states.ACTIVE, deadline__lte=now)

@@ -43,10 +43,10 @@ def test_two_threads_of_one_process_given_the_same_run_drive_it_once(launch, mon
 def test_one_heartbeat_renews_every_lease_the_process_still_holds(launch) -> None:
     runs = [launch([final()]) for _ in range(3)]
     owners = [f"worker:test:1:{i}" for i in range(3)]
-    for run, owner in zip(runs, owners):
+    for run, owner in zip(runs, owners, strict=True):
         assert store.claim(run.pk, owner, seconds=1)
     store.release(runs[2].pk, owners[2])  # finished before the beat: not renewed
-    assert tasks.LeaseHeartbeat.renew({(r.pk, o) for r, o in zip(runs, owners)}) == 2
+    assert tasks.LeaseHeartbeat.renew({(r.pk, o) for r, o in zip(runs, owners, strict=True)}) == 2
     soon = timezone.now() + dt.timedelta(seconds=30)
     leases = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "lease_expires"))
     assert leases[runs[0].pk] > soon and leases[runs[1].pk] > soon and leases[runs[2].pk] is None

@@ -30,6 +30,7 @@ test: $(STAMP)
 # PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
 bench: $(STAMP)
 	$(PY) bench/run.py
+	$(PY) bench/caching.py
 
 # The same scripted agent on LangGraph + PostgresSaver, in a separate virtual environment.
 COMPARE_VENV := .venv-compare

@@ -10,12 +10,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import faults, store
+from agents import faults, store, telemetry
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
-from agents.models import AgentProfile, Approval, Run
+from agents.models import AgentProfile, Approval, Grant, Run
 
 
 class ActionError(Exception):
@@ -47,7 +48,9 @@ def run_launch(
     approver: str = "human",
     limits: dict[str, Any] | None = None,
     script: Any = None,
+    policy: dict[str, Any] | None = None,
 ) -> Run:
+    """Launch a run; `policy` may only tighten the profile's (docs/policy.md)."""
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
     if profile is None:
         known = ", ".join(AgentProfile.objects.order_by("name").values_list("name", flat=True))
@@ -69,6 +72,10 @@ def run_launch(
         run_limits = profile.base_limits().tightened(limits)
     except LimitError as exc:
         raise ActionError("invalid_limits", str(exc)) from None
+    try:
+        run_policy = engine_policy.snapshot(profile.policy_fields(), policy)
+    except engine_policy.PolicyError as exc:
+        raise ActionError("invalid_policy", str(exc)) from None
     state = engine.new_run(
         "pending",
         limits=run_limits,
@@ -78,11 +85,16 @@ def run_launch(
         denied_tools=profile.denied_tools,
         always_ask_tools=profile.always_ask_tools,
         prices=profile.prices(),
+        policy=run_policy,
         system_prompt=profile.system_prompt,
         task=task,
+        context_tokens=profile.context_tokens,
     )
     with transaction.atomic():
-        run = Run(profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script))
+        run = Run(
+            profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script),
+            trace_context=telemetry.new_trace_context(),
+        )
         # The id is the run's identity in every idempotency key: take it first.
         run.deadline = timezone.now()
         run.save()
@@ -103,8 +115,13 @@ class DecisionResult:
     won: bool  # False: someone else had decided first; `approval` shows their answer
 
 
-def approval_decide(*, approval_id: int, user: Any, decision: str, note: str = "") -> DecisionResult:
+def approval_decide(
+    *, approval_id: int, user: Any, decision: str, note: str = "", remember: str | None = None
+) -> DecisionResult:
     """Record a reviewer's answer; the first answer wins, later ones change nothing.
+
+    `remember` ("call" or "tool", with approve) also grants the call for the rest of
+    the run, where `Approval.grant_refusal()` has no objection.
 
     1. Conditional update `WHERE status = 'pending'`: exactly one caller gets a row.
     2. The winner applies the engine's transition in the same database transaction,
@@ -117,6 +134,12 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, note: str = "
     allowed = KIND_DECISIONS[approval.kind]
     if decision not in allowed:
         raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
+    if remember is not None:
+        if remember not in ("call", "tool") or decision != "approve":
+            raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
+        refusal = approval.grant_refusal()
+        if refusal is not None:
+            raise ActionError("grant_refused", refusal)
     note = store.clean(note or "")
     with transaction.atomic():
         updated = Approval.objects.filter(pk=approval_id, status="pending").update(
@@ -127,8 +150,8 @@ def approval_decide(*, approval_id: int, user: Any, decision: str, note: str = "
             return DecisionResult(Approval.objects.select_related("decided_by").get(pk=approval_id), won=False)
         run = Run.objects.select_for_update().get(pk=approval.run_id)
         state = store.load(run)
-        after, t = engine.decide(state, decision, note, by=user.get_username() if user else "")
-        store.commit(run, state, after, t, actor=actor_name(user))
+        after, t = engine.decide(state, decision, note, by=user.get_username() if user else "", remember=remember)
+        store.commit(run, state, after, t, actor=actor_name(user), user=user)
         if after.state not in states.TERMINAL:
             _after_commit(run.pk)
     return DecisionResult(Approval.objects.select_related("decided_by").get(pk=approval_id), won=True)
@@ -150,4 +173,29 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
         except store.StaleRun:
             # A worker committed in between; cancel the state it left.
             run.refresh_from_db()
+    raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)
+
+
+def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:
+    """End a run-scoped grant, as a transition on the run's timeline. Revoking a
+    grant that is already revoked answers with it unchanged."""
+    grant = Grant.objects.select_related("run").filter(pk=grant_id, run_id=run_id).first()
+    if grant is None:
+        raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
+    for _ in range(5):
+        if grant.revoked_at is not None:
+            return grant
+        run = grant.run
+        if run.state in states.TERMINAL:
+            raise ActionError("not_active", f"run {run_id} already ended ({run.state}); its grants ended with it", status=409)
+        state = store.load(run)
+        after, t = engine.revoke_grant(state, grant.number, by=user.get_username() if user else "")
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user), user=user)
+        except store.StaleRun:
+            # A worker (or another revocation) committed in between: look again.
+            grant = Grant.objects.select_related("run").get(pk=grant_id)
+            continue
+        grant.refresh_from_db()
+        return grant
     raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)

@@ -227,6 +227,12 @@ class RunIn(Schema):
     limits: Limits | None = Field(None, description="each may only tighten the profile's")
     approver: Literal["human", "none"] = "human"
     script: list[dict[str, Any]] | None = Field(None, description="decisions for the scripted agent")
+    # Any: the engine's validator checks it and names the bad field in a 400 invalid_policy.
+    policy: Any = Field(
+        None,
+        description='tightens the profile\'s policy for this run: {"rules": [ask/deny rules], '
+        '"irreversible_approvals": N, "separate_duties": true, "approval_timeout_seconds": N} (docs/policy.md)',
+    )
 
 
 class DecisionIn(Schema):
@@ -236,6 +242,9 @@ class DecisionIn(Schema):
         ..., description="approve or reject; an 'outcome unknown' approval takes happened, retry or fail"
     )
     note: StrictStr = Field("", max_length=10_000)
+    remember: Literal["call", "tool"] | None = Field(
+        None, description="with approve: allow the same call (call) or any call of the tool (tool) for the rest of the run"
+    )
 
 
 class ApprovalOut(Schema):
@@ -246,10 +255,20 @@ class ApprovalOut(Schema):
     args: Any = None
     reason: str
     taint_source: dict[str, Any] | None = None
+    rule: dict[str, Any] | None = None
     decided_by: str | None = None
     decided_at: dt.datetime | None = None
     note: str
     created_at: dt.datetime
+
+
+class GrantOut(Schema):
+    id: int
+    tool: str
+    args: Any = None
+    by: str | None = None
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None = None
 
 
 class RunOut(Schema):
@@ -266,6 +285,7 @@ class RunOut(Schema):
     created_at: dt.datetime
     updated_at: dt.datetime
     pending_approval: ApprovalOut | None = None
+    grants: list[GrantOut] = []
 
 
 class TransitionOut(Schema):
@@ -290,6 +310,7 @@ def approval_json(a: Approval) -> dict[str, Any]:
         "args": a.args,
         "reason": a.reason,
         "taint_source": a.taint_source,
+        "rule": a.rule,
         "decided_by": a.decided_by.get_username() if a.decided_by else None,
         "decided_at": a.decided_at,
         "note": a.note,
@@ -313,6 +334,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "pending_approval": approval_json(pending) if pending else None,
+        "grants": [g.to_dict() for g in run.grants.select_related("by").order_by("number")],
     }
 
 
@@ -353,6 +375,7 @@ def runs_create(
         approver=payload.approver,
         limits=limits,
         script=payload.script,
+        policy=payload.policy,
     )
     if not idempotency_key:
         return Status(201, run_json(launch()))
@@ -402,6 +425,20 @@ def runs_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     return run_json(Run.objects.select_related("profile").get(pk=run.pk))
 
 
+@api.post(
+    "/runs/{int:run_id}/grants/{int:grant_id}/revoke", response={200: GrantOut, ERRORS: Error}, summary="Revoke a grant"
+)
+def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[str, Any]:
+    """End a run-scoped grant: the calls it covered ask again. Revoking twice answers
+    with the grant as it is."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.can_decide(user):
+        raise _forbidden("revoking grants needs the reviewer role")
+    if not (0 < run_id <= MAX_ID and 0 < grant_id <= MAX_ID):
+        raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
+    return actions.grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
+
+
 @api.get("/approvals", response={200: list[ApprovalOut], ERRORS: Error}, summary="Approvals, oldest first")
 def approvals_list(
     request: HttpRequest,
@@ -429,7 +466,9 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise _forbidden("deciding approvals needs the reviewer role")
     if not 0 < approval_id <= MAX_ID:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    result = actions.approval_decide(approval_id=approval_id, user=user, decision=payload.decision, note=payload.note)
+    result = actions.approval_decide(
+        approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, remember=payload.remember
+    )
     approval = result.approval
     if not result.won and approval.decision != payload.decision:
         who = approval.decided_by.get_username() if approval.decided_by else "the system"

@@ -10,6 +10,12 @@ from typing import Any
 
 DIAGNOSTIC_TOOLS = ["echo", "fail", "sleep", "fetch_fixture", "ledger_write", "ledger_write_unsafe"]
 DEMO_TOOLS = ["kb_search", "http_get", "send_email", "refund"]
+# The demo's argument rules (docs/policy.md): small refunds go through, others ask.
+DEMO_RULES: list[dict[str, Any]] = [
+    {"tool": "refund", "when": {"arg": "amount", "op": "lt", "value": 20}, "then": "allow",
+     "reason": "refunds under 20 need no human"},
+    {"tool": "refund", "then": "ask", "reason": "refunds of 20 or more need a human"},
+]
 
 PROFILES: dict[str, dict[str, Any]] = {
     "scripted": {
@@ -17,6 +23,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "provider": "scripted",
         "model_name": "script",
         "tools": DIAGNOSTIC_TOOLS,
+        "separate_duties": False,
     },
     "demo": {
         "description": "A help-desk agent with an offline, deterministic planner: no API key needed.",
@@ -24,6 +31,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "model_name": "demo-planner",
         "system_prompt": "You are a careful help-desk agent. Answer from the knowledge base.",
         "tools": DEMO_TOOLS,
+        "rules": DEMO_RULES,
+        "separate_duties": True,
     },
 }
 
@@ -35,9 +44,16 @@ GROUPS: dict[str, list[str]] = {
 }
 
 
+def profile_fields(agent_profile: Any, name: str) -> dict[str, Any]:
+    """The profile's default fields that this (possibly historical) model has: 0002
+    creates the profiles before later migrations add fields, which then fill them."""
+    known = {f.name for f in agent_profile._meta.get_fields()}
+    return {k: v for k, v in PROFILES[name].items() if k in known}
+
+
 def ensure(agent_profile: Any, group: Any, permission: Any) -> None:
-    for name, fields in PROFILES.items():
-        agent_profile.objects.get_or_create(name=name, defaults=fields)
+    for name in PROFILES:
+        agent_profile.objects.get_or_create(name=name, defaults=profile_fields(agent_profile, name))
     for name, perms in GROUPS.items():
         g, _ = group.objects.get_or_create(name=name)
         for dotted in perms:

@@ -53,7 +53,7 @@ KNOWLEDGE_BASE: list[Article] = [
         "id": "kb-refunds",
         "title": "Refund policy",
         "text": "Damaged or faulty items are refunded in full within 30 days of delivery. Use the refund tool "
-        "with the order number; refunds cannot be undone, so a human approves each one.",
+        "with the order number; refunds cannot be undone, so a human approves each one of 20 or more.",
         "keywords": ["refund", "money", "back", "broken", "damaged", "return", "faulty"],
     },
     {
@@ -116,6 +116,7 @@ ORDERS: dict[str, dict[str, object]] = {
     "1042": {"customer": "sam@example.com", "item": "Blender Pro 900", "amount_cents": 18900},
     "1043": {"customer": "dana@example.com", "item": "Chef's knife set", "amount_cents": 12450},
     "1044": {"customer": "lea@example.net", "item": "Cast iron pan", "amount_cents": 5900},
+    "1045": {"customer": "ines@example.com", "item": "Silicone spatula", "amount_cents": 1290},
 }
 
 SCENARIOS: list[Scenario] = [
@@ -130,10 +131,19 @@ SCENARIOS: list[Scenario] = [
     },
     {
         "name": "refund-request",
-        "title": "Refund request (irreversible: always asks)",
+        "title": "Refund request (EUR 189: a profile rule asks a human)",
         "agent": "demo",
         "task": "My blender from order 1042 arrived broken. Please refund it. - Sam (sam@example.com)",
-        "expect": "proposes a refund of order 1042, which is irreversible, so it waits for a reviewer",
+        "expect": "proposes a refund of EUR 189.00 for order 1042; rule 2 of the demo profile (refunds of 20 "
+        "or more need a human) sends it to a reviewer",
+    },
+    {
+        "name": "small-refund",
+        "title": "Small refund (EUR 12.90: a profile rule allows it)",
+        "agent": "demo",
+        "task": "The spatula from order 1045 melted the first time I used it. Can I get a refund? - Ines",
+        "expect": "refunds EUR 12.90 for order 1045 without asking anyone: rule 1 of the demo profile allows "
+        "refunds under 20",
     },
     {
         "name": "password-question",

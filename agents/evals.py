@@ -104,11 +104,15 @@ def replay_profile(name: str) -> AgentProfile | str:
             "model_name": "script",
             "price_input_micros": original.price_input_micros,
             "price_output_micros": original.price_output_micros,
+            "price_cached_input_micros": original.price_cached_input_micros,
+            "price_cache_write_micros": original.price_cache_write_micros,
+            "context_tokens": original.context_tokens,
             "system_prompt": original.system_prompt,
             "tools": original.tools,
             "denied_tools": original.denied_tools,
             "always_ask_tools": original.always_ask_tools,
             "limits": original.limits,
+            **original.policy_fields(),
         },
     )
     return twin

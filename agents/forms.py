@@ -62,6 +62,16 @@ def _midnight(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
 
 
+def _json_or_none(text: str) -> Any:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
 def launchable_profiles() -> list[AgentProfile]:
     profiles = AgentProfile.objects.order_by("name")
     if not settings.AIRLOCK_ALLOW_SCRIPTED:
@@ -85,6 +95,14 @@ class LaunchForm(forms.Form):
         help_text='A list of decisions: {"call": {"tool": ..., "args": {...}}} or {"final": "..."}.',
     )
 
+    policy = forms.CharField(
+        required=False,
+        label="Policy (JSON, optional)",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text='Tightens the profile\'s policy for this run only, e.g. {"rules": [{"tool": "refund", "then": "ask", '
+        '"reason": "this customer is on watch"}], "irreversible_approvals": 2}. Rules may only ask or deny.',
+    )
+
     def __init__(self, *args: Any, profiles: list[AgentProfile], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.profiles = {p.name: p for p in profiles}
@@ -102,13 +120,10 @@ class LaunchForm(forms.Form):
         return [self[name] for name in DEFAULTS]
 
     def clean_script(self) -> Any:
-        text = self.cleaned_data.get("script", "").strip()
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        return _json_or_none(self.cleaned_data.get("script", ""))
+
+    def clean_policy(self) -> Any:
+        return _json_or_none(self.cleaned_data.get("policy", ""))
 
     def launch_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -126,6 +141,7 @@ class LaunchForm(forms.Form):
             "approver": data["approver"],
             "limits": limits or None,
             "script": script,
+            "policy": data.get("policy"),
         }
 
     # run_launch's error codes, and the field each one belongs to.
@@ -135,6 +151,7 @@ class LaunchForm(forms.Form):
         "invalid_approver": "approver",
         "invalid_script": "script",
         "scripted_disabled": "agent",
+        "invalid_policy": "policy",
     }
 
     def add_action_error(self, code: str, detail: Any) -> None:

@@ -6,10 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
+from agents.llm import API_KEY_ENV
 
 
 class AgentProfile(models.Model):
@@ -22,20 +29,75 @@ class AgentProfile(models.Model):
     # Micro-dollars per million tokens: $3/Mtok is 3_000_000.
     price_input_micros = models.PositiveBigIntegerField(default=0)
     price_output_micros = models.PositiveBigIntegerField(default=0)
+    # Prompt-cache prices (OpenAI: cached input; Anthropic: cache reads and writes).
+    # Empty means "the input price", so a profile priced before these existed costs the same.
+    price_cached_input_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    price_cache_write_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    # Where this profile's model lives: empty means the provider's environment default
+    # (OPENAI_BASE_URL / ANTHROPIC_BASE_URL). The key itself is never stored: only the
+    # NAME of the environment variable that holds it (empty: OPENAI_API_KEY / ANTHROPIC_API_KEY).
+    base_url = models.URLField(max_length=500, blank=True)
+    api_key_env = models.CharField(
+        max_length=100, blank=True,
+        validators=[RegexValidator(API_KEY_ENV, "an environment variable name ending in _API_KEY, like VLLM_API_KEY")],
+    )
+    # Token budget of the prompt a run sends (estimated); over it, older tool results
+    # are folded into short stubs (docs/models.md). Empty: no budget.
+    context_tokens = models.PositiveIntegerField(null=True, blank=True)
     system_prompt = models.TextField(blank=True)
     tools = models.JSONField(null=True, blank=True, help_text="tool names offered; empty means all registered")
     denied_tools = models.JSONField(default=list, blank=True)
     always_ask_tools = models.JSONField(default=list, blank=True)
     limits = models.JSONField(default=dict, blank=True, help_text=f"overrides of {sorted(DEFAULTS)}")
+    # Policy (docs/policy.md): snapshotted into each run at launch.
+    rules = models.JSONField(
+        default=list, blank=True,
+        help_text='ordered argument rules, first match wins: [{"tool": "refund", "when": {"arg": "amount", '
+        '"op": "gt", "value": 100}, "then": "ask", "reason": "refunds over 100 need a human"}]',
+    )
+    irreversible_approvals = models.PositiveSmallIntegerField(
+        default=1, help_text="votes an irreversible call needs when no rule says otherwise"
+    )
+    separate_duties = models.BooleanField(default=True, help_text="the run's launcher may not approve its calls")
+    approval_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="an approval expires after this long (empty: only the run's deadline)"
+    )
+    ON_EXPIRY = [(v, v) for v in engine_policy.ON_EXPIRY]
+    on_expiry = models.CharField(max_length=10, choices=ON_EXPIRY, default="reject")
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        try:
+            engine_policy.validate_rules(self.rules)
+            engine_policy.validate_settings(self.policy_fields())
+        except engine_policy.PolicyError as exc:
+            name = exc.field.split("[")[0].split(".")[0]
+            raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
+
+    def policy_fields(self) -> dict[str, Any]:
+        """The profile's policy, as `engine.policy.snapshot` takes it."""
+        return {
+            "rules": self.rules,
+            "irreversible_approvals": self.irreversible_approvals,
+            "separate_duties": self.separate_duties,
+            "approval_timeout_seconds": self.approval_timeout_seconds,
+            "on_expiry": self.on_expiry,
+        }
 
     def base_limits(self) -> Limits:
         return Limits.from_dict(self.limits)
 
     def prices(self) -> dict[str, int]:
-        return {"input": self.price_input_micros, "output": self.price_output_micros}
+        """The run's price snapshot; a cache price left empty is not in it, so the
+        engine bills those tokens at the input price."""
+        prices = {"input": self.price_input_micros, "output": self.price_output_micros}
+        if self.price_cached_input_micros is not None:
+            prices["cached_input"] = self.price_cached_input_micros
+        if self.price_cache_write_micros is not None:
+            prices["cache_write"] = self.price_cache_write_micros
+        return prices
 
 
 class Run(models.Model):
@@ -70,6 +132,9 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=100, null=True, blank=True)
     lease_expires = models.DateTimeField(null=True, blank=True)
     claims_without_progress = models.PositiveSmallIntegerField(default=0)
+    # The W3C traceparent of the run's trace, set at launch when tracing is on: a run
+    # resumed on another worker continues the same trace (agents/telemetry.py).
+    trace_context = models.CharField(max_length=60, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -85,9 +150,31 @@ class Run(models.Model):
     def __str__(self) -> str:
         return f"run {self.pk} ({self.state})"
 
+    def cache_tokens(self) -> dict[str, int]:
+        """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
+        provider's cache, summed over the transitions' recorded usage in one query."""
+        def total(key: str) -> Sum:
+            return Sum(Cast(KT(f"payload__usage__{key}"), models.BigIntegerField()))
+
+        sums = self.transitions.filter(kind="model").aggregate(
+            read=total("cached_input_tokens"), write=total("cache_write_tokens")
+        )
+        return {k: v or 0 for k, v in sums.items()}
+
     @property
     def is_terminal(self) -> bool:
         return self.state in states.TERMINAL
+
+    def policy(self) -> dict[str, Any]:
+        """The run's policy snapshot, always with all five keys.
+
+        A run launched before policies were snapshotted has none: it keeps the rules it
+        was launched with (none) and takes the other fields from its profile.
+        """
+        snap = (self.engine or {}).get("policy")
+        if snap:
+            return engine_policy.effective(snap)
+        return {**engine_policy.effective(self.profile.policy_fields()), "rules": []}
 
 
 class Transition(models.Model):
@@ -184,6 +271,8 @@ class Approval(models.Model):
     risk = models.CharField(max_length=20)
     reason = models.TextField()
     taint_source = models.JSONField(null=True, blank=True)
+    rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
+    required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
     status = models.CharField(max_length=10, choices=STATUSES, default="pending")
     decision = models.CharField(max_length=10, blank=True, help_text="approve, reject, happened, retry or fail")
     decided_by = models.ForeignKey(
@@ -201,6 +290,76 @@ class Approval(models.Model):
                 fields=["run"], condition=models.Q(status="pending"), name="approval_one_pending_per_run"
             )
         ]
+
+    def grant_refusal(self) -> str | None:
+        """Why approving this call may not also grant it for the run, or None."""
+        return engine_policy.grant_refusal(
+            risk=self.risk, required=self.required, tainted=self.run.tainted, kind=self.kind
+        )
+
+    @property
+    def rule_label(self) -> str:
+        """'rule 2 of the profile' for an approval a rule asked for, else ''."""
+        return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
+
+
+class Grant(models.Model):
+    """A run-scoped grant: a reviewer approved a call and let the same call (`args`
+    set) or any call of the tool (`args` null) through for the rest of the run. The
+    engine state holds it as grant `number`; this row is the record people read."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="grants", db_index=False)
+    number = models.PositiveIntegerField(help_text="the engine's grant number within the run")
+    approval = models.ForeignKey(Approval, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True, blank=True, help_text="the exact call's arguments; null: any call of the tool")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="grant_run_number")]
+        ordering = ["run", "number"]
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def scope(self) -> str:
+        return "tool" if self.args is None else "call"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "tool": self.tool,
+            "args": self.args,
+            "by": self.by.get_username() if self.by else None,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+class MetricTally(models.Model):
+    """Counters and histogram buckets folded from the append-only transition log.
+
+    `GET /metrics` folds the transitions committed since the last scrape into these
+    rows (agents/metrics.py), so the totals cost the hot path nothing and are exact
+    whatever process died. The row named `_folded_through` holds the last transition id
+    folded, in `total`.
+    """
+
+    name = models.CharField(max_length=40)
+    labels = models.CharField(max_length=300, blank=True, help_text="label values joined by '|'")
+    bucket = models.SmallIntegerField(default=-1, help_text="histogram bucket index; -1 for a counter")
+    count = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "labels", "bucket"], name="tally_name_labels_bucket")]
 
 
 class LedgerEntry(models.Model):

@@ -7,6 +7,7 @@ still the one the engine read (optimistic concurrency).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -20,12 +21,13 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from agents import faults
-from agents.engine import states
+from agents import faults, telemetry
+from agents.engine import patch, states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
 from agents.engine.registry import ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
-from agents.models import Approval, Message, Run, ToolCall
+from agents.logs import bind_run
+from agents.models import Approval, Grant, Message, Run, ToolCall
 from agents.models import Transition as TransitionRow
 
 log = logging.getLogger("airlock.store")
@@ -99,7 +101,8 @@ def load(run: Run) -> RunState:
     return RunState.from_json(run.engine, messages)
 
 
-def cache_fields(state: RunState) -> dict[str, Any]:
+def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run row's cache of `state`; `engine` is its cleaned engine JSON if known."""
     return {
         "state": state.state,
         "steps": state.steps,
@@ -109,7 +112,7 @@ def cache_fields(state: RunState) -> dict[str, Any]:
         "tainted": state.tainted,
         "answer": clean(state.answer),
         "error": clean(state.error),
-        "engine": clean(state.engine_json()),
+        "engine": clean(state.engine_json()) if engine is None else engine,
         "messages_count": len(state.messages),
     }
 
@@ -148,36 +151,50 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
 
 
 def commit(
-    run: Run, before: RunState, after: RunState, t: Transition, *, actor: str, lease_owner: str | None = None
+    run: Run,
+    before: RunState,
+    after: RunState,
+    t: Transition,
+    *,
+    actor: str,
+    lease_owner: str | None = None,
+    user: Any = None,
 ) -> None:
     """Write one transition and its effects atomically, or raise StaleRun.
 
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
     costs no extra commit to keep it. On PostgreSQL the whole transition is one
     statement (one round trip); elsewhere it is one ORM transaction. Both write the
-    same rows.
+    same rows. `user` is the person behind a grant or a revocation.
     """
     now = timezone.now()
-    cached = cache_fields(after)
+    engine = clean(after.engine_json())
+    cached = cache_fields(after, engine)
     if lease_owner is not None:
-        cached["lease_owner"] = lease_owner
-        cached["lease_expires"] = now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
+        # A run that ends gives its lease back in the same update: no release commit.
+        ends = after.state in states.TERMINAL
+        cached["lease_owner"] = None if ends else lease_owner
+        cached["lease_expires"] = None if ends else now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
     cached["updated_at"] = now
     cached["finished_at"] = now if after.state in states.TERMINAL else None
     # Progress: the poison count (claims that died without a transition) starts over.
     cached["claims_without_progress"] = 0
     row = {
         "from_state": t.from_state, "to_state": t.to_state, "kind": t.kind,
-        "payload": clean(t.payload(before, after)), "cost_micros": t.cost_micros, "tokens": t.tokens,
+        # `run.engine` is the stored cache of `before` (the version check below makes
+        # sure of it), so replaying the patch onto it reproduces the new cache exactly.
+        "payload": {"patch": patch.diff(run.engine, engine), **clean(t.detail)}, "cost_micros": t.cost_micros, "tokens": t.tokens,
         "duration_ms": t.duration_ms, "actor": actor,
     }
     messages = _message_rows(run, 0, len(before.messages), t.messages)
     if t.intent is not None:
         faults.crash_point("before_intent_commit")
-    if connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
+    # Grants are rare, human-paced transitions: they take the ORM path.
+    one_statement = t.grant is None and t.grant_revoke is None
+    if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
         seq = _commit_statement(run, cached, row, messages, t, now)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now)
+        seq = _commit_orm(run, cached, row, messages, t, now, user)
     if seq is None:
         # Another worker (or a reviewer, or the sweeper) committed first; their
         # transition stands and nothing of ours was written.
@@ -189,13 +206,21 @@ def commit(
         "committed run=%s seq=%s %s->%s kind=%s actor=%s",
         run.pk, seq, t.from_state, t.to_state, t.kind, actor,
     )
+    if telemetry.enabled():
+        telemetry.transition_committed(run, before, after, t)
     if t.intent is not None:
         faults.crash_point("after_intent_commit")
     faults.crash_point("after_transition_commit")
 
 
 def _commit_orm(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime
+    run: Run,
+    cached: dict[str, Any],
+    row: dict[str, Any],
+    messages: list[Message],
+    t: Transition,
+    now: dt.datetime,
+    user: Any = None,
 ) -> int | None:
     with transaction.atomic():
         updated = Run.objects.filter(pk=run.pk, version=run.version).update(version=F("version") + 1, **cached)
@@ -206,11 +231,11 @@ def _commit_orm(
         for m in messages:
             m.seq = seq
         Message.objects.bulk_create(messages)
-        _apply_effects(run, t, now)
+        _apply_effects(run, t, now, user)
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
+def _apply_effects(run: Run, t: Transition, now: dt.datetime, user: Any = None) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -225,6 +250,17 @@ def _apply_effects(run: Run, t: Transition, now: dt.datetime) -> None:
         Approval.objects.create(run=run, **_approval_fields(t.approval, now))
     if t.approval_close is not None:
         Approval.objects.filter(run=run, status="pending").update(status=t.approval_close, decided_at=now)
+    if t.grant is not None:
+        g = t.grant
+        # The decision's approval: decided in this same transaction, the newest of the call.
+        approval = Approval.objects.filter(run=run, call_id=t.detail.get("call_id", ""), kind="policy").order_by("-pk").first()
+        Grant.objects.create(
+            run=run, number=g["n"], approval=approval, tool=g["tool"][:100], args=clean(g.get("args")), by=user
+        )
+    if t.grant_revoke is not None:
+        Grant.objects.filter(run=run, number=t.grant_revoke, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=user
+        )
 
 
 def _intent_fields(i: dict[str, Any]) -> dict[str, Any]:
@@ -243,8 +279,8 @@ def _approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
     return {
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
-        "taint_source": clean(a["taint_source"]), "status": a["status"],
-        "decided_at": now if a["status"] != "pending" else None,
+        "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
+        "status": a["status"], "decided_at": now if a["status"] != "pending" else None,
     }
 
 
@@ -302,12 +338,12 @@ def _commit_statement(
         f = _approval_fields(t.approval, now)
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb,"
-            " %s, %s, %s::jsonb, %s, '', %s, '', %s FROM r)"
+            " taint_source, rule, required, status, decision, decided_at, note, created_at) SELECT r.id, %s, %s, %s, %s,"
+            " %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s FROM r)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
-                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]), f["status"],
-                   f["decided_at"], now]
+                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
+                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"], now]
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
@@ -315,10 +351,41 @@ def _commit_statement(
         )
         params += [t.approval_close, now, run.pk]
     sql.append(" SELECT version FROM r")
-    with connection.cursor() as cursor:
+    with _prepared_cursor() as cursor:
         cursor.execute("".join(sql), params)
         found = cursor.fetchone()
     return None if found is None else int(found[0])
+
+
+def _prepared_cursor() -> Any:
+    """A cursor whose statements are bound and prepared on the server.
+
+    Django binds parameters on the client, so PostgreSQL plans the transition statement
+    afresh every time (planning cost 4x its execution). The statement text has a few
+    shapes only (messages 1 or 2, with or without an intent...), so each shape is
+    planned once per connection and reused. Only this statement is prepared: the rest of
+    Django keeps client-side binding, and AIRLOCK_PREPARED_STATEMENTS=0 turns it off for
+    a pooler that cannot keep prepared statements (PgBouncer in transaction mode before
+    1.21, or without max_prepared_statements).
+    """
+    if not settings.AIRLOCK_PREPARED_STATEMENTS:
+        return connection.cursor()
+    connection.ensure_connection()
+    # Django's wrapper keeps its error translation, execute wrappers and query log.
+    return connection._prepare_cursor(_prepared_cursor_class()(connection.connection))
+
+
+@functools.cache
+def _prepared_cursor_class() -> type:
+    # Imported late: the module needs psycopg, which SQLite deployments may lack.
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            return super().execute(query, params, **kwargs)
+
+    return PreparedCursor
 
 
 # -- the journal ---------------------------------------------------------------------
@@ -490,8 +557,9 @@ def drive(
     if not claim(run_id, owner):
         return Run.objects.get(pk=run_id)
     run = Run.objects.select_related("profile").get(pk=run_id)
-    clean_exit = False
+    clean_exit = ended = False
     started = time.monotonic()
+    unbind = bind_run(run.pk, run.trace_context)  # log lines name the run and its trace
     try:
         state = load(run)
         reason = poison_reason(run.claims_without_progress)
@@ -514,14 +582,19 @@ def drive(
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
                 state = after
+                # The terminal commit released the lease and left `run` current.
+                ended = after.state in states.TERMINAL
         clean_exit = True
     finally:
-        release(run_id, owner, clean=clean_exit)
+        if not ended:
+            release(run_id, owner, clean=clean_exit)
         # The tool thread ends with the drive (a worker drives thousands of runs).
         close = getattr(deps.runner, "close", None) if deps is not None else None
         if close is not None:
             close()
-    run.refresh_from_db()
+        unbind()
+    if not ended:
+        run.refresh_from_db()
     return run
 
 

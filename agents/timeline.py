@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
@@ -36,6 +37,20 @@ class Entry:
     @property
     def verdict(self) -> dict[str, Any] | None:
         return self.payload.get("verdict")
+
+    @property
+    def rule_label(self) -> str:
+        """'rule 2 of the profile' when a rule decided this step's verdict."""
+        verdict = self.verdict or {}
+        rule = verdict.get("rule")
+        # A grant's verdict names the rule it overrode in its own reason.
+        return rule_label(rule) if isinstance(rule, dict) and "grant" not in verdict else ""
+
+    @property
+    def grant(self) -> dict[str, Any] | None:
+        """The grant a decision made or a revocation ended."""
+        grant = self.payload.get("grant") if self.t.kind in ("decision", "revoke") else None
+        return grant if isinstance(grant, dict) else None
 
     @property
     def call(self) -> dict[str, Any] | None:
@@ -74,6 +89,13 @@ class Entry:
     @property
     def usage(self) -> dict[str, Any] | None:
         return self.payload.get("usage")
+
+    @property
+    def compaction(self) -> dict[str, Any] | None:
+        """What a `compact` step folded out of the prompt (the transcript keeps it all)."""
+        if self.t.kind != "compact":
+            return None
+        return {**self.payload, "count": len(self.payload.get("folded") or [])}
 
     @property
     def cost_unknown(self) -> bool:

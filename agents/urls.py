@@ -10,4 +10,5 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+    path("runs/<int:run_id>/grants/<int:grant_id>/revoke/", views.run_grant_revoke, name="run_grant_revoke"),
 ]

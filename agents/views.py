@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -19,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import access, timeline
-from agents.actions import ActionError, run_launch
+from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
 from agents.demo import SCENARIOS
 from agents.engine import states
@@ -165,9 +166,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     points = timeline.series(run)
     entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
     last = entries[-1].t.seq if entries else 0
-    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
     context = {
-        "run": run,
+        **_header(request, run),
         "entries": entries,
         "more": more,
         "last_seq": last,
@@ -175,12 +175,22 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # refreshes the header only until "load more" reaches the end.
         "live_after": None if more else last,
         "chart": timeline.chart(points),
-        "approvals": approvals,
-        "pending": next((a for a in approvals if a.status == "pending"), None),
         "poll": LIVE_POLL,
         "transcript_cap": timeline.TRANSCRIPT_CAP,
     }
     return render(request, "agents/run_detail.html", context)
+
+
+def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """What the run's header shows: its approvals and its grants."""
+    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
+    return {
+        "run": run,
+        "approvals": approvals,
+        "pending": next((a for a in approvals if a.status == "pending"), None),
+        "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")),
+        "can_revoke": access.can_decide(request.user) and not run.is_terminal,
+    }
 
 
 def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
@@ -194,15 +204,12 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     points = timeline.series(run) if changed else []
     entries, more = timeline.page(run, after=after, points=points) if changed and after >= 0 else ([], False)
     last = entries[-1].t.seq if entries else after
-    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
     context = {
-        "run": run,
+        **_header(request, run),
         "entries": entries,
         "live_after": last if after >= 0 else -1,
         "chart": timeline.chart(points) if changed else None,
         "chart_unchanged": not changed,
-        "approvals": approvals,
-        "pending": next((a for a in approvals if a.status == "pending"), None),
         # Keep polling while rows remain to fetch, even if the run has just ended.
         "poll": LIVE_POLL if (not run.is_terminal or more) else None,
         "transcript_cap": timeline.TRANSCRIPT_CAP,
@@ -230,6 +237,23 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
         messages.error(request, str(exc.detail))
     else:
         messages.success(request, f"Run {run.pk} cancelled.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpResponse:
+    run = _readable_run(request, run_id)
+    if not access.can_decide(request.user):
+        raise PermissionDenied("only reviewers revoke grants")
+    try:
+        grant = grant_revoke(run_id=run.pk, grant_id=grant_id, user=request.user)
+    except ActionError as exc:
+        if exc.status == 404:
+            raise Http404(str(exc.detail)) from None
+        messages.error(request, str(exc.detail))
+    else:
+        messages.success(request, f"Grant {grant.number} revoked: {grant.tool} calls ask again.")
     return redirect("run_detail", run_id=run.pk)
 
 

@@ -26,8 +26,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from psycopg import Connection  # noqa: E402
 from psycopg.rows import dict_row  # noqa: E402
 
-SIZES = (10, 200)
-TOTAL_CALLS = 400  # per size and engine, so small runs are measured over as much work
+SIZES = (10, 50, 200)
+CALLS_PER_ROUND = 200  # per size, engine and round, so small runs are measured over as much work
+TARGETS = {10: 3.0, 50: None, 200: 5.0}  # Airlock / LangGraph throughput, judged on the median
 LG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
@@ -83,44 +84,63 @@ def main() -> None:
     profile = airlock_bench.bench_profile()
     lg = LangGraphAgent(os.environ["DATABASE_URL"])
     airlock_tables = ("agents_run", "agents_transition", "agents_message", "agents_toolcall")
-    results: dict[str, Any] = {}
-    for n in SIZES:
-        totals = {"airlock": [0.0, 0, 0], "langgraph": [0.0, 0, 0]}
-        runs = max(1, TOTAL_CALLS // n)
-        for _ in range(runs):
-            # Interleaved: each engine's run sits next to the other's on the same machine.
-            launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-            a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: airlock_bench.table_bytes(airlock_tables))
-            b = measure("langgraph", lambda n=n: lg.run(n), lambda: airlock_bench.table_bytes(LG_TABLES))
-            for name, m in (("airlock", a), ("langgraph", b)):
-                totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]
-        calls = n * runs
-        row = {}
-        for name, (seconds, disk, wal) in totals.items():
-            row[name] = {
-                "steps_per_second": calls / seconds,
-                "disk_bytes_per_step": disk / calls,
-                "wal_bytes_per_step": wal / calls,
-            }
-        row["throughput_ratio"] = row["airlock"]["steps_per_second"] / row["langgraph"]["steps_per_second"]
+    rounds = int(os.environ.get("BENCH_ROUNDS", "5"))
+    samples: dict[int, list[dict[str, Any]]] = {n: [] for n in SIZES}
+    for _ in range(rounds):
+        for n in SIZES:
+            totals = {"airlock": [0.0, 0, 0], "langgraph": [0.0, 0, 0]}
+            runs = max(1, CALLS_PER_ROUND // n)
+            for _ in range(runs):
+                # Interleaved: each engine's run sits next to the other's on the same machine.
+                launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
+                a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: airlock_bench.table_bytes(airlock_tables))
+                b = measure("langgraph", lambda n=n: lg.run(n), lambda: airlock_bench.table_bytes(LG_TABLES))
+                for name, m in (("airlock", a), ("langgraph", b)):
+                    totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]
+            calls = n * runs
+            sample: dict[str, Any] = {}
+            for name, (seconds, disk, wal) in totals.items():
+                sample[name] = {
+                    "steps_per_second": calls / seconds,
+                    "disk_bytes_per_step": disk / calls,
+                    "wal_bytes_per_step": wal / calls,
+                }
+            sample["throughput_ratio"] = sample["airlock"]["steps_per_second"] / sample["langgraph"]["steps_per_second"]
+            samples[n].append(sample)
+    results: dict[str, Any] = {"rounds": rounds}
+    for n, ss in samples.items():
+        row: dict[str, Any] = {}
+        for name in ("airlock", "langgraph"):
+            row[name] = {k: airlock_bench.spread([s[name][k] for s in ss])["median"] for k in ss[0][name]}
+        row["throughput_ratio"] = airlock_bench.spread([s["throughput_ratio"] for s in ss])
         row["wal_bytes_ratio_langgraph_to_airlock"] = row["langgraph"]["wal_bytes_per_step"] / row["airlock"]["wal_bytes_per_step"]
         results[str(n)] = row
     for name in ("airlock", "langgraph"):
         results[f"{name}_wal_growth_200_to_10"] = (
             results["200"][name]["wal_bytes_per_step"] / results["10"][name]["wal_bytes_per_step"]
         )
+    targets = airlock_bench.Targets()
+    for n, goal in TARGETS.items():
+        if goal is not None:
+            targets.check(f"Airlock / LangGraph throughput, N={n} (median)", results[str(n)]["throughput_ratio"]["median"], ">=", goal)
+    results["targets"] = targets.rows
     out = ROOT / "bench" / "compare.json"
     out.write_text(json.dumps(results, indent=2))
+    print(f"medians of {rounds} interleaved rounds")
     print(f"{'N':>4} {'engine':>10} {'steps/s':>9} {'disk B/step':>12} {'WAL B/step':>11}")
     for n in SIZES:
         for name in ("airlock", "langgraph"):
             r = results[str(n)][name]
             print(f"{n:>4} {name:>10} {r['steps_per_second']:>9.1f} {r['disk_bytes_per_step']:>12.0f} {r['wal_bytes_per_step']:>11.0f}")
-        print(f"{n:>4} airlock/langgraph throughput {results[str(n)]['throughput_ratio']:.2f}x")
+        ratio = results[str(n)]["throughput_ratio"]
+        print(f"{n:>4} airlock/langgraph throughput {ratio['median']:.2f}x (rounds: {ratio['min']:.2f}-{ratio['max']:.2f})")
     print(
         f"WAL per step, N=200 vs N=10: airlock {results['airlock_wal_growth_200_to_10']:.2f}x, "
         f"langgraph {results['langgraph_wal_growth_200_to_10']:.2f}x"
     )
+    print("\ntargets")
+    for x in results["targets"]:
+        print(f"  {'met   ' if x['met'] else 'MISSED'} {x['target']:<55} measured {x['value']:g}")
     print(f"\nwritten: {out.relative_to(ROOT)}")
 
 

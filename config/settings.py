@@ -64,6 +64,9 @@ MIDDLEWARE = [
 ]
 # A database that is down answers 503, not a 500 page (issue #9, agents/unavailable.py).
 MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
+# /healthz, /readyz and /metrics are answered first: no session, no login, any Host
+# (agents/operations.py).
+MIDDLEWARE.insert(0, "agents.operations.OperationsMiddleware")
 
 # Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
 # username, or from one address, even the right one is refused until an admin unlocks it
@@ -203,12 +206,23 @@ AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
+# The one transition statement is prepared on the server (planned once per connection).
+# Off for a pooler that cannot keep prepared statements: docs/performance.md.
+AIRLOCK_PREPARED_STATEMENTS = env_bool("AIRLOCK_PREPARED_STATEMENTS", True)
 
+# LOG_FORMAT=json: one JSON object per line, with the run id and trace id where known.
+LOG_FORMAT = env_str("LOG_FORMAT", "plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise EnvError(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "agents.logs.JsonFormatter"},
+    },
+    "filters": {"run": {"()": "agents.logs.RunContextFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
@@ -217,11 +231,14 @@ LOGGING = {
 # API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY) and base URLs (OPENAI_BASE_URL,
 # ANTHROPIC_BASE_URL) are read from the environment by the clients when a run is
 # driven, never stored in settings, rows or logs.
-AIRLOCK_LLM_TIMEOUT = env_float("AIRLOCK_LLM_TIMEOUT", 60.0)
+AIRLOCK_ANTHROPIC_MAX_TOKENS = env_int("AIRLOCK_ANTHROPIC_MAX_TOKENS", 4096)
+# Requests are not streamed: the answer comes when the whole reply is written, so the
+# default timeout covers max_tokens at a slow 20 tokens/s (at least 60 s). A timed-out
+# request is sent again and may be billed twice, so a short timeout costs money.
+AIRLOCK_LLM_TIMEOUT = env_float("AIRLOCK_LLM_TIMEOUT", max(60.0, AIRLOCK_ANTHROPIC_MAX_TOKENS / 20))
 AIRLOCK_LLM_RETRIES = env_int("AIRLOCK_LLM_RETRIES", 3)
 AIRLOCK_LLM_BACKOFF = env_float("AIRLOCK_LLM_BACKOFF", 1.0)
 AIRLOCK_LLM_MAX_SLEEP = env_float("AIRLOCK_LLM_MAX_SLEEP", 30.0)
-AIRLOCK_ANTHROPIC_MAX_TOKENS = env_int("AIRLOCK_ANTHROPIC_MAX_TOKENS", 4096)
 # Hosts http_get may fetch (`.example.com` allows subdomains too). The built-in demo
 # site's reserved host is answered in-process; private addresses are always refused.
 AIRLOCK_HTTP_ALLOWED_HOSTS = env_list("AIRLOCK_HTTP_ALLOWED_HOSTS", ["demo.airlock.internal"])
@@ -324,3 +341,13 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": AIRLOCK_SWEEP_SECONDS * 2},
     }
 }
+
+# -- operations: metrics and traces -------------------------------------------------
+# GET /metrics answers only a bearer of this token; unset, the endpoint is 404.
+AIRLOCK_METRICS_TOKEN = env_str("AIRLOCK_METRICS_TOKEN", "")
+# A transition is folded into the counters once it is this old (agents/metrics.py).
+AIRLOCK_METRICS_FOLD_LAG_SECONDS = env_float("AIRLOCK_METRICS_FOLD_LAG_SECONDS", 10.0)
+# OpenTelemetry traces, off unless an OTLP endpoint is set (the standard OTEL_*
+# variables configure the exporter); arguments and results only with CAPTURE_CONTENT.
+AIRLOCK_OTEL = bool(env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""))
+AIRLOCK_OTEL_CAPTURE_CONTENT = env_bool("AIRLOCK_OTEL_CAPTURE_CONTENT", False)

@@ -64,6 +64,12 @@ class Card:
         return self.approval.kind == "outcome_unknown"
 
     @property
+    def can_grant(self) -> bool:
+        """Whether "Approve and allow for this run" may be offered (the same rule the
+        decision applies: `Approval.grant_refusal`)."""
+        return self.pending and self.approval.grant_refusal() is None
+
+    @property
     def decided_label(self) -> str:
         a = self.approval
         if a.status == "expired":

@@ -9,6 +9,8 @@ NOTE_MAX = 4_000
 
 class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
+    # "Approve and allow for this run" sends remember=tool (docs/policy.md, grants).
+    remember = forms.ChoiceField(required=False, choices=[("", "no"), ("call", "this call"), ("tool", "the tool")])
 
 
 class FilterForm(forms.Form):

@@ -101,10 +101,14 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
         raise PermissionDenied("only reviewers decide approvals")
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        return HttpResponseBadRequest(f"invalid note: {form.errors.as_text()}", content_type="text/plain")
+        return HttpResponseBadRequest(f"invalid decision: {form.errors.as_text()}", content_type="text/plain")
     try:
         result = approval_decide(
-            approval_id=approval_id, user=request.user, decision=decision, note=form.cleaned_data["note"]
+            approval_id=approval_id,
+            user=request.user,
+            decision=decision,
+            note=form.cleaned_data["note"],
+            remember=form.cleaned_data["remember"] or None,
         )
     except ActionError as exc:
         if exc.status == 404:

@@ -1,7 +1,15 @@
-"""The action policy: allow, ask or deny a proposed call, with a reason."""
+"""The action policy: allow, ask or deny a proposed call, with a reason.
+
+Argument rules are data an operator writes (`AgentProfile.rules`, tighter ones given at
+launch). This module validates them (the one validator the admin, the API and the
+launch form share), snapshots them into a run, and evaluates them on a call's
+arguments after its schema was validated.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -9,15 +17,221 @@ from .registry import ToolSpec
 
 Action = Literal["allow", "ask", "deny"]
 
+OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "contains", "matches", "exists")
+THEN = ("allow", "ask", "deny")
+ON_EXPIRY = ("reject", "fail")
+RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason"})
+MAX_APPROVALS = 10
+MAX_DEPTH = 8
+MAX_PATTERN = 500
+
+# What a run's policy holds when nothing says otherwise (also a run launched before
+# policies were snapshotted: it had no rules then, so it has none now).
+DEFAULT_POLICY: dict[str, Any] = {
+    "rules": [],
+    "irreversible_approvals": 1,
+    "separate_duties": False,
+    "approval_timeout_seconds": None,
+    "on_expiry": "reject",
+}
+
+
+class PolicyError(ValueError):
+    """A rule or policy that cannot be used; `field` names where (e.g. `rules[2].when.op`)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
 
 @dataclass(frozen=True)
 class Verdict:
     action: Action
     reason: str
     no_approver: bool = False  # an "ask" turned into "deny" because nobody may approve
+    rule: dict[str, Any] | None = None  # the rule that decided, as snapshotted (origin, index)
+    required: int = 1  # votes an "ask" needs
+    grant: int | None = None  # the run-scoped grant that let an "ask" through
 
-    def to_dict(self) -> dict[str, str]:
-        return {"action": self.action, "reason": self.reason}
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"action": self.action, "reason": self.reason}
+        if self.rule is not None:
+            data["rule"] = self.rule
+        if self.required != 1:
+            data["required"] = self.required
+        if self.grant is not None:
+            data["grant"] = self.grant
+        return data
+
+
+# -- validation ----------------------------------------------------------------------
+
+
+def validate_rules(rules: Any, *, field: str = "rules", launch: bool = False) -> list[dict[str, Any]]:
+    """The rules as a list of plain dicts, or PolicyError naming the first bad field.
+
+    Launch rules may only tighten, so they may only say `ask` or `deny`.
+    """
+    if not isinstance(rules, list):
+        raise PolicyError(field, "must be a list of rules")
+    return [validate_rule(rule, field=f"{field}[{i}]", launch=launch) for i, rule in enumerate(rules, 1)]
+
+
+def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, Any]:
+    if not isinstance(rule, dict):
+        raise PolicyError(field, "a rule is an object with tool, then and reason (when and approvals optional)")
+    unknown = sorted(set(rule) - RULE_KEYS)
+    if unknown:
+        raise PolicyError(f"{field}.{unknown[0]}", f"unknown key (a rule takes {', '.join(sorted(RULE_KEYS))})")
+    tool = rule.get("tool")
+    if not isinstance(tool, str) or not tool.strip():
+        raise PolicyError(f"{field}.tool", 'must be a tool name or "*"')
+    then = rule.get("then")
+    allowed = ("ask", "deny") if launch else THEN
+    if then not in allowed:
+        extra = " (launch rules only tighten)" if launch else ""
+        raise PolicyError(f"{field}.then", f"must be {_either(allowed)}{extra}, not {then!r}")
+    reason = rule.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise PolicyError(f"{field}.reason", "must be a short text the reviewer reads")
+    if "approvals" in rule:
+        n = rule["approvals"]
+        if then != "ask":
+            raise PolicyError(f"{field}.approvals", "only an ask rule takes approvals")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPROVALS:
+            raise PolicyError(f"{field}.approvals", f"must be a whole number from 1 to {MAX_APPROVALS}")
+    if "when" in rule:
+        validate_condition(rule["when"], field=f"{field}.when")
+    return {k: rule[k] for k in ("tool", "when", "then", "approvals", "reason") if k in rule}
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
+
+
+def validate_condition(cond: Any, *, field: str, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise PolicyError(field, f"conditions nest at most {MAX_DEPTH} deep")
+    if not isinstance(cond, dict):
+        raise PolicyError(field, 'a condition is {"arg", "op", "value"}, {"all": [...]} or {"any": [...]}')
+    for group in ("all", "any"):
+        if group in cond:
+            if set(cond) != {group}:
+                raise PolicyError(field, f'"{group}" stands alone in its condition')
+            items = cond[group]
+            if not isinstance(items, list) or not items:
+                raise PolicyError(f"{field}.{group}", "must be a non-empty list of conditions")
+            for i, item in enumerate(items, 1):
+                validate_condition(item, field=f"{field}.{group}[{i}]", depth=depth + 1)
+            return
+    unknown = sorted(set(cond) - {"arg", "op", "value"})
+    if unknown:
+        raise PolicyError(f"{field}.{unknown[0]}", 'unknown key (a condition takes arg, op and value)')
+    path = cond.get("arg")
+    if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
+        raise PolicyError(f"{field}.arg", "must be a dotted path into the arguments, e.g. order.total or items.0.sku")
+    op = cond.get("op")
+    if op not in OPS:
+        raise PolicyError(f"{field}.op", f"must be one of {', '.join(OPS)}, not {op!r}")
+    if op == "exists":
+        if "value" in cond and not isinstance(cond["value"], bool):
+            raise PolicyError(f"{field}.value", "exists takes true or false (default true)")
+        return
+    if "value" not in cond:
+        raise PolicyError(f"{field}.value", f"{op} needs a value")
+    value = cond["value"]
+    if op in ("gt", "gte", "lt", "lte") and not (_number(value) or isinstance(value, str)):
+        raise PolicyError(f"{field}.value", f"{op} compares with a number or a text")
+    if op in ("in", "not_in") and not isinstance(value, list):
+        raise PolicyError(f"{field}.value", f"{op} takes a list")
+    if op == "matches":
+        if not isinstance(value, str) or len(value) > MAX_PATTERN:
+            raise PolicyError(f"{field}.value", f"matches takes a regular expression of at most {MAX_PATTERN} characters")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise PolicyError(f"{field}.value", f"not a valid regular expression: {exc}") from None
+
+
+def validate_settings(data: dict[str, Any], *, field: str = "") -> None:
+    """The non-rule policy fields, each only if present."""
+    prefix = f"{field}." if field else ""
+    if "irreversible_approvals" in data:
+        n = data["irreversible_approvals"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPROVALS:
+            raise PolicyError(f"{prefix}irreversible_approvals", f"must be a whole number from 1 to {MAX_APPROVALS}")
+    if "separate_duties" in data and not isinstance(data["separate_duties"], bool):
+        raise PolicyError(f"{prefix}separate_duties", "must be true or false")
+    if "approval_timeout_seconds" in data:
+        n = data["approval_timeout_seconds"]
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise PolicyError(f"{prefix}approval_timeout_seconds", "must be a whole number of seconds (at least 1) or null")
+    if "on_expiry" in data and data["on_expiry"] not in ON_EXPIRY:
+        raise PolicyError(f"{prefix}on_expiry", f"must be {_either(ON_EXPIRY)}")
+
+
+# -- the snapshot a run keeps ---------------------------------------------------------
+
+LAUNCH_KEYS = ("rules", "irreversible_approvals", "separate_duties", "approval_timeout_seconds")
+
+
+def snapshot(profile: dict[str, Any], launch: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's policy: the profile's, tightened by what was given at launch.
+
+    Launch rules come first (origin "launch"), then the profile's (origin "profile"),
+    each with its 1-based index within its origin. Anything looser than the profile is
+    a PolicyError naming the field under `policy.`.
+    """
+    base = {**DEFAULT_POLICY, **{k: v for k, v in profile.items() if k in DEFAULT_POLICY}}
+    # A profile saved around its validation (a bulk update) must not launch runs.
+    base["rules"] = validate_rules(base["rules"] or [], field="profile.rules")
+    validate_settings(base, field="profile")
+    launch = {} if launch is None else launch
+    if not isinstance(launch, dict):
+        raise PolicyError("policy", "must be an object")
+    unknown = sorted(set(launch) - set(LAUNCH_KEYS))
+    if unknown:
+        raise PolicyError(f"policy.{unknown[0]}", f"unknown key (a launch policy takes {', '.join(LAUNCH_KEYS)})")
+    validate_settings(launch, field="policy")
+    launch_rules = validate_rules(launch.get("rules", []), field="policy.rules", launch=True)
+    result = dict(base)
+    n = launch.get("irreversible_approvals")
+    if n is not None:
+        if n < base["irreversible_approvals"]:
+            raise PolicyError(
+                "policy.irreversible_approvals", f"may only rise from the profile's {base['irreversible_approvals']}"
+            )
+        result["irreversible_approvals"] = n
+    if "separate_duties" in launch:
+        if base["separate_duties"] and not launch["separate_duties"]:
+            raise PolicyError("policy.separate_duties", "the profile separates duties; a launch may not turn that off")
+        result["separate_duties"] = base["separate_duties"] or launch["separate_duties"]
+    timeout = launch.get("approval_timeout_seconds")
+    if timeout is not None:
+        mine = base["approval_timeout_seconds"]
+        if mine is not None and timeout > mine:
+            raise PolicyError("policy.approval_timeout_seconds", f"may only shorten the profile's {mine} s")
+        result["approval_timeout_seconds"] = timeout
+    result["rules"] = [
+        *({**r, "origin": "launch", "index": i} for i, r in enumerate(launch_rules, 1)),
+        *({**r, "origin": "profile", "index": i} for i, r in enumerate(base["rules"], 1)),
+    ]
+    return result
+
+
+def effective(policy: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's snapshot with every key present."""
+    return {**DEFAULT_POLICY, **(policy or {})}
+
+
+def rule_label(rule: dict[str, Any]) -> str:
+    """'rule 2 of the profile', 'rule 1 of the launch policy'."""
+    where = "the launch policy" if rule.get("origin") == "launch" else "the profile"
+    return f"rule {rule.get('index', '?')} of {where}"
+
+
+# -- the verdict ---------------------------------------------------------------------
 
 
 def decide(
@@ -28,26 +242,224 @@ def decide(
     always_ask: list[str],
     tainted: bool,
     approver: str,
+    args: Any = None,
+    policy: dict[str, Any] | None = None,
+    grants: list[dict[str, Any]] | None = None,
+    fingerprint: str = "",
 ) -> Verdict:
-    """The design's order: profile deny, irreversible or always-ask, tainted write, allow.
+    """The design's order: profile deny, the first matching rule, irreversible or
+    always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
+    a run-scoped grant turns an ask it covers into allow (see `grant_refusal`).
 
     A tool missing from the registry counts as irreversible and external.
     """
     risk = spec.risk if spec else "irreversible"
+    pol = effective(policy)
     if tool in denied:
         return Verdict("deny", f"the agent profile denies the tool {tool}")
     verdict: Verdict | None = None
-    if risk == "irreversible":
-        verdict = Verdict("ask", f"{tool} is irreversible")
-    elif tool in always_ask:
-        verdict = Verdict("ask", f"the agent profile always asks before {tool}")
-    elif risk == "write" and tainted:
-        verdict = Verdict("ask", f"{tool} writes and the run has read external content")
+    rule = first_match(pol["rules"], tool, args)
+    taint_asks = tainted and risk in ("write", "irreversible")
+    if rule is not None:
+        if rule["then"] == "deny":
+            return Verdict("deny", rule["reason"], rule=rule)
+        if rule["then"] == "ask":
+            # An ask rule never lowers the votes an irreversible call needs anyway.
+            floor = pol["irreversible_approvals"] if risk == "irreversible" else 1
+            verdict = Verdict("ask", rule["reason"], rule=rule, required=max(rule.get("approvals", 1), floor))
+        elif not taint_asks:
+            return Verdict("allow", rule["reason"], rule=rule)
+    if verdict is None:
+        verdict = _default(tool, risk, tainted, always_ask, pol["irreversible_approvals"], rule)
     if verdict is None:
         return Verdict("allow", f"{tool} is {risk}" + (" (run tainted)" if tainted else ""))
+    grant = next((g for g in grants or () if grant_covers(g, tool, fingerprint)), None)
+    if grant is not None and grant_refusal(risk=risk, required=verdict.required, tainted=tainted) is None:
+        how = "this exact call" if "fp" in grant else f"any {tool} call"
+        asked = f"{rule_label(verdict.rule)}: {verdict.reason}" if verdict.rule else verdict.reason
+        reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run (else: {asked})"
+        return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
     if approver == "none":
-        return Verdict("deny", f"{verdict.reason}, and the run has no approver", no_approver=True)
+        return Verdict(
+            "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
+            rule=verdict.rule, required=verdict.required,
+        )
     return verdict
+
+
+def _default(
+    tool: str, risk: str, tainted: bool, always_ask: list[str], irreversible_approvals: int, allowing: dict[str, Any] | None
+) -> Verdict | None:
+    """The risk defaults (design steps 2-4), or None for allow. `allowing` is an allow
+    rule that matched: only taint may overrule it."""
+    required = irreversible_approvals if risk == "irreversible" else 1
+    if allowing is not None:
+        what = "writes" if risk == "write" else "is irreversible"
+        reason = f"{tool} {what} and the run has read external content ({rule_label(allowing)} would allow it, but taint wins)"
+        return Verdict("ask", reason, required=required)
+    if risk == "irreversible":
+        return Verdict("ask", f"{tool} is irreversible", required=required)
+    if tool in always_ask:
+        return Verdict("ask", f"the agent profile always asks before {tool}")
+    if risk == "write" and tainted:
+        return Verdict("ask", f"{tool} writes and the run has read external content")
+    return None
+
+
+def grant_refusal(*, risk: str, required: int, tainted: bool, kind: str = "policy") -> str | None:
+    """Why a run-scoped grant may not be made (or used) for such a call, or None.
+
+    Never for irreversible tools or approvals needing several votes, and never stronger
+    than taint: a write or irreversible call in a tainted run always asks.
+    """
+    if kind != "policy":
+        return "only a policy approval can be remembered"
+    if risk == "irreversible":
+        return "irreversible calls are approved one at a time"
+    if required > 1:
+        return f"this call needs {required} approvals; a grant would skip them"
+    if tainted and risk == "write":
+        return "the run has read external content, so every write asks"
+    return None
+
+
+def grant_covers(grant: dict[str, Any], tool: str, fingerprint: str) -> bool:
+    if grant.get("revoked") or grant.get("tool") != tool:
+        return False
+    return "fp" not in grant or grant["fp"] == fingerprint
+
+
+def first_match(rules: list[dict[str, Any]], tool: str, args: Any) -> dict[str, Any] | None:
+    """The first rule whose tool and condition match; fail closed on what cannot be
+    evaluated: such a condition matches an ask or deny rule and not an allow rule."""
+    for rule in rules:
+        if rule["tool"] not in ("*", tool):
+            continue
+        if "when" not in rule:
+            return rule
+        try:
+            matched = holds(rule["when"], args)
+        except (Unevaluable, KeyError, TypeError, ValueError, AttributeError):
+            # Also a rule that slipped past validation (a hand-edited snapshot).
+            matched = rule["then"] != "allow"
+        if matched:
+            return rule
+    return None
+
+
+class Unevaluable(Exception):
+    """A condition that cannot be evaluated on these arguments (type mismatch, bad regex)."""
+
+
+def holds(cond: dict[str, Any], args: Any) -> bool:
+    """Three-valued: True, False, or Unevaluable when the answer depends on a part that
+    cannot be evaluated (so `any` with one true part is true, `all` with one false part
+    is false, whatever the rest)."""
+    if "all" in cond or "any" in cond:
+        is_all = "all" in cond
+        unknown = False
+        for part in cond["all" if is_all else "any"]:
+            try:
+                value = holds(part, args)
+            except Unevaluable:
+                unknown = True
+                continue
+            if value != is_all:
+                return value
+        if unknown:
+            raise Unevaluable("part of the condition cannot be evaluated")
+        return is_all
+    op = cond["op"]
+    found = resolve(args, cond["arg"].split("."))
+    if op == "exists":
+        return bool(found) is bool(cond.get("value", True))
+    # .get: a run's snapshot drops nulls, so `"value": null` arrives as no value.
+    return _any(found, lambda actual: _test(op, actual, cond.get("value")), fan_out=op != "contains")
+
+
+def resolve(value: Any, parts: list[str]) -> list[Any]:
+    """Every value the dotted path reaches; a list met on the way fans out over its
+    elements unless the next part is an index into it. Empty when the path is absent."""
+    if not parts:
+        return [value]
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, dict):
+        return resolve(value[head], rest) if head in value else []
+    if isinstance(value, list):
+        if head.isdigit():
+            i = int(head)
+            return resolve(value[i], rest) if i < len(value) else []
+        return [found for element in value for found in resolve(element, parts)]
+    return []
+
+
+def _any(found: list[Any], test: Callable[[Any], bool], *, fan_out: bool) -> bool:
+    """True if the test holds for any value (or any element of a list value)."""
+    candidates: list[Any] = []
+    for value in found:
+        if fan_out and isinstance(value, list):
+            candidates.extend(value)
+        else:
+            candidates.append(value)
+    unknown = False
+    for actual in candidates:
+        try:
+            if test(actual):
+                return True
+        except Unevaluable:
+            unknown = True
+    if unknown:
+        raise Unevaluable("cannot be evaluated on these arguments")
+    return False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    # JSON true is not 1: a rule on a flag must not match a count.
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False
+    return bool(a == b)
+
+
+def _test(op: str, actual: Any, value: Any) -> bool:
+    if op == "eq":
+        return _same(actual, value)
+    if op == "ne":
+        return not _same(actual, value)
+    if op in ("in", "not_in"):
+        if not isinstance(value, list):
+            raise Unevaluable(f"{op} needs a list")
+        inside = any(_same(actual, v) for v in value)
+        return inside if op == "in" else not inside
+    if op in ("gt", "gte", "lt", "lte"):
+        if not ((_number(actual) and _number(value)) or (isinstance(actual, str) and isinstance(value, str))):
+            raise Unevaluable(f"cannot compare {type(actual).__name__} with {type(value).__name__}")
+        if op == "gt":
+            return bool(actual > value)
+        if op == "gte":
+            return bool(actual >= value)
+        if op == "lt":
+            return bool(actual < value)
+        return bool(actual <= value)
+    if op == "contains":
+        if isinstance(actual, str) and isinstance(value, str):
+            return value in actual
+        if isinstance(actual, list):
+            return any(_same(element, value) for element in actual)
+        if isinstance(actual, dict) and isinstance(value, str):
+            return value in actual
+        raise Unevaluable(f"{type(actual).__name__} cannot contain {type(value).__name__}")
+    if op == "matches":
+        if not isinstance(actual, str) or not isinstance(value, str):
+            raise Unevaluable("matches needs text")
+        try:
+            return re.search(value, actual) is not None
+        except re.error as exc:
+            raise Unevaluable(f"bad regular expression: {exc}") from None
+    raise Unevaluable(f"unknown op {op!r}")
 
 
 def not_permitted(reason: str) -> dict[str, Any]:

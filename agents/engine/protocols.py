@@ -15,8 +15,30 @@ from .registry import Registry, ToolContext, ToolSpec
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens of one model call. `input_tokens` counts the whole prompt; the two cache
+    counts are parts of it that the provider bills at other rates."""
+
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0  # read from the provider's prompt cache
+    cache_write_tokens: int = 0  # written to the prompt cache (Anthropic bills these higher)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """The usage as recorded on a transition; cache counts only when there are any."""
+        data = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.cached_input_tokens:
+            data["cached_input_tokens"] = self.cached_input_tokens
+        if self.cache_write_tokens:
+            data["cache_write_tokens"] = self.cache_write_tokens
+        return data
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,9 @@ class ToolSpec:
 
     def validate(self, args: Any) -> str | None:
         """A readable reason the arguments are invalid, or None."""
+        if isinstance(args, str):
+            # What the model sent, so it can see its mistake (the replay sends `{}`).
+            return f"arguments must be a JSON object, not this text: {args[:2000]}"
         if not isinstance(args, dict):
             return f"arguments must be a JSON object, not {type(args).__name__}"
         validator = jsonschema.Draft202012Validator(self.schema)

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import context, patch, policy
 from . import limits as limits_mod
-from . import patch, policy
 from .fingerprints import fingerprint, idempotency_key
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
 from .registry import ToolContext, ToolSpec
@@ -57,6 +57,12 @@ class RunState:
     denied_tools: list[str] = field(default_factory=list)
     always_ask_tools: list[str] = field(default_factory=list)
     prices: dict[str, int] = field(default_factory=dict)
+    # The policy at launch: rules (launch rules first), irreversible_approvals,
+    # separate_duties, approval_timeout_seconds, on_expiry (see policy.snapshot).
+    policy: dict[str, Any] = field(default_factory=dict)
+    # Run-scoped grants, numbered from 1: {"n", "tool", "fp"? (one exact call), "by",
+    # "revoked"?}. A revoked grant stays listed so numbers are never reused.
+    grants: list[dict[str, Any]] = field(default_factory=list)
     # Calls are referred to by id; their arguments live once, in the assistant message
     # that proposed them, so the state (rewritten every step) stays the same size.
     pending_calls: list[str] = field(default_factory=list)
@@ -65,23 +71,32 @@ class RunState:
     error_streak: dict[str, Any] | None = None
     answer: str | None = None
     error: str | None = None
+    # Context management (engine/context.py); None when the run has no budget.
+    context_tokens: int | None = None
+    folded_before: int | None = None
+    token_scale: int | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def engine_json(self) -> dict[str, Any]:
         """The state without the transcript (stored as message rows), nulls dropped."""
         # Not asdict(): it would deep-copy the whole transcript on every step.
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "messages"}
-        return patch.compact(data)  # type: ignore[no-any-return]
+        return patch.compact(self._fields())  # type: ignore[no-any-return]
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _STATE_FIELDS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> RunState:
-        known = {f.name for f in fields(cls)}
-        state = cls(**{k: v for k, v in data.items() if k in known and k != "messages"})
+        state = cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
         state.messages = list(messages or [])
         return state
 
     def copy(self) -> RunState:
-        return RunState.from_json(json.loads(json.dumps(self.engine_json())), self.messages)
+        # A JSON round trip is the fastest deep copy of plain data; the transcript is
+        # shared (messages are only ever appended, never changed in place).
+        state = RunState(**json.loads(json.dumps(self._fields())))
+        state.messages = list(self.messages)
+        return state
 
 
 @dataclass
@@ -100,12 +115,14 @@ class Transition:
     journal_reset: str | None = None  # key to set back to "intended" (run it again)
     approval: dict[str, Any] | None = None  # approval row to create
     approval_close: str | None = None  # status for the run's pending approval
+    grant: dict[str, Any] | None = None  # grant record to create {"n", "tool", "args", ...}
+    grant_revoke: int | None = None  # number of the grant to mark revoked
 
-    def payload(self, before: RunState, after: RunState) -> dict[str, Any]:
-        return {"patch": patch.diff(before.engine_json(), after.engine_json()), **self.detail}
 
 
 Outcome = tuple[RunState, Transition]
+# Computed once: dataclasses.fields() is slow enough to show in a profile per step.
+_STATE_FIELDS = frozenset(f.name for f in fields(RunState)) - {"messages"}
 
 
 def new_run(
@@ -119,7 +136,9 @@ def new_run(
     always_ask_tools: list[str] | None = None,
     prices: dict[str, int] | None = None,
     system_prompt: str = "",
+    policy: dict[str, Any] | None = None,
     task: str,
+    context_tokens: int | None = None,
 ) -> RunState:
     if approver not in ("human", "none"):
         raise ValueError(f"approver must be 'human' or 'none', not {approver!r}")
@@ -132,10 +151,12 @@ def new_run(
         deadline=now + limits.deadline_seconds,
         approver=approver,
         limits=limits.to_dict(),
+        context_tokens=context_tokens or None,
         tools=list(tools) if tools is not None else None,
         denied_tools=list(denied_tools or []),
         always_ask_tools=list(always_ask_tools or []),
         prices=dict(prices or {}),
+        policy=dict(policy or {}),
         messages=messages,
     )
 
@@ -160,6 +181,10 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
             new = state.copy()
             call = proposed_call(new, new.pending_calls.pop(0))
             return _propose(new, call, deps, Transition(PLANNING, PLANNING, "call"))
+        if state.context_tokens:
+            compacted = _compact(state, deps)
+            if compacted is not None:
+                return compacted
         return _call_model(state, deps)
     assert state.state == ACTING
     return _run_tool(state, deps)
@@ -181,12 +206,13 @@ def cancel(state: RunState, reason: str) -> Outcome:
     return fail(state, reason, kind="cancel", actor_state=CANCELLED)
 
 
-def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outcome:
+def decide(state: RunState, decision: str, note: str = "", by: str = "", remember: str | None = None) -> Outcome:
     """A reviewer's answer to the run's pending approval.
 
     Policy approvals take `approve` or `reject`; "outcome unknown" approvals take
     `happened` (the note becomes the result), `retry` (run the exact call again) or
-    `fail` (end the run).
+    `fail` (end the run). `remember` ("call" or "tool") with `approve` also grants the
+    same call, or any call of the tool, for the rest of the run.
     """
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
@@ -194,16 +220,26 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
     allowed = ("approve", "reject") if kind == "policy" else ("happened", "retry", "fail")
     if decision not in allowed:
         raise ValueError(f"a {kind} approval takes {' or '.join(allowed)}, not {decision!r}")
+    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
+        raise ValueError("remember takes 'call' or 'tool', and only with approve")
     call = state.current_call
     new = state.copy()
     new.approval = None
-    detail = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
+    detail: dict[str, Any] = {"decision": decision, "by": by, "note": note, "call_id": call["id"], "tool": call["tool"]}
+    if remember is not None:
+        grant: dict[str, Any] = {"n": len(new.grants) + 1, "tool": call["tool"], "by": by}
+        if remember == "call":
+            grant["fp"] = call["fp"]
+        new.grants = [*new.grants, grant]
+        detail["grant"] = {**grant, "args": proposed_call(state, call["id"])["args"] if remember == "call" else None}
+    grant_effect = detail.get("grant")
     if decision == "fail":
         return fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
     if decision in ("approve", "retry"):
         t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
             t.intent = _intent(new, call, proposed_call(state, call["id"])["args"])
+            t.grant = grant_effect
         else:
             t.journal_reset = call["key"]
         return _move(new, ACTING, t)
@@ -221,15 +257,56 @@ def decide(state: RunState, decision: str, note: str = "", by: str = "") -> Outc
     return _move(new, PLANNING, t)
 
 
+def revoke_grant(state: RunState, n: int, by: str = "") -> Outcome:
+    """End a run-scoped grant: calls it covered ask again from the next proposal on.
+
+    A transition that changes no state (from == to): it records who revoked what
+    and when, without being an edge of the machine.
+    """
+    if state.state in TERMINAL:
+        raise ValueError("the run has ended")
+    grant = next((g for g in state.grants if g["n"] == n), None)
+    if grant is None or grant.get("revoked"):
+        raise LookupError(f"no active grant {n}")
+    new = state.copy()
+    new.grants = [{**g, "revoked": True} if g["n"] == n else g for g in new.grants]
+    t = Transition(state.state, state.state, "revoke", {"grant": {"n": n, "tool": grant["tool"]}, "by": by})
+    t.grant_revoke = n
+    return new, t
+
+
 # -- planning ------------------------------------------------------------------------
+
+
+def _compact(state: RunState, deps: Deps) -> Outcome | None:
+    """Fold older tool results out of the prompt when it would exceed the budget."""
+    assert state.context_tokens
+    try:
+        plan = context.plan(
+            state.messages, _offered(state, deps), budget=state.context_tokens,
+            folded_before=state.folded_before or 0, scale=state.token_scale,
+        )
+    except context.OverBudget as exc:
+        return fail(state, (
+            f"context budget: the prompt needs about {exc.tokens} tokens with every older tool result "
+            f"folded, over context_tokens {state.context_tokens}"
+        ))
+    if plan is None:
+        return None
+    new = state.copy()
+    new.folded_before = plan.folded_before
+    detail = {
+        "folded": plan.folded, "tokens_before": plan.tokens_before, "tokens_after": plan.tokens_after,
+        "budget": state.context_tokens,
+    }
+    return _move(new, PLANNING, Transition(PLANNING, PLANNING, "compact", detail))
 
 
 def _call_model(state: RunState, deps: Deps) -> Outcome:
     specs = _offered(state, deps)
     started = time.monotonic()
-    request = ModelRequest(
-        run_id=state.run_id, turn=state.model_calls, messages=list(state.messages), tools=specs
-    )
+    prompt = context.prompt(state.messages, state.folded_before or 0)
+    request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs)
     try:
         decision = deps.model.decide(request)
     except ModelError as exc:
@@ -239,18 +316,16 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     new.steps += 1
     new.model_calls += 1
     cost, tokens = _account(new, decision)
-    calls = [
-        {"id": c.id or f"call_{state.model_calls}_{i}", "tool": c.tool, "args": c.args}
-        for i, c in enumerate(decision.calls)
-    ]
+    if new.context_tokens and decision.usage is not None:
+        new.token_scale = context.corrected_scale(decision.usage.input_tokens, context.raw_tokens(prompt, specs))
+    calls, renamed = unique_calls(decision, state.model_calls)
     message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}
     if calls:
         message["tool_calls"] = calls
     detail: dict[str, Any] = {"decision": "final" if decision.final is not None else "calls"}
-    if decision.usage is None:
-        detail["usage"] = None
-    else:
-        detail["usage"] = {"input_tokens": decision.usage.input_tokens, "output_tokens": decision.usage.output_tokens}
+    detail["usage"] = None if decision.usage is None else decision.usage.to_dict()
+    if renamed:
+        detail["renamed_ids"] = renamed
     if decision.final is not None:
         new.answer = decision.final
         t = Transition(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
@@ -261,15 +336,47 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
     return _propose(new, calls[0], deps, t)
 
 
+def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The reply's calls with ids unique within it, and {new id: id the model gave}.
+
+    Some OpenAI-compatible servers give several calls of one reply the same id; calls
+    are found by id, so the second would be lost and the first run twice. The renamed
+    id is what the transcript (and so the provider) sees from then on, for the call and
+    its result alike, which keeps every call paired with its own result.
+    """
+    calls: list[dict[str, Any]] = []
+    renamed: dict[str, str] = {}
+    taken: set[str] = set()
+    for i, c in enumerate(decision.calls):
+        given = c.id or f"call_{turn}_{i}"
+        call_id, n = given, 1
+        while call_id in taken:
+            n += 1
+            call_id = f"{given}_{n}"
+        if call_id != given:
+            renamed[call_id] = given
+        taken.add(call_id)
+        calls.append({"id": call_id, "tool": c.tool, "args": c.args})
+    return calls, renamed
+
+
 def _account(new: RunState, decision: Decision) -> tuple[int, int]:
-    if decision.usage is None:
+    """Tokens and cost of a model call. Cached prompt tokens are priced at the
+    profile's cached-input price and cache writes at its cache-write price; a run
+    whose prices lack those keys pays the input price for them."""
+    usage = decision.usage
+    if usage is None:
         new.cost_unknown = True
         return 0, 0
-    tokens = decision.usage.input_tokens + decision.usage.output_tokens
+    tokens = usage.input_tokens + usage.output_tokens
+    price_in = new.prices.get("input", 0)
+    uncached = max(0, usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens)
     cost = math.ceil(
         (
-            decision.usage.input_tokens * new.prices.get("input", 0)
-            + decision.usage.output_tokens * new.prices.get("output", 0)
+            uncached * price_in
+            + usage.cached_input_tokens * new.prices.get("cached_input", price_in)
+            + usage.cache_write_tokens * new.prices.get("cache_write", price_in)
+            + usage.output_tokens * new.prices.get("output", 0)
         )
         / 1_000_000
     )
@@ -323,6 +430,10 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
         always_ask=new.always_ask_tools,
         tainted=new.tainted,
         approver=new.approver,
+        args=args,
+        policy=new.policy,
+        grants=new.grants,
+        fingerprint=fp,
     )
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
@@ -334,11 +445,11 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> 
     if verdict.action == "ask":
         new.current_call = current
         new.approval = {"kind": "policy", "reason": verdict.reason}
-        t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec)
+        t.approval = _approval_row(new, current, args, "policy", verdict.reason, spec, verdict)
         t.to_state = AWAITING_APPROVAL
         return _move(new, AWAITING_APPROVAL, t)
     if verdict.no_approver:
-        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec), "status": "denied"}
+        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec, verdict), "status": "denied"}
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
@@ -371,9 +482,17 @@ def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
 
 
 def _approval_row(
-    state: RunState, call: dict[str, Any], args: Any, kind: str, reason: str, spec: ToolSpec | None
+    state: RunState,
+    call: dict[str, Any],
+    args: Any,
+    kind: str,
+    reason: str,
+    spec: ToolSpec | None,
+    verdict: policy.Verdict | None = None,
 ) -> dict[str, Any]:
     return {
+        "rule": verdict.rule if verdict else None,
+        "required": verdict.required if verdict else 1,
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],

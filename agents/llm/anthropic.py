@@ -1,7 +1,9 @@
 """The Anthropic client: the Messages API with tool use, over httpx.
 
-Configuration comes from the environment when a run is driven: `ANTHROPIC_API_KEY` and
-`ANTHROPIC_BASE_URL` (default https://api.anthropic.com). The key goes into the
+Configuration comes from the profile and the environment when a run is driven: the
+profile's `base_url`, else `ANTHROPIC_BASE_URL` (default https://api.anthropic.com); the
+key from the environment variable the profile names in `api_key_env`, else
+`ANTHROPIC_API_KEY`. The key goes into the
 `x-api-key` header and nowhere else; every error text is scrubbed of it.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -16,12 +19,24 @@ from django.conf import settings
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS
+from . import CLIENTS, profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 PROVIDER = "anthropic"
+EPHEMERAL = {"type": "ephemeral"}
+# A `pause_turn` reply (a long server-side turn the API stopped) is sent back to be
+# continued, at most this many times per decision.
+PAUSED_TURNS_MAX = 3
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A reply with stop_reason `pause_turn`: not an answer, a turn to continue."""
+
+    content: list[dict[str, Any]]
+    usage: Usage | None
 
 
 def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -30,6 +45,8 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
     System messages become the top-level `system`; tool results become `tool_result`
     blocks in a user turn; consecutive turns of one role are merged, because the API
     wants every result of an assistant's tool uses in the single user turn after it.
+    Text that is only whitespace (a model's "\n\n" before its tool use) is dropped:
+    the API answers 400 to a text block without non-whitespace text.
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -48,7 +65,7 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             if content:
                 system.append(content)
         elif role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content.strip() else []
             for c in m.get("tool_calls") or []:
                 args = c.get("args")
                 # tool_use input must be an object; anything else is kept, wrapped.
@@ -59,8 +76,32 @@ def wire_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             add("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
                           "content": content, **({"is_error": True} if _is_error(content) else {})}])
         else:
-            add("user", [{"type": "text", "text": content}] if content else [])
+            add("user", [{"type": "text", "text": content}] if content.strip() else [])
     return "\n\n".join(system), turns
+
+
+def mark_cache(body: dict[str, Any]) -> None:
+    """Put `cache_control` breakpoints (at most three of the API's four) on the request.
+
+    The cached prefix runs tools, then system, then messages. Breakpoints:
+    1. the end of the stable prefix: the system prompt (which covers the tools), or the
+       last tool when there is no system prompt;
+    2. the last block of the newest turn, so the next step can read all of this one;
+    3. the last block of the user turn before the newest assistant reply: where the
+       previous step put its breakpoint 2, so this step reads that cache even when more
+       than the API's lookback of 20 blocks came after it (many results at once).
+    A breakpoint on a prefix shorter than the model's minimum (1,024 tokens for most)
+    is ignored by the API, and costs nothing.
+    """
+    stable = body.get("system") or body.get("tools")
+    if stable:
+        stable[-1]["cache_control"] = EPHEMERAL
+    turns = body["messages"]
+    if turns:
+        turns[-1]["content"][-1]["cache_control"] = EPHEMERAL
+    earlier = [i for i, t in enumerate(turns[:-1]) if t["role"] == "user"]
+    if earlier:
+        turns[earlier[-1]]["content"][-1]["cache_control"] = EPHEMERAL
 
 
 def _is_error(content: str) -> bool:
@@ -75,6 +116,12 @@ def _is_error(content: str) -> bool:
 
 def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]
+
+
+def parse_reply(data: dict[str, Any], turn: int) -> Decision | Paused:
+    if data.get("stop_reason") == "pause_turn" and isinstance(data.get("content"), list):
+        return Paused(content=data["content"], usage=parse_usage(data.get("usage")))
+    return parse_response(data, turn)
 
 
 def parse_response(data: dict[str, Any], turn: int) -> Decision:
@@ -101,6 +148,8 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
             calls.append(ProposedCall(id=call_id, tool=block["name"], args=block.get("input", {})))
     if stop == "max_tokens":
         raise ModelError(f"{PROVIDER}: the reply was cut off at max_tokens")
+    if stop == "model_context_window_exceeded":
+        raise ModelError(f"{PROVIDER}: the reply was cut off: the model's context window is full")
     text = "".join(texts)
     usage = parse_usage(data.get("usage"))
     if calls:
@@ -116,10 +165,11 @@ def parse_usage(raw: Any) -> Usage | None:
     given, out = raw.get("input_tokens"), raw.get("output_tokens")
     if not isinstance(given, int) or not isinstance(out, int):
         return None
-    # Cached prompt tokens are billed too (at other rates); count them as input.
-    cached = sum(v for k in ("cache_creation_input_tokens", "cache_read_input_tokens")
-                 if isinstance(v := raw.get(k), int))
-    return Usage(input_tokens=given + cached, output_tokens=out)
+    # Anthropic's input_tokens are only the tokens after the last cache breakpoint; the
+    # prompt is all three, and the cache parts are priced apart.
+    read, write = (v if isinstance(v := raw.get(k), int) else 0
+                   for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+    return Usage(input_tokens=given + read + write, output_tokens=out, cached_input_tokens=read, cache_write_tokens=write)
 
 
 class AnthropicClient:
@@ -131,9 +181,11 @@ class AnthropicClient:
         base_url: str = DEFAULT_BASE_URL,
         max_tokens: int = 4096,
         options: HttpOptions | None = None,
+        key_name: str = "ANTHROPIC_API_KEY",
     ) -> None:
         self.model = model
         self._api_key = api_key
+        self.key_name = key_name  # the environment variable it came from, for error texts
         self.base_url = base_url.rstrip("/")
         self.max_tokens = max_tokens
         self.options = options or HttpOptions()
@@ -143,36 +195,66 @@ class AnthropicClient:
 
     def decide(self, request: ModelRequest) -> Decision:
         if not self._api_key:
-            raise ModelError(f"{PROVIDER}: ANTHROPIC_API_KEY is not set")
+            raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         system, turns = wire_messages(request.messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": turns}
         if system:
-            body["system"] = system
+            body["system"] = [{"type": "text", "text": system}]
         if request.tools:
             body["tools"] = wire_tools(request.tools)
+        mark_cache(body)
         headers = {"x-api-key": self._api_key, "anthropic-version": API_VERSION, "content-type": "application/json"}
-        return exchange(
-            f"{self.base_url}/v1/messages",
-            headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
-            describe=describe_failure, parse=parse_response, turn=request.turn,
-        )
+        paused: list[Usage | None] = []
+        for _ in range(PAUSED_TURNS_MAX + 1):
+            reply = exchange(
+                f"{self.base_url}/v1/messages",
+                headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
+                describe=lambda exc: describe_failure(exc, self.key_name), parse=parse_reply, turn=request.turn,
+            )
+            if isinstance(reply, Decision):
+                return _with_usage(reply, [*paused, reply.usage])
+            # The API's way to continue: send the paused content back as the assistant's
+            # last turn; a second pause extends that same turn.
+            paused.append(reply.usage)
+            messages = body["messages"]
+            if paused[1:]:
+                messages[-1] = {"role": "assistant", "content": [*messages[-1]["content"], *reply.content]}
+            else:
+                body["messages"] = [*messages, {"role": "assistant", "content": reply.content}]
+        raise ModelError(f"{PROVIDER}: the turn was still paused (pause_turn) after {PAUSED_TURNS_MAX} continuations")
 
 
-def describe_failure(exc: Failure) -> str:
+def _with_usage(decision: Decision, usages: list[Usage | None]) -> Decision:
+    """The decision billed for every request it took (a paused turn costs too)."""
+    if len(usages) == 1:
+        return decision
+    if any(u is None for u in usages):
+        return replace(decision, usage=None)
+    return replace(decision, usage=sum((u for u in usages if u is not None), Usage(0, 0)))
+
+
+def describe_failure(exc: Failure, key_name: str = "ANTHROPIC_API_KEY") -> str:
     message = error_message(exc.body) or exc.text
     lowered = message.lower()
-    if "prompt is too long" in lowered or "context window" in lowered or "context length" in lowered:
+    if (
+        "prompt is too long" in lowered
+        or "context window" in lowered
+        or "context length" in lowered
+        or "exceed context limit" in lowered  # input length and `max_tokens` exceed context limit
+    ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
-        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check ANTHROPIC_API_KEY): {message}"
+        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check {key_name}): {message}"
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
 def _factory(profile: Any, run: Any) -> AnthropicClient:
+    key_name, api_key = profile_key(profile, "ANTHROPIC_API_KEY")
     return AnthropicClient(
         model=profile.model_name,
-        api_key=os.environ.get("ANTHROPIC_API_KEY", ""),
-        base_url=os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
+        api_key=api_key,
+        key_name=key_name,
+        base_url=profile.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
         max_tokens=settings.AIRLOCK_ANTHROPIC_MAX_TOKENS,
         options=HttpOptions.from_settings(),
     )

@@ -84,7 +84,11 @@ class DemoPlanner:
             return Decision(final="I'm sorry to hear that. Could you tell me the order number so I can look into a refund?")
         order = match.group(1)
         if "refund" not in results and "refund" in offered:
-            return call("refund", {"order_id": order, "reason": f"Customer request: {task[:300]}"},
+            args: dict[str, Any] = {"order_id": order, "reason": f"Customer request: {task[:300]}"}
+            known = demo.ORDERS.get(order)
+            if known is not None:
+                args["amount"] = int(known["amount_cents"]) / 100  # type: ignore[call-overload]
+            return call("refund", args,
                         f"The customer asks for a refund of order {order}; the refund policy covers damaged items.")
         outcome = (results.get("refund") or [None])[-1]
         if isinstance(outcome, dict) and outcome.get("refunded"):

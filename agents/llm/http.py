@@ -1,11 +1,14 @@
 """What the HTTP model clients share: one POST with timeouts, bounded retries and
 errors that never carry an API key.
 
-Retries: a 429, a 5xx (Anthropic's 529 "overloaded" included), a timeout or a dropped
-connection is tried again up to `retries` times, sleeping `backoff * 2**attempt`, or
-the server's `Retry-After` when it sends one, never longer than `max_sleep`. A model
-call has no side effects outside the provider, so repeating it is safe; it may cost
-tokens, which is why the number of tries is bounded.
+Retries follow the official SDKs (openai-python, anthropic-sdk-python): a 408, 409,
+429, a 5xx (Anthropic's 529 "overloaded" included), a timeout or a dropped connection
+is tried again up to `retries` times, sleeping `backoff * 2**attempt`, or what the
+server asks (`retry-after-ms`, then `Retry-After`), never longer than `max_sleep`.
+The server's `x-should-retry: true|false` overrides the status, and a 429 whose error
+code is `insufficient_quota` (no credit left) is final: waiting does not refill it.
+A model call has no side effects outside the provider, so repeating it is safe; it
+may cost tokens, which is why the number of tries is bounded.
 """
 
 from __future__ import annotations
@@ -18,22 +21,27 @@ import ssl
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from django.conf import settings
 
-from agents.engine.protocols import Decision, ModelError
+from agents.engine.protocols import ModelError
 
-RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+# 429 codes that no wait cures (OpenAI: the account has no credit left).
+FINAL_429_CODES = frozenset({"insufficient_quota"})
 # Anything that looks like a provider key, in case a server echoes a mangled one back.
 KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|sk-ant-[A-Za-z0-9_\-*.]{6,})")
 ERROR_TEXT_MAX = 500
+T = TypeVar("T")
 
 
 @dataclass
 class HttpOptions:
-    timeout: float = 60.0
+    # Non-streaming: the whole reply arrives at once, so the timeout must cover the
+    # generation of max_tokens (see config/settings.py AIRLOCK_LLM_TIMEOUT).
+    timeout: float = 600.0
     retries: int = 3
     backoff: float = 1.0
     max_sleep: float = 30.0
@@ -64,7 +72,14 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    """Seconds the server asked us to wait (`Retry-After`: seconds or an HTTP date)."""
+    """Seconds the server asked us to wait: `retry-after-ms` (milliseconds, sent by
+    OpenAI and Anthropic), else `Retry-After` (seconds or an HTTP date)."""
+    raw_ms = response.headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000)
+        except ValueError:
+            pass
     raw = response.headers.get("retry-after")
     if not raw:
         return None
@@ -77,6 +92,24 @@ def retry_after(response: httpx.Response) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def should_retry(response: httpx.Response, error_body: Any) -> bool:
+    """Whether an error answer is worth sending again (the SDKs' rule, plus quota)."""
+    header = response.headers.get("x-should-retry", "").strip().lower()
+    if header in ("true", "false"):
+        return header == "true"
+    if response.status_code == 429 and error_code(error_body) in FINAL_429_CODES:
+        return False
+    return response.status_code in RETRY_STATUSES
+
+
+def error_code(body: Any) -> str:
+    """The machine-readable code of a provider's JSON error (`error.code` or `error.type`)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        return ""
+    return str(err.get("code") or err.get("type") or "")
 
 
 @functools.cache
@@ -149,7 +182,7 @@ def post_json(
                 except ValueError:
                     error_body = None
                 failure = Failure(response.status_code, error_body, scrub(response.text, secrets))
-                if response.status_code not in RETRY_STATUSES:
+                if not should_retry(response, error_body):
                     raise failure
                 last = f"HTTP {response.status_code}: {failure.text}"
                 wait = retry_after(response)
@@ -169,9 +202,9 @@ def exchange(
     provider: str,
     secret: str,
     describe: Callable[[Failure], str],
-    parse: Callable[[Any, int], Decision],
+    parse: Callable[[Any, int], T],
     turn: int,
-) -> Decision:
+) -> T:
     """POST a request and parse the reply into a Decision; no error carries the key."""
     try:
         data = post_json(url, headers=headers, body=body, options=options, provider=provider, secrets=[secret])

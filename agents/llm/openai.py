@@ -1,9 +1,17 @@
 """The OpenAI client: Chat Completions with tools, over httpx, any compatible base URL
 (OpenAI, vLLM, Ollama, llama.cpp server).
 
-Configuration comes from the environment when a run is driven: `OPENAI_API_KEY` and
-`OPENAI_BASE_URL` (default https://api.openai.com/v1). The key goes into the
-Authorization header and nowhere else; every error text is scrubbed of it.
+Configuration comes from the profile and the environment when a run is driven: the
+profile's `base_url`, else `OPENAI_BASE_URL` (default https://api.openai.com/v1); the
+key from the environment variable the profile names in `api_key_env`, else
+`OPENAI_API_KEY`. The key goes into the Authorization header and nowhere else; every
+error text is scrubbed of it.
+
+Prompt caching: OpenAI (and vLLM's or llama.cpp's prefix cache) reuses the longest
+prompt prefix it has seen, automatically from 1,024 tokens. The prompt is rendered tools
+first, then the system prompt and the task, then the transcript, which only grows (a
+compaction folds results once and for all): each part is serialised the same way on
+every step, so step N's prompt is a byte-identical prefix of step N+1's.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS
+from . import CLIENTS, profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -34,7 +42,6 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     {
                         "id": c["id"],
                         "type": "function",
-                        # Arguments that were not valid JSON are replayed as the model sent them.
                         "function": {"name": c["tool"], "arguments": _arguments_text(c.get("args"))},
                     }
                     for c in m["tool_calls"]
@@ -48,9 +55,11 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _arguments_text(args: Any) -> str:
-    if isinstance(args, str):
-        return args
-    return json.dumps(args if args is not None else {}, ensure_ascii=False)
+    """Arguments as the JSON object text the API expects. Arguments that were not a
+    JSON object go back as `{}`: Ollama (and others) decode every replayed call and
+    answer 400 to invalid JSON, failing the run. The raw text is not lost: the stored
+    transcript keeps it and the model reads it in the call's `invalid_arguments` result."""
+    return json.dumps(args if isinstance(args, dict) else {}, ensure_ascii=False)
 
 
 def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
@@ -122,15 +131,26 @@ def parse_usage(raw: Any) -> Usage | None:
     prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
-    return Usage(input_tokens=prompt, output_tokens=completion)
+    # prompt_tokens includes the part served from the automatic prefix cache.
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(input_tokens=prompt, output_tokens=completion,
+                 cached_input_tokens=min(cached, prompt) if isinstance(cached, int) and cached > 0 else 0)
 
 
 class OpenAIClient:
     def __init__(
-        self, *, model: str, api_key: str, base_url: str = DEFAULT_BASE_URL, options: HttpOptions | None = None
+        self,
+        *,
+        model: str,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        options: HttpOptions | None = None,
+        key_name: str = "OPENAI_API_KEY",
     ) -> None:
         self.model = model
         self._api_key = api_key
+        self.key_name = key_name  # the environment variable it came from, for error texts
         self.base_url = base_url.rstrip("/")
         self.options = options or HttpOptions()
 
@@ -139,7 +159,7 @@ class OpenAIClient:
 
     def decide(self, request: ModelRequest) -> Decision:
         if not self._api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ModelError(f"{PROVIDER}: OPENAI_API_KEY is not set")
+            raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         body: dict[str, Any] = {"model": self.model, "messages": wire_messages(request.messages)}
         if request.tools:
             body["tools"] = wire_tools(request.tools)
@@ -149,26 +169,36 @@ class OpenAIClient:
         return exchange(
             f"{self.base_url}/chat/completions",
             headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
-            describe=describe_failure, parse=parse_response, turn=request.turn,
+            describe=lambda exc: describe_failure(exc, self.key_name), parse=parse_response, turn=request.turn,
         )
 
 
-def describe_failure(exc: Failure) -> str:
+def describe_failure(exc: Failure, key_name: str = "OPENAI_API_KEY") -> str:
     message = error_message(exc.body) or exc.text
     err = exc.body.get("error") if isinstance(exc.body, dict) else None
     code = err.get("code") if isinstance(err, dict) else None
-    if code == "context_length_exceeded" or "context length" in message.lower() or "context_length" in message:
+    kind = err.get("type") if isinstance(err, dict) else None
+    lowered = message.lower()
+    if (
+        code == "context_length_exceeded"
+        or kind == "exceed_context_size_error"  # llama.cpp server
+        or "context length" in lowered
+        or "context_length" in lowered
+        or "context size" in lowered
+    ):
         return f"{PROVIDER}: context length exceeded: {message}"
     if exc.status in (401, 403):
-        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check OPENAI_API_KEY): {message}"
+        return f"{PROVIDER}: authentication failed (HTTP {exc.status}; check {key_name}): {message}"
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
 def _factory(profile: Any, run: Any) -> OpenAIClient:
+    key_name, api_key = profile_key(profile, "OPENAI_API_KEY")
     return OpenAIClient(
         model=profile.model_name,
-        api_key=os.environ.get("OPENAI_API_KEY", ""),
-        base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        api_key=api_key,
+        key_name=key_name,
+        base_url=profile.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         options=HttpOptions.from_settings(),
     )
 

@@ -28,7 +28,12 @@ def parse_item(item: Any, index: int) -> Decision:
             for k in ("input_tokens", "output_tokens")
         ):
             raise ScriptError(f"{where}: usage needs whole input_tokens and output_tokens")
-        usage = Usage(raw["input_tokens"], raw["output_tokens"])
+        cache = [raw.get(k, 0) for k in ("cached_input_tokens", "cache_write_tokens")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cache):
+            raise ScriptError(f"{where}: cached_input_tokens and cache_write_tokens must be whole numbers")
+        if sum(cache) > raw["input_tokens"]:
+            raise ScriptError(f"{where}: cached tokens are part of input_tokens and cannot exceed it")
+        usage = Usage(raw["input_tokens"], raw["output_tokens"], *cache)
     if "final" in item:
         if not isinstance(item["final"], str):
             raise ScriptError(f"{where}: final must be text")

@@ -209,12 +209,18 @@ def refund(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     order = demo.ORDERS.get(order_id)
     if order is None:
         raise UnknownOrder(f"no order {order_id!r} (known: {', '.join(sorted(demo.ORDERS))})")
+    total = int(order["amount_cents"])  # type: ignore[call-overload]
+    # `amount` is what argument rules read (the demo profile allows refunds under 20
+    # without asking); without it the refund is the order's full amount.
+    cents = round(args["amount"] * 100) if "amount" in args else total
+    if cents > total:
+        raise ValueError(f"amount {cents / 100:.2f} is more than order {order_id} cost ({total / 100:.2f})")
     # No idempotency key on the row: like a payment API without one, every run pays.
     LedgerEntry.objects.create(
         run_id=int(ctx.run_id), idempotency_key=None,
-        entry={"kind": "refund", "order_id": order_id, "amount_cents": order["amount_cents"], "reason": args["reason"]},
+        entry={"kind": "refund", "order_id": order_id, "amount_cents": cents, "reason": args["reason"]},
     )
-    return {"refunded": True, "order_id": order_id, "item": order["item"], "amount_cents": order["amount_cents"]}
+    return {"refunded": True, "order_id": order_id, "item": order["item"], "amount_cents": cents}
 
 
 EMAIL = {"type": "string", "format": "email", "maxLength": 254}
@@ -245,6 +251,8 @@ TOOLS = [
         "refund", "Refunds an order in full to the customer's original payment method. Cannot be undone.",
         {"type": "object",
          "properties": {"order_id": {"type": "string", "pattern": "^#?[0-9]{1,12}$"},
+                        "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000,
+                                   "description": "EUR to refund; the order's full amount when left out"},
                         "reason": {"type": "string", "minLength": 1, "maxLength": 500}},
          "required": ["order_id", "reason"], "additionalProperties": False},
         "irreversible", "internal", "unsafe", refund, timeout=30,

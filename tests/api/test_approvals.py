@@ -19,6 +19,7 @@ APPROVAL_FIELDS = {
     "args",
     "reason",
     "taint_source",
+    "rule",
     "decided_by",
     "decided_at",
     "note",

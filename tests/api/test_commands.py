@@ -79,6 +79,19 @@ def test_launch_refusal_is_a_command_error(defaults) -> None:
     assert Run.objects.count() == 0
 
 
+def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults) -> None:
+    from django.core.management.base import CommandError
+
+    rule = {"tool": "echo", "then": "deny", "reason": "not in this run"}
+    call_command("launch", "--agent", "scripted", "--task", "t", "--policy", json.dumps({"rules": [rule]}),
+                 stdout=io.StringIO())
+    assert Run.objects.get().policy()["rules"] == [{**rule, "origin": "launch", "index": 1}]
+    with pytest.raises(CommandError, match=r"invalid_policy: policy.rules\[1\].then"):
+        call_command("launch", "--agent", "scripted", "--task", "t", "--policy",
+                     json.dumps({"rules": [{**rule, "then": "allow"}]}), stdout=io.StringIO())
+    assert Run.objects.count() == 1
+
+
 def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> None:
     from agents.export import export_run
 
@@ -99,10 +112,10 @@ def test_shipped_evals_pass(defaults) -> None:
     assert Approval.objects.get(run=injected).status == "rejected"
     assert LedgerEntry.objects.filter(run=injected).count() == 0
     # Saved demo runs replay with the scripted model under the demo profile's policy:
-    # the irreversible refund asked, was approved, and paid once.
+    # the profile's rule asked about the refund, a reviewer approved it, and it paid once.
     refund = Run.objects.get(task__startswith="My blender from order 1042")
     assert refund.profile.name == "replay-demo"
-    assert Approval.objects.get(run=refund).reason == "refund is irreversible"
+    assert Approval.objects.get(run=refund).reason == "refunds of 20 or more need a human"
     assert [e.entry["kind"] for e in LedgerEntry.objects.filter(run=refund)] == ["refund"]
 
 

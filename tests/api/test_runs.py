@@ -26,6 +26,7 @@ RUN_FIELDS = {
     "created_at",
     "updated_at",
     "pending_approval",
+    "grants",
 }
 
 

@@ -68,3 +68,17 @@ def test_seeded_queue_shows_the_clones_with_the_same_query_count(waiting: Run, r
     assert after["queries"] == before["queries"] > minimal["queries"] > 0
     page = reviewer_client.get("/reviews/").content.decode()
     assert page.count("data-approval-id=") == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_metrics_section_scrapes_a_seeded_database(waiting: Run) -> None:
+    from bench import metrics
+
+    seed.clone_runs(waiting, 3)
+    result = metrics.metrics_bench()
+    assert result["rows"] == {"runs": 4, "transitions": 4 * waiting.transitions.count(), "pending_approvals": 4}
+    assert result["catch_up"]["scrapes"] == 2  # one fold, then one that finds nothing new
+    assert result["steady"]["p50_ms"] > 0 and result["queries"] > 0
+    assert set(result["alternatives"]) == {"group_by_runs", "group_by_runs_covering_index"}
+    aggregate = result["store_aggregate"]
+    assert aggregate["plain_commits_per_second"] > 0 and aggregate["with_shared_total_commits_per_second"] > 0

@@ -73,18 +73,28 @@ def test_without_an_approver_the_email_is_denied_and_the_run_answers(defaults, d
     assert Approval.objects.get(run=run).status == "denied"
 
 
-def test_refund_asks_even_though_the_run_is_not_tainted(defaults, drive, rita) -> None:
+def test_refund_over_20_asks_by_the_profiles_rule_though_the_run_is_not_tainted(defaults, drive, rita) -> None:
     run = drive(start("refund-request"))
     assert run.state == "awaiting_approval" and not run.tainted
     approval = Approval.objects.get(run=run, status="pending")
-    assert (approval.tool, approval.reason, approval.risk) == ("refund", "refund is irreversible", "irreversible")
-    assert approval.args["order_id"] == "1042"
+    assert (approval.tool, approval.reason, approval.risk) == ("refund", "refunds of 20 or more need a human", "irreversible")
+    assert approval.rule_label == "rule 2 of the profile"
+    assert approval.args["order_id"] == "1042" and approval.args["amount"] == 189
     assert not LedgerEntry.objects.exists()
     approval_decide(approval_id=approval.pk, user=rita, decision="approve")
     run = drive(run)
     assert run.state == "done" and "refunded order 1042 in full (EUR 189.00)" in run.answer
     refunds = LedgerEntry.objects.filter(run=run, entry__kind="refund")
     assert refunds.count() == 1 and refunds.get().entry["amount_cents"] == 18900
+
+
+def test_refund_under_20_is_allowed_by_the_profiles_rule(defaults, drive) -> None:
+    run = drive(start("small-refund"))
+    assert run.state == "done" and "refunded order 1045 in full (EUR 12.90)" in run.answer
+    assert not Approval.objects.filter(run=run).exists()
+    verdict = run.transitions.get(payload__verdict__action="allow").payload["verdict"]
+    assert verdict["reason"] == "refunds under 20 need no human" and verdict["rule"]["index"] == 1
+    assert LedgerEntry.objects.get(run=run, entry__kind="refund").entry["amount_cents"] == 1290
 
 
 def test_rejected_refund_tells_the_customer_a_colleague_will_follow_up(defaults, drive, rita) -> None:

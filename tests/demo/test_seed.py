@@ -54,7 +54,7 @@ def test_first_run_creates_users_password_file_and_demo_runs(defaults, users_fil
     runs = Run.objects.order_by("pk")
     assert runs.count() == len(SCENARIOS)
     assert {r.created_by.username for r in runs} == {"launcher"}
-    assert [r.state for r in runs] == ["awaiting_approval", "awaiting_approval", "done"]
+    assert [r.state for r in runs] == ["awaiting_approval", "awaiting_approval", "done", "done"]
 
 
 def test_second_run_reuses_and_reprints_the_passwords_and_launches_nothing(defaults, users_file) -> None:

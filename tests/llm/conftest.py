@@ -1,5 +1,10 @@
 """A fake model provider: a tiny threaded HTTP server on 127.0.0.1 that answers with
-queued replies in the provider's real wire format and records every request."""
+queued replies in the provider's real wire format and records every request.
+
+`check` plays the provider's own request validation: a function of the request body
+that returns the provider's error reply for a request it would reject (see
+`tests/llm/shapes.py`: `ollama_check`, `anthropic_check`), or None to answer normally.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,6 +39,9 @@ class FakeProvider:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Request] = []
+        self.check: Callable[[Any], Reply | None] | None = None
+        # Computes a 200 reply's usage from the request (a provider's prompt cache).
+        self.usage_for: Callable[[Any], dict[str, int]] | None = None
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -54,10 +62,19 @@ class FakeProvider:
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
                 provider.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                reply = provider.replies.popleft() if provider.replies else Reply(500, {"error": {"message": "no reply queued"}})
+                rejected = provider.check(body) if provider.check is not None else None
+                if rejected is not None:
+                    reply = rejected
+                elif provider.replies:
+                    reply = provider.replies.popleft()
+                else:
+                    reply = Reply(500, {"error": {"message": "no reply queued"}})
                 if reply.delay:
                     time.sleep(reply.delay)
-                data = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                answer = reply.body
+                if provider.usage_for is not None and isinstance(answer, dict) and "usage" in answer:
+                    answer = {**answer, "usage": {**answer["usage"], **provider.usage_for(body)}}
+                data = answer if isinstance(answer, str) else json.dumps(answer)
                 payload = data.encode()
                 try:
                     self.send_response(reply.status)
@@ -76,8 +93,7 @@ class FakeProvider:
         return Handler
 
 
-@pytest.fixture
-def provider() -> Iterator[FakeProvider]:
+def _serve() -> Iterator[FakeProvider]:
     fake = FakeProvider()
     fake.thread.start()
     try:
@@ -86,6 +102,42 @@ def provider() -> Iterator[FakeProvider]:
         fake.server.shutdown()
         fake.server.server_close()
         fake.thread.join(timeout=5)
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeProvider]:
+    yield from _serve()
+
+
+@pytest.fixture
+def second_provider() -> Iterator[FakeProvider]:
+    """Another endpoint, for profiles that each name their own base URL."""
+    yield from _serve()
+
+
+OPENAI_KEY = "sk-test-0123456789abcdef"
+ANTHROPIC_KEY = "sk-ant-api03-test-0123456789"
+
+
+@pytest.fixture
+def openai_env(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeProvider:
+    """The fake server as the deployment's OpenAI endpoint, with a key, no back-off sleeps."""
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{provider.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    settings.AIRLOCK_LLM_BACKOFF = 0.0
+    return provider
+
+
+@pytest.fixture
+def anthropic_env(provider: FakeProvider, monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeProvider:
+    """The fake server as the deployment's Anthropic endpoint, checking requests as the API does."""
+    from tests.llm.shapes import anthropic_check
+
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", provider.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    settings.AIRLOCK_LLM_BACKOFF = 0.0
+    provider.check = anthropic_check
+    return provider
 
 
 class Sleeps(list[float]):

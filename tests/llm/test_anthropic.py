@@ -34,8 +34,9 @@ def test_text_answer_is_final_and_headers_and_body_follow_the_api(provider, slee
     sent = provider.requests[0]
     assert sent.path == "/v1/messages"
     assert sent.headers["x-api-key"] == KEY and sent.headers["anthropic-version"] == "2023-06-01"
-    assert sent.json["system"] == "Be brief."
-    assert sent.json["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Refund order 1042 please."}]}]
+    assert sent.json["system"] == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    assert sent.json["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": "Refund order 1042 please.", "cache_control": {"type": "ephemeral"}}]}]
     assert sent.json["max_tokens"] == 4096
     refund = next(t for t in sent.json["tools"] if t["name"] == "refund")
     assert refund["input_schema"]["required"] == ["order_id", "reason"]

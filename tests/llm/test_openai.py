@@ -57,7 +57,7 @@ def test_several_calls_in_one_reply_keep_ids_and_order(provider, sleeps) -> None
     ]
 
 
-def test_transcript_goes_out_in_wire_format_with_ids_and_raw_arguments() -> None:
+def test_transcript_goes_out_in_wire_format_with_ids_and_object_arguments() -> None:
     messages = [
         *TASK,
         {"role": "assistant", "content": "", "tool_calls": [
@@ -70,7 +70,7 @@ def test_transcript_goes_out_in_wire_format_with_ids_and_raw_arguments() -> None
     wire = wire_messages(messages)
     assert wire[2] == {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "kb_search", "arguments": '{"query": "x"}'}},
-        {"id": "call_2", "type": "function", "function": {"name": "kb_search", "arguments": "{not json"}},
+        {"id": "call_2", "type": "function", "function": {"name": "kb_search", "arguments": "{}"}},
     ]}
     assert wire[3] == {"role": "tool", "tool_call_id": "call_1", "content": "[]"}
     assert wire[4]["tool_call_id"] == "call_2"
@@ -186,10 +186,10 @@ def test_full_run_through_the_store(gpt_profile, provider, launch, drive) -> Non
     second = provider.requests[1].json["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "tool", "tool"]
     assert [c["id"] for c in second[2]["tool_calls"]] == ["call_kb", "call_bad"]
-    assert second[2]["tool_calls"][1]["function"]["arguments"] == "{oops"
+    assert second[2]["tool_calls"][1]["function"]["arguments"] == "{}"
     assert [m["tool_call_id"] for m in second[3:]] == ["call_kb", "call_bad"]
     assert "kb-shipping" in second[3]["content"]
-    assert "invalid_arguments" in second[4]["content"]
+    assert "invalid_arguments" in second[4]["content"] and "{oops" in second[4]["content"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -71,6 +71,12 @@ PAGES = [
     ("demo site, wrong method",             "POST",   "/demo-site/",                      (405, 405, 405, 405, 405)),
     ("API docs",                            "GET",    "/api/docs",                        (302, 200, 200, 200, 200)),
     ("OpenAPI schema",                      "GET",    "/api/openapi.json",                (401, 200, 200, 200, 200)),
+    # The only paths without a login: probes, and metrics behind their own bearer token
+    # (tests/operations); unset, as here, /metrics does not exist for anyone.
+    ("health",                              "GET",    "/healthz",                         (200, 200, 200, 200, 200)),
+    ("readiness",                           "GET",    "/readyz",                          (200, 200, 200, 200, 200)),
+    ("metrics, no token configured",        "GET",    "/metrics",                         (404, 404, 404, 404, 404)),
+    ("health, wrong method",                "POST",   "/healthz",                         (405, 405, 405, 405, 405)),
 ]
 
 # The JSON API with `Authorization: Bearer` (anonymous: no header).

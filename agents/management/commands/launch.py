@@ -27,13 +27,14 @@ class Command(BaseCommand):
         parser.add_argument("--approver", choices=["human", "none"], default="human")
         parser.add_argument("--script", help="a JSON file with the scripted agent's decisions")
         parser.add_argument("--limits", help="JSON object tightening the profile's limits, e.g. '{\"max_steps\": 5}'")
+        parser.add_argument("--policy", help="JSON object tightening the profile's policy (docs/policy.md)")
         parser.add_argument("--user", help="launch as this user (default: no user, the system)")
         parser.add_argument("--wait", action="store_true", help="follow the run until it rests")
         parser.add_argument("--timeout", type=float, default=900.0, help="give up waiting after this many seconds")
         parser.add_argument("--json", action="store_true", help="print the run as the API's JSON")
 
     def handle(self, *args: Any, **o: Any) -> None:
-        script = limits = user = None
+        script = limits = policy = user = None
         if o["script"]:
             try:
                 with open(o["script"], encoding="utf-8") as f:
@@ -47,13 +48,19 @@ class Command(BaseCommand):
                 limits = json.loads(o["limits"])
             except ValueError as exc:
                 raise CommandError(f"--limits is not JSON: {exc}") from None
+        if o["policy"]:
+            try:
+                policy = json.loads(o["policy"])
+            except ValueError as exc:
+                raise CommandError(f"--policy is not JSON: {exc}") from None
         if o["user"]:
             user = get_user_model().objects.filter(username=o["user"]).first()
             if user is None:
                 raise CommandError(f"no user named {o['user']!r}")
         try:
             run = run_launch(
-                agent=o["agent"], task=o["task"], user=user, approver=o["approver"], limits=limits, script=script
+                agent=o["agent"], task=o["task"], user=user, approver=o["approver"], limits=limits, script=script,
+                policy=policy,
             )
         except ActionError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from None

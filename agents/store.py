@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from typing import Any, cast
 
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from agents import faults, outbox, telemetry
 from agents.engine import patch, states
-from agents.engine.protocols import Deps, JournalEntry, ThreadRunner
+from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import RunState, Transition, fail, step
 from agents.logs import bind_run
@@ -39,7 +40,25 @@ class StaleRun(Exception):
 
 
 def worker_name() -> str:
-    return f"worker:{socket.gethostname()}:{os.getpid()}"
+    """This thread's name as a lease owner: host, process and thread.
+
+    A threaded worker drives many runs in one process; were the owner only the process,
+    a duplicate wake-up on a second thread would pass `claim`'s "we hold it already"
+    test and drive the run beside the first thread.
+    """
+    return f"worker:{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
+
+
+def release_connection() -> None:
+    """Hand this thread's database connection back before it waits (a model call, a
+    tool, a sleep), so a worker's connections follow its database work, not its runs.
+
+    With the pool (PostgreSQL) the connection goes back to the pool; without one it is
+    closed and the next query opens another. Inside a transaction (a test's, or an
+    eager task inside a request) nothing happens: the caller owns that connection.
+    """
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 # -- text PostgreSQL can store -------------------------------------------------------
@@ -470,7 +489,12 @@ class StoreJournal:
 
 
 class DjangoRunner(ThreadRunner):
-    """Runs tools in a thread with its own database connection, closed afterwards."""
+    """Runs tools in a thread with its own database connection, closed afterwards;
+    the driver's thread gives its own connection back while it waits for the tool."""
+
+    def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        release_connection()
+        return super().run(spec, args, ctx)
 
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         try:
@@ -487,12 +511,27 @@ def clock_only(run: Run, now: float) -> Deps:
     return Deps(model=cast(Any, None), registry=Registry(), journal=StoreJournal(run), now=lambda: now)
 
 
+class ReleasingModel:
+    """A model client that gives the thread's database connection back before each
+    call: a call takes seconds, and a worker has many threads but a few connections.
+    (`deps_for` skips the wrapper for a client that says `waits = False`: one that
+    answers from memory, where the pool's round trip would be pure cost.)"""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner = inner
+
+    def decide(self, request: ModelRequest) -> Decision:
+        release_connection()
+        return self.inner.decide(request)
+
+
 def deps_for(run: Run) -> Deps:
     from agents.llm import client_for
     from agents.tools import registry
 
+    model = client_for(run.profile, run)
     return Deps(
-        model=client_for(run.profile, run),
+        model=ReleasingModel(model) if getattr(model, "waits", True) else model,
         registry=registry(),
         journal=StoreJournal(run),
         runner=DjangoRunner(),

@@ -70,36 +70,73 @@ def advance_run(self: Any, run_id: int) -> None:
         wakeup.wake(run_id)
 
 
-@contextlib.contextmanager
-def lease_heartbeat(run_id: int, owner: str) -> Iterator[None]:
-    """Renew our lease every third of its length while the block runs.
+class LeaseHeartbeat:
+    """Renews the leases of every run this process is driving, from one thread.
 
-    Commits renew it too, but one step (a slow tool) can outlast the lease; then another
-    worker would take the run over from a live one. The thread dies with the process,
-    so a killed worker's lease still expires on time.
+    Commits renew a lease too, but one step (a slow tool, a slow model) can outlast it;
+    then another worker would take the run over from a live one. A threaded worker
+    drives dozens of runs at once: one thread renews them all with one UPDATE every
+    third of a lease and hands its connection back between beats, instead of a thread
+    and a held connection per run. The thread dies with the process, so a killed
+    worker's leases all expire on time.
     """
-    stop = threading.Event()
-    seconds = settings.AIRLOCK_LEASE_SECONDS
 
-    def beat() -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (run id, owner) pairs: two threads of one process may both hold a wake-up for
+        # the same run (only one holds its lease), so the run id alone is no key.
+        self._held: set[tuple[int, str]] = set()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    @contextlib.contextmanager
+    def holding(self, run_id: int, owner: str) -> Iterator[None]:
+        with self._lock:
+            self._held.add((run_id, owner))
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                # First use in this process (a prefork child inherits no threads).
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+                self._thread.start()
         try:
-            while not stop.wait(seconds / 3):
-                # Only while we hold it: after release (or a takeover) this matches nothing.
-                Run.objects.filter(pk=run_id, lease_owner=owner).update(
-                    lease_expires=timezone.now() + dt.timedelta(seconds=seconds)
-                )
-        except Exception:  # noqa: BLE001 - a missed beat only shortens the lease
-            log.warning("lease heartbeat for run=%s stopped", run_id, exc_info=True)
+            yield
         finally:
-            connection.close()
+            with self._lock:
+                self._held.discard((run_id, owner))
 
-    thread = threading.Thread(target=beat, name=f"lease-{run_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    def held(self) -> set[tuple[int, str]]:
+        with self._lock:
+            return set(self._held)
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(settings.AIRLOCK_LEASE_SECONDS / 3)
+            pairs = self.held()
+            if not pairs:
+                continue
+            try:
+                self.renew(pairs)
+            except Exception:  # noqa: BLE001 - a missed beat only shortens the leases
+                log.warning("lease heartbeat missed a beat for %s runs", len(pairs), exc_info=True)
+            finally:
+                connection.close()
+
+    @staticmethod
+    def renew(pairs: set[tuple[int, str]]) -> int:
+        # Only leases we still hold: after a release (or a takeover) a pair matches nothing.
+        held = Q()
+        for run_id, owner in pairs:
+            held |= Q(pk=run_id, lease_owner=owner)
+        expires = timezone.now() + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
+        return Run.objects.filter(held).update(lease_expires=expires)
+
+
+heartbeat = LeaseHeartbeat()
+
+
+def lease_heartbeat(run_id: int, owner: str) -> contextlib.AbstractContextManager[None]:
+    """Keep our lease on `run_id` alive while the block runs (see LeaseHeartbeat)."""
+    return heartbeat.holding(run_id, owner)
 
 
 @shared_task(ignore_result=True)
@@ -117,7 +154,8 @@ def sweep() -> dict[str, int]:
        period.
     """
     now = timezone.now()
-    owner = f"sweeper:{socket.gethostname()}:{os.getpid()}"
+    # Per thread, as a worker's name is: two sweeps in one threaded worker are two owners.
+    owner = f"sweeper:{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
     free = Q(lease_owner__isnull=True) | Q(lease_expires__lt=now)
     late = list(
         Run.objects.filter(state__in=states.ACTIVE, deadline__lte=now)

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("airlock.telemetry")
 
 _provider: TracerProvider | None = None
+_configuring = threading.Lock()
 # The ids the next root span must take: the ones the run's traceparent named at launch.
 _fixed_ids: ContextVar[tuple[int, int] | None] = ContextVar("airlock_fixed_ids", default=None)
 
@@ -88,7 +90,12 @@ def reset() -> None:
 
 
 def _tracer() -> Tracer:
-    provider = _provider if _provider is not None else configure()
+    provider = _provider
+    if provider is None:
+        # A threaded worker's first runs may all get here at once: one provider (and
+        # one exporter thread) per process, not one per thread.
+        with _configuring:
+            provider = _provider if _provider is not None else configure()
     return provider.get_tracer("airlock")
 
 

@@ -281,6 +281,7 @@ def main() -> None:
     # The in-process engine at the workers' run size, measured right after them.
     results["workers"]["in_process"] = engine_rounds(1)[str(workers.CALLS_PER_RUN)]
     results["approval_latency"] = workers.approval_latency()
+    results["concurrency"] = workers.concurrency()
     results["pages"] = pages.pages_bench()
     results["metrics"] = metrics.metrics_bench()  # on the database the pages seeded
     results["seconds"] = time.perf_counter() - started
@@ -294,6 +295,7 @@ def main() -> None:
 def targets(r: dict[str, Any]) -> Targets:
     t = Targets()
     e = r["engine"]
+    concurrency_targets(t, r.get("concurrency"))
     t.check("engine N=10, fraction of the raw commit rate (median)", e["10"]["fraction_of_raw_limit"], ">=", 0.12)
     t.check("engine N=200, fraction of the raw commit rate (median)", e["200"]["fraction_of_raw_limit"], ">=", 0.15)
     # Two commits per tool call, plus a run's fixed ones (claim, pickup, final) amortized.
@@ -374,6 +376,8 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{name:>9} {x['p50_ms']:>7.1f} {x['p95_ms']:>7.1f} {x['ratio_p50_to_minimal']:>9.2f} {x['ratio_p95_to_minimal']:>9.2f} "
                 f"{x['queries']:>8} {p['small'][name]['queries']:>6}"
             )
+    if r.get("concurrency"):
+        print_concurrency(r["concurrency"])
     m = r.get("metrics")
     if m:
         rows, alt = m["rows"], m["alternatives"]
@@ -399,5 +403,52 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"\nbench took {r['seconds']:.0f} s")
 
 
+def concurrency_targets(t: Targets, c: dict[str, Any] | None) -> None:
+    if not c:
+        return
+    t.check("concurrency: most runs in flight in ONE worker process", c["most_in_flight"], ">=", 50)
+    t.check("concurrency: total time / latency-bound ideal", c["ratio_to_ideal"], "<=", 1.5)
+    t.check("concurrency: most worker connections / pool size", c["most_connections"] / c["pool_max"], "<=", 1.0)
+    # Flat: the batch after the warm-up grows the worker by under a fifth.
+    t.check("concurrency: worker RSS at the end / after the warm-up", c["rss_end_bytes"] / c["rss_start_bytes"], "<=", 1.2)
+
+
+def print_concurrency(c: dict[str, Any]) -> None:
+    mb = 1024 * 1024
+    print(
+        f"\nconcurrency: {c['runs']} runs of {c['model_calls_per_run']} model calls of {c['model_seconds']:g} s "
+        f"(+ {c['model_calls_per_run'] - 1} sleeps of {c['tool_seconds']:g} s) on ONE worker process of "
+        f"{c['threads']} threads"
+    )
+    print(
+        f"  total {c['seconds']:.1f} s, latency-bound ideal {c['ideal_seconds']:.1f} s ({c['ratio_to_ideal']:.2f}x); "
+        f"most runs in flight {c['most_in_flight']}; most database connections {c['most_connections']} "
+        f"(pool {c['pool_max']}); RSS {c['rss_start_bytes'] / mb:.1f} MB after the warm-up, "
+        f"{c['rss_end_bytes'] / mb:.1f} MB at the end"
+    )
+
+
+def concurrency_only(runs: int = 200, threads: int = 100) -> None:
+    """`python bench/run.py concurrency [RUNS THREADS]`: section 6 alone, written into
+    bench/results.json beside the other sections of the last full run."""
+    setup_django()
+    truncate()
+    from bench import workers
+
+    out = ROOT / "bench" / "results.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["concurrency"] = workers.concurrency(runs=runs, threads=threads)
+    out.write_text(json.dumps(results, indent=2))
+    print_concurrency(results["concurrency"])
+    t = Targets()
+    concurrency_targets(t, results["concurrency"])
+    for x in t.rows:
+        print(f"  {'met   ' if x['met'] else 'MISSED'} {x['target']:<70} measured {x['value']:g}")
+    print(f"\nwritten: {out.relative_to(ROOT)}")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["concurrency"]:
+        concurrency_only(*(int(a) for a in sys.argv[2:4]))
+    else:
+        main()

@@ -1,7 +1,8 @@
-"""Sections 4 and 5 of `make bench`: real Celery workers on Redis.
+"""Sections 4, 5 and 6 of `make bench`: real Celery workers on Redis.
 
-Workers are `celery worker --pool solo` processes (one process each, so a worker's
-memory is one number); the approval latency goes through a real HTTP server.
+Sections 4 and 5 use `celery worker --pool solo` processes (one process each, so a
+worker's memory is one number); the approval latency goes through a real HTTP server.
+Section 6 drives runs that wait on a slow model through ONE threaded worker process.
 """
 
 from __future__ import annotations
@@ -82,23 +83,24 @@ class Processes:
         path = LOGS / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         path = LOGS / f"{name}.log"
         with path.open("wb") as out:
             proc = subprocess.Popen(
-                argv, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                argv, cwd=ROOT, env={**self.env(), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
         self.procs[name] = proc
         return proc
 
-    def worker(self, name: str) -> subprocess.Popen[bytes]:
+    def worker(self, name: str, *, pool: str = "solo", env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         argv = [
             sys.executable, "-m", "celery", "-A", "config", "worker",
-            "--pool", "solo", "--queues", "airlock", "--loglevel", "INFO",
+            "--pool", pool, "--queues", "airlock", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
         ]  # fmt: skip
-        proc = self.spawn(name, argv)
+        proc = self.spawn(name, argv, env)
         wait_for(lambda: " ready." in self.log(name) or proc.poll() is not None, timeout=90, what=f"{name} ready")
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited:\n{self.log(name)[-3000:]}")
@@ -332,3 +334,63 @@ def approval_latency(approvals: int = 200) -> dict[str, Any]:
         "from_request_p50_ms": percentile(from_request, 50),
         "from_request_p95_ms": percentile(from_request, 95),
     }
+
+
+CONCURRENCY_APP = "airlock-bench-worker"  # PGAPPNAME of its sessions, to count them
+
+
+def concurrency(
+    runs: int = 200, threads: int = 100, calls: int = 5, model_seconds: float = 1.0, tool_seconds: float = 0.5
+) -> dict[str, Any]:
+    """Section 6: `runs` runs of `calls` model calls answered after `model_seconds` by
+    the slow provider (bench/waiting.py, real HTTP on loopback), each but the last
+    asking for a `sleep` of `tool_seconds`, on ONE worker process of `threads` threads.
+
+    A run alone takes `calls * model_seconds + (calls - 1) * tool_seconds`; the ideal
+    for the batch is that times ceil(runs / threads): the latency bound. Runs in flight
+    and the worker's database sessions are sampled in the database while the batch
+    runs; RSS is read after a warm-up batch of `threads` runs and at the end.
+    """
+    import math
+
+    from django.conf import settings
+    from django.db.models import Max
+
+    from agents.models import Run
+    from bench.waiting import Sampler, SlowProvider
+
+    agent = profile("bench-slow", provider="openai", model_name="slow", tools=["sleep"])
+    pool_max = int(os.environ.get("AIRLOCK_DB_POOL_MAX", settings.AIRLOCK_DB_POOL_MAX))
+    purge_broker()
+    procs = Processes()
+    try:
+        with SlowProvider(delay=model_seconds, calls=calls, tool="sleep", tool_seconds=tool_seconds) as provider:
+            env = {
+                "AIRLOCK_WORKER_POOL": "threads", "AIRLOCK_WORKER_CONCURRENCY": str(threads),
+                "OPENAI_BASE_URL": provider.url, "PGAPPNAME": CONCURRENCY_APP, "LOG_LEVEL": "WARNING",
+            }  # fmt: skip
+            pid = procs.worker("bench-threads", pool="threads", env=env).pid
+            warm, _ = launch_batch(agent, None, threads)
+            wait_done(warm, timeout=600)
+            at_start = proc_memory(pid)
+            load = os.getloadavg()[0]
+            ids, committed = launch_batch(agent, None, runs)
+            with Sampler(ids, application_name=CONCURRENCY_APP) as sampler:
+                wait_done(ids, timeout=1200)
+            at_end = proc_memory(pid)
+            finished = Run.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
+            model_requests = provider.requests
+    finally:
+        procs.stop_all()
+    per_run = calls * model_seconds + (calls - 1) * tool_seconds
+    ideal = math.ceil(runs / threads) * per_run
+    seconds = finished.timestamp() - committed
+    out: dict[str, Any] = {
+        "runs": runs, "threads": threads, "processes": 1, "model_calls_per_run": calls,
+        "model_seconds": model_seconds, "tool_seconds": tool_seconds, "model_requests": model_requests,
+        "seconds": seconds, "ideal_seconds": ideal, "ratio_to_ideal": seconds / ideal,
+        "most_in_flight": sampler.most_in_flight, "most_connections": sampler.most_connections,
+        "pool_max": pool_max, "rss_start_bytes": at_start["rss"], "rss_end_bytes": at_end["rss"],
+        "max_rss_bytes": at_end["max_rss"], "load_before": load,
+    }  # fmt: skip
+    return out

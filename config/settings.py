@@ -108,11 +108,37 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# -- bounded connections (issue #20) ---------------------------------------------------
+# On PostgreSQL each process shares a psycopg_pool of at most AIRLOCK_DB_POOL_MAX
+# connections among its threads; a thread returns its connection whenever it waits
+# (a model call, a tool, the end of a task). Size it so that
+#   (worker processes + web processes) x AIRLOCK_DB_POOL_MAX + beat + headroom
+#   <= PostgreSQL max_connections
+# (docs/deployment.md). A pool needs CONN_MAX_AGE 0: DB_CONN_MAX_AGE applies only with
+# AIRLOCK_DB_POOL=0.
+AIRLOCK_DB_POOL = env_bool("AIRLOCK_DB_POOL", True)
+AIRLOCK_DB_POOL_MIN = env_int("AIRLOCK_DB_POOL_MIN", 1)
+AIRLOCK_DB_POOL_MAX = env_int("AIRLOCK_DB_POOL_MAX", 10)
+# How long a thread waits for a free connection; also how long a request waits before
+# its 503 while PostgreSQL is down (the pool keeps trying to reconnect meanwhile).
+AIRLOCK_DB_POOL_TIMEOUT = env_float("AIRLOCK_DB_POOL_TIMEOUT", 5.0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and AIRLOCK_DB_POOL:
+    if not 1 <= AIRLOCK_DB_POOL_MIN <= AIRLOCK_DB_POOL_MAX:
+        raise EnvError("AIRLOCK_DB_POOL_MIN must be at least 1 and at most AIRLOCK_DB_POOL_MAX")
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": AIRLOCK_DB_POOL_MIN,
+        "max_size": AIRLOCK_DB_POOL_MAX,
+        # Past this a thread gets an OperationalError instead of hanging: a 503 on the
+        # web, a failed step the sweeper retries in a worker.
+        "timeout": AIRLOCK_DB_POOL_TIMEOUT,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets the web server read while a worker writes; IMMEDIATE takes the write
-        # lock at BEGIN so two writers queue behind the busy timeout instead of failing.
+        # lock at BEGIN so two writers queue behind the busy timeout instead of failing
+        # (a worker's threads are such writers: every transaction is one short write).
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
@@ -312,6 +338,18 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING abov
 # (issue #8) Celery's fixup would close the database connection around every task;
 # config/celery.py applies Django's CONN_MAX_AGE and health checks instead.
 CELERY_DB_REUSE_MAX = 2**62
+# (issue #20) A run spends its life waiting on a model or a tool, so a worker is a pool
+# of threads (one process, many runs in flight), not of processes; prefork stays the
+# escape hatch for CPU-bound tools (AIRLOCK_WORKER_POOL=prefork, or `--pool prefork`).
+# docs/deployment.md sizes both.
+AIRLOCK_WORKER_POOL = env_str("AIRLOCK_WORKER_POOL", "threads")
+AIRLOCK_WORKER_CONCURRENCY = env_int("AIRLOCK_WORKER_CONCURRENCY", 32)
+if AIRLOCK_WORKER_POOL not in ("threads", "prefork", "solo"):
+    raise EnvError(f"AIRLOCK_WORKER_POOL must be threads, prefork or solo, not {AIRLOCK_WORKER_POOL!r}")
+if AIRLOCK_WORKER_CONCURRENCY < 1:
+    raise EnvError("AIRLOCK_WORKER_CONCURRENCY must be at least 1")
+CELERY_WORKER_POOL = AIRLOCK_WORKER_POOL
+CELERY_WORKER_CONCURRENCY = AIRLOCK_WORKER_CONCURRENCY
 CELERY_TASK_DEFAULT_QUEUE = "airlock"
 CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sweep", routing_key="airlock_sweep")]
 # Sweeps get their own queue so a backlog of runs cannot starve them.

@@ -50,8 +50,9 @@ from agents.verify import verify_run  # noqa: E402
 class Fleet:
     """Worker processes (each its own process group) and one beat."""
 
-    def __init__(self, workers: int, concurrency: int, logdir: Path) -> None:
+    def __init__(self, workers: int, concurrency: int | None, pool: str, logdir: Path) -> None:
         self.concurrency = concurrency
+        self.pool = pool
         self.logdir = logdir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.names = [f"chaos{i}" for i in range(workers)]
@@ -60,12 +61,11 @@ class Fleet:
         if name == "beat":
             argv = ["beat", "--schedule", str(self.logdir / f"beat-{uuid.uuid4().hex[:6]}")]
         else:
+            # The pool goes through the setting: Celery swaps `--pool prefork` for it.
+            sized = [] if self.concurrency is None else ["--concurrency", str(self.concurrency)]
             argv = [
                 "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(self.concurrency),
+                *sized,
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
@@ -76,7 +76,7 @@ class Fleet:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "config", *argv, "--loglevel", "INFO"],
                 cwd=BASE,
-                env=os.environ.copy(),
+                env={**os.environ, "AIRLOCK_WORKER_POOL": self.pool},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -84,7 +84,8 @@ class Fleet:
 
     def kill_worker(self, name: str, rng: random.Random) -> str:
         """Half the time the whole worker (a machine dying), else one pool process
-        (an OOM kill: the main process notices and starts a new one)."""
+        (an OOM kill: the main process notices and starts a new one). A threaded worker
+        has no pool processes: it is always killed whole, with every run it holds."""
         proc = self.procs[name]
         children = _children(proc.pid)
         if children and rng.random() < 0.5:
@@ -202,7 +203,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=None, help="per worker (default: the setting, 32)")
+    parser.add_argument("--pool", choices=("threads", "prefork"), default="threads")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=600.0, help="give up waiting after this many seconds")
     args = parser.parse_args()
@@ -211,7 +213,7 @@ def main() -> int:
     logdir = Path(settings.VAR_DIR) / "chaos"
     logdir.mkdir(parents=True, exist_ok=True)
     purge_broker()
-    fleet = Fleet(args.workers, args.concurrency, logdir)
+    fleet = Fleet(args.workers, args.concurrency, args.pool, logdir)
     started = time.monotonic()
     expected: dict[int, dict[str, str]] = {}
     kill_log: Counter[str] = Counter()
@@ -248,6 +250,7 @@ def main() -> int:
         seconds=round(time.monotonic() - started, 1),
         seed=seed,
         broker="redis" if settings.REDIS_URL else "filesystem",
+        pool=args.pool,
         database=settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
     )
     print(json.dumps(report))

@@ -1,5 +1,8 @@
 """`make run`: the web server, a Celery worker and the beat scheduler in the foreground.
 
+The worker is one process with a pool of threads (docs/deployment.md): dozens of runs
+waiting on models and tools in flight at once.
+
 The three run as children in their own process groups (so a worker's pool and the
 dev server's reloader go with them). Ctrl-C or SIGTERM stops all three; if one of them
 dies, the others are stopped too, so nothing half-works in the background.
@@ -31,8 +34,8 @@ def commands(port: str, var_dir: Path) -> dict[str, list[str]]:
             "worker",
             "--loglevel",
             "INFO",
-            "--concurrency",
-            os.environ.get("AIRLOCK_WORKER_CONCURRENCY", "2"),
+            # The pool and its size come from settings: threads, AIRLOCK_WORKER_CONCURRENCY
+            # (32) runs in flight; AIRLOCK_WORKER_POOL=prefork for CPU-bound tools.
             "--without-gossip",
             "--without-mingle",
             "--hostname",

@@ -44,6 +44,9 @@ def _failed(result: Any) -> bool:
 
 
 class DemoPlanner:
+    # Answers from memory: the driver keeps its database connection (store.ReleasingModel).
+    waits = False
+
     def decide(self, request: ModelRequest) -> Decision:
         decision = self.plan(request)
         return Decision(

@@ -58,6 +58,9 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
 
 
 class ScriptedClient:
+    # Answers from memory: the driver keeps its database connection (store.ReleasingModel).
+    waits = False
+
     def __init__(self, script: list[Any]) -> None:
         self.script = script
 

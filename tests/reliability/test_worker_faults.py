@@ -90,19 +90,32 @@ def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, own_redis, laun
 def test_a_poison_tool_fails_its_run_while_other_runs_keep_moving(cluster: Cluster, launch) -> None:
     # `crash` exits the process that runs it, every time (AIRLOCK_FAULT_TOOLS=1).
     AgentProfile.objects.filter(name="scripted").update(tools=None)
-    cluster.start_worker("w1", concurrency=2, AIRLOCK_FAULT_TOOLS="1")
+    # The threaded worker dies whole, with every run it holds, each time; the test
+    # restarts it as a supervisor would.
+    cluster.start_worker("w1", AIRLOCK_FAULT_TOOLS="1")
     cluster.start_beat(AIRLOCK_FAULT_TOOLS="1")
     poison = launch([call("crash"), final("never")])
-    wait_for(lambda: "exitcode 71" in cluster.log("w1"), what="the poison tool to kill a pool process")
+
+    def crashed() -> bool:
+        cluster.supervise("w1")
+        return 71 in cluster.exits.get("w1", [])
+
+    wait_for(crashed, what="the poison tool to kill the worker")
     others = [
         launch([call("echo", text=f"hi {i}"), call("ledger_write", entry=f"e{i}"), final(f"ok {i}")]) for i in range(6)
     ]
     ids = [r.pk for r in others]
-    wait_for(lambda: Run.objects.filter(pk__in=ids, state="done").count() == 6, timeout=120, what="the other runs")
-    wait_for(lambda: state_of(poison.pk) == "failed", timeout=120, what="the poison run to be failed")
+
+    def settled() -> bool:
+        cluster.supervise("w1")
+        return Run.objects.filter(pk__in=[*ids, poison.pk], state__in=("done", "failed")).count() == 7
+
+    wait_for(settled, timeout=180, what="the other runs and the poison run to end")
+    assert Run.objects.filter(pk__in=ids, state="done").count() == 6
     poison.refresh_from_db()
+    assert poison.state == "failed"
     assert poison.error.startswith("poison run: 3 worker claims in a row ended without progress"), poison.error
-    assert cluster.log("w1").count("exitcode 71") >= 3  # each claim died in the tool
+    assert cluster.exits["w1"].count(71) >= 3  # each claim died in the tool
     assert verify_run(poison) == []
     for run in Run.objects.filter(pk__in=ids):
         assert verify_run(run) == [] and LedgerEntry.objects.filter(run=run).count() == 1

@@ -79,16 +79,27 @@ class Cluster:
         self.redis_url = redis_url
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
+        self.started: dict[str, dict[str, Any]] = {}
+        self.exits: dict[str, list[int]] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, **FAST, "DATABASE_URL": worker_database_url()}
+        # A test on its own database (the embedded SQLite default) names it in `extra`.
+        env = {**os.environ, **FAST, "DATABASE_URL": extra.get("DATABASE_URL") or worker_database_url()}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         else:
             env.pop("REDIS_URL", None)
         return {**env, **extra}
 
-    def start_worker(self, name: str, *, concurrency: int = 1, **extra: str) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, name: str, *, concurrency: int | None = None, pool: str = "threads", **extra: str
+    ) -> subprocess.Popen[bytes]:
+        """A worker as deployed: the threads pool and its default concurrency, unless
+        the test asks otherwise. The pool goes through AIRLOCK_WORKER_POOL because
+        Celery replaces `--pool prefork` with the configured pool."""
+        self.started[name] = {"concurrency": concurrency, "pool": pool, **extra}
+        sized = [] if concurrency is None else ["--concurrency", str(concurrency)]
+        extra = {"AIRLOCK_WORKER_POOL": pool, **extra}
         argv = [
             sys.executable,
             "-m",
@@ -98,10 +109,7 @@ class Cluster:
             "worker",
             "--loglevel",
             "INFO",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            str(concurrency),
+            *sized,
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
@@ -112,6 +120,15 @@ class Cluster:
         wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
         assert proc.poll() is None, f"{name} exited:\n{self.log(name)[-3000:]}"
         return proc
+
+    def supervise(self, name: str) -> None:
+        """Start worker `name` again, as it was started, if it died, the way a supervisor
+        (compose's restart policy) does; its exit codes are kept in `exits[name]`. A
+        threaded worker that meets a crash point or a poison tool dies whole."""
+        code = self.procs[name].poll()
+        if code is not None:
+            self.exits.setdefault(name, []).append(code)
+            self.start_worker(name, **self.started[name])
 
     def start_beat(self, **extra: str) -> subprocess.Popen[bytes]:
         argv = [

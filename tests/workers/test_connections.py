@@ -1,26 +1,26 @@
-"""A worker keeps its database connection between tasks (Django's CONN_MAX_AGE, not
-Celery's close-around-every-task) and replaces one the server dropped."""
+"""A worker's database connections follow its database work, not its threads: they
+come from a bounded pool and go back to it whenever a run waits (issue #20); a
+connection the server dropped is replaced at the next use."""
 
 from __future__ import annotations
 
 from django.db import connection
 
 from agents.models import Run
+from bench.waiting import Sampler
 from tests.conftest import call, final
 from tests.workers.conftest import MARKS, Cluster, wait_for
 
 pytestmark = MARKS
+APP = "airlock-test-worker"
 
 
 def worker_backends() -> list[int]:
-    """Server pids of the other sessions on the test database: the worker's."""
     with connection.cursor() as cur:
-        cur.execute("select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()")
+        cur.execute(
+            "select pid from pg_stat_activity where datname = current_database() and application_name = %s", [APP]
+        )
         return sorted(row[0] for row in cur.fetchall())
-
-
-def single(backends: list[int]) -> list[int] | None:
-    return backends if len(backends) == 1 else None
 
 
 def finish(launch, text: str) -> None:
@@ -28,23 +28,27 @@ def finish(launch, text: str) -> None:
     wait_for(lambda: Run.objects.filter(pk=run.pk, state="done").exists(), timeout=60, what=f"run {text} done")
 
 
-def test_a_worker_reuses_its_connection_across_tasks(cluster: Cluster, launch) -> None:
-    cluster.start_worker("w1", DB_CONN_MAX_AGE="600")
-    finish(launch, "first")
-    # One session once the task is over (a lease heartbeat's own closes with the task).
-    first = wait_for(lambda: single(worker_backends()), timeout=10, what="one session")
-    for i in range(3):
-        finish(launch, f"again {i}")
-    # Celery's fixup used to close the connection around every task: a new pid each time.
-    wait_for(lambda: worker_backends() == first, timeout=10, what="the same session after three tasks")
+def test_twenty_waiting_runs_share_a_pool_of_three_connections(cluster: Cluster, launch) -> None:
+    # 32 threads, 3 connections: were a connection held across a tool's wait, at most
+    # three runs could be waiting at once and the rest would queue for the pool.
+    cluster.start_worker("w1", AIRLOCK_DB_POOL_MAX="3", PGAPPNAME=APP)
+    runs = [
+        launch([call("sleep", seconds=2), call("ledger_write", entry=f"r{i}"), call("sleep", seconds=1.5), final()])
+        for i in range(20)
+    ]
+    ids = [r.pk for r in runs]
+    with Sampler(ids, application_name=APP) as sampler:
+        wait_for(lambda: Run.objects.filter(pk__in=ids, state="done").count() == 20, timeout=120, what="20 runs done")
+    assert sampler.most_in_flight >= 10, f"only {sampler.most_in_flight} runs in flight at once"
+    assert 1 <= sampler.most_connections <= 3, f"{sampler.most_connections} sessions for a pool of 3"
 
 
-def test_a_dropped_connection_is_replaced_at_the_next_task(cluster: Cluster, launch) -> None:
-    cluster.start_worker("w1", DB_CONN_MAX_AGE="600")
+def test_a_dropped_connection_is_replaced_at_the_next_use(cluster: Cluster, launch) -> None:
+    cluster.start_worker("w1", PGAPPNAME=APP)
     finish(launch, "before")
     with connection.cursor() as cur:
         for pid in worker_backends():
             cur.execute("select pg_terminate_backend(%s)", [pid])
-    # The health check at the next task's first query finds the connection dead and
-    # opens a new one, so the run still finishes.
+    # The pool checks a connection before handing it out, finds it dead and opens a
+    # new one, so the run still finishes.
     finish(launch, "after")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.tasks import advance_run
@@ -213,12 +215,20 @@ def test_launch_commits_while_the_broker_is_down_and_runs_once_it_is_back(
     assert run.answer == "made it" and verify_run(run) == []
 
 
-def test_a_tool_that_kills_its_worker_every_time_is_failed_as_poison(cluster: Cluster, launch) -> None:
-    # Every claim dies inside the tool; the count in the database ends the loop.
-    cluster.start_worker("w1", AIRLOCK_CRASH_AT="after_tool_before_result_commit")
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_tool_that_kills_its_worker_every_time_is_failed_as_poison(cluster: Cluster, launch, pool: str) -> None:
+    # Every claim dies inside the tool; the count in the database ends the loop. A
+    # prefork worker replaces its dead pool process; a threaded worker dies whole, and
+    # its supervisor (compose's restart policy, here the test) starts it again.
+    cluster.start_worker("w1", pool=pool, AIRLOCK_CRASH_AT="after_tool_before_result_commit")
     cluster.start_beat()
     run = launch([call("ledger_write", entry="crashes its worker"), final()])
-    wait_for(lambda: run_state(run.pk) == "failed", timeout=90, what="the poison run to be failed")
+
+    def failed() -> bool:
+        cluster.supervise("w1")
+        return run_state(run.pk) == "failed"
+
+    wait_for(failed, timeout=120, what="the poison run to be failed")
     run.refresh_from_db()
     assert run.error.startswith("poison run: 3 worker claims in a row ended without progress")
     assert verify_run(run) == []

@@ -186,7 +186,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     """The poller's answer: new transitions, a fresh header and chart, and the next poller.
 
-    At a terminal state the poller comes back without `hx-trigger`, so polling stops.
+    The header is sent only when the run's version moved past the one the page shows
+    (`seen`): re-rendering it every second would take focus from its links and repeat
+    its status messages to screen readers. At a terminal state the poller comes back
+    without `hx-trigger`, so polling stops.
     """
     # Most polls find nothing new (a run waiting for a human): then the chart and the
     # rows are left alone and the answer is the header alone.
@@ -201,6 +204,7 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
         "live_after": last if after >= 0 else -1,
         "chart": timeline.chart(points) if changed else None,
         "chart_unchanged": not changed,
+        "header_unchanged": _int(request.GET.get("seen")) == run.version,
         "approvals": approvals,
         "pending": next((a for a in approvals if a.status == "pending"), None),
         # Keep polling while rows remain to fetch, even if the run has just ended.

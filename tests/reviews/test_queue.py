@@ -148,7 +148,10 @@ def test_badge_counts_pending(pending, rita, as_user) -> None:
     pending()
     pending()
     body = client.get("/reviews/badge/").content.decode()
-    assert 'aria-label="2 pending">2</span>' in body and 'hx-trigger="every 3s, approvalDecided from:body"' in body
+    # The count is visible text with its meaning spelled out for screen readers, and
+    # data-count feeds the page's one live region.
+    assert '<span class="badge count">2</span><span class="visually-hidden"> pending</span>' in body
+    assert 'data-count="2"' in body and 'hx-trigger="every 3s, approvalDecided from:body"' in body
 
 
 def test_every_page_loads_the_badge_and_the_queue_renders_it(rita, as_user) -> None:

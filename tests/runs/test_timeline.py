@@ -96,7 +96,7 @@ def test_active_run_polls_and_the_poll_stops_at_a_terminal_state(launch, drive, 
     run = launch([call("echo", text="a"), final()], user=operator)
     c = client_for(operator)
     html = c.get(f"/runs/{run.pk}/").content.decode()
-    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=1" hx-trigger="every 1s"' in html
+    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=1&amp;seen=1" hx-trigger="every 1s"' in html
     drive(run)
     live = c.get(f"/runs/{run.pk}/?live=1&after=1", HTTP_HX_REQUEST="true").content.decode()
     assert 'id="poller"' in live and "hx-trigger" not in live.split("</div>")[0]
@@ -179,7 +179,7 @@ def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, la
     html = c.get(f"/runs/{run.pk}/").content.decode()
     # Rows 201.. are not loaded yet: the poller refreshes the header only, or it would
     # append new rows after a gap.
-    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=-1"' in html
+    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=-1&amp;seen={run.version}"' in html
     live = c.get(f"/runs/{run.pk}/?live=1&after=-1", HTTP_HX_REQUEST="true").content.decode()
     assert seqs(live) == [] and 'id="run-header"' in live
     more = c.get(f"/runs/{run.pk}/?after=200", HTTP_HX_REQUEST="true").content.decode()
@@ -195,6 +195,19 @@ def test_an_idle_poll_answers_with_the_header_only(launch, drive, operator) -> N
     html = live.content.decode()
     assert 'id="run-header"' in html and 'hx-trigger="every 1s"' in html
     assert 'id="run-chart"' not in html and seqs(html) == []
+
+
+def test_a_poll_leaves_the_header_alone_while_the_run_has_not_moved(launch, drive, operator) -> None:
+    # Re-rendering the header every second would take focus from its links and repeat
+    # its status line to screen readers.
+    run = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e")], user=operator))
+    c = client_for(operator)
+    url = f"/runs/{run.pk}/?live=1&after={run.version}"
+    idle = c.get(f"{url}&seen={run.version}", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-header"' not in idle and 'hx-trigger="every 1s"' in idle
+    assert f"seen={run.version}" in idle
+    moved = c.get(f"{url}&seen={run.version - 1}", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-header"' in moved and "Waiting for a reviewer" in moved
 
 
 def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, operator, reviewer) -> None:

@@ -95,15 +95,8 @@ def pretty_args(args: Any) -> str:
     return json.dumps(args, indent=2, ensure_ascii=False, default=str)
 
 
-def visible(user: Any) -> QuerySet[Approval]:
-    if access.reads_all_runs(user):
-        # No `run IN (every run)` semi-join: with 100,000 runs it cost the queue a scan.
-        return Approval.objects.all()
-    return Approval.objects.filter(run__in=access.visible_runs(user))
-
-
 def pending_count(user: Any) -> int:
-    return visible(user).filter(status="pending").count()
+    return access.visible_approvals(user).filter(status="pending").count()
 
 
 def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
@@ -169,10 +162,10 @@ def queue(
     there, to stay on screen). Those come back as stand-ins; a card shown as pending that
     someone else decided comes back not at all, so it leaves the page.
     """
-    pending = _filtered(visible(user).filter(status="pending"), filters)
+    pending = _filtered(access.visible_approvals(user).filter(status="pending"), filters)
     keep = list(keep)[:PAGE]
     on_screen = set(keep) | set(shown)
-    rows = _filtered(visible(user).filter(Q(status="pending") | Q(pk__in=keep)), filters)
+    rows = _filtered(access.visible_approvals(user).filter(Q(status="pending") | Q(pk__in=keep)), filters)
     approvals = list(_select(rows).order_by("created_at", "pk")[: PAGE + len(keep)])
     built = iter(build(a for a in approvals if a.pk not in on_screen))
     items: list[Card | OnScreen] = [OnScreen(a.pk) if a.pk in on_screen else next(built) for a in approvals]
@@ -180,12 +173,12 @@ def queue(
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
-    approval = _select(visible(user).filter(pk=approval_id)).first()
+    approval = _select(access.visible_approvals(user).filter(pk=approval_id)).first()
     return build([approval], late=late)[0] if approval is not None else None
 
 
 def filter_choices(user: Any) -> dict[str, list[str]]:
-    tools = visible(user).filter(status="pending").order_by("tool").values_list("tool", flat=True).distinct()
+    tools = access.visible_approvals(user).filter(status="pending").order_by("tool").values_list("tool", flat=True).distinct()
     return {
         "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
         "tools": list(tools),

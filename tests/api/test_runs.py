@@ -90,7 +90,7 @@ def test_transitions_are_listed_in_order_with_their_fields(api) -> None:
 
 
 @pytest.mark.parametrize(
-    "who,status", [("lena", 200), ("leo", 403), ("otto", 200), ("rita", 200), ("root", 200), ("nina", 403), (None, 401)]
+    "who,status", [("lena", 200), ("leo", 404), ("otto", 200), ("rita", 200), ("root", 200), ("nina", 404), (None, 401)]
 )
 def test_who_may_read_a_run(api, who, status) -> None:
     run_id = api("lena").post("/api/runs", launch_body()).data["id"]

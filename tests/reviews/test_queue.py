@@ -17,9 +17,10 @@ def test_queue_needs_login(client) -> None:
 
 
 def test_a_poll_after_logout_sends_the_page_to_login(client) -> None:
+    page = {"HX-Request": "true", "HX-Current-URL": "http://testserver/reviews/?tool=echo"}
     for url in ("/reviews/list/", "/reviews/badge/"):
-        response = client.get(url, headers={"HX-Request": "true"})
-        assert response.status_code == 200 and response.headers["HX-Redirect"] == "/login/?next=/reviews/"
+        response = client.get(url, headers=page)
+        assert response.status_code == 200 and response.headers["HX-Redirect"] == "/login/?next=/reviews/%3Ftool%3Decho"
         assert client.get(url).status_code == 302  # a plain request gets the usual redirect
 
 

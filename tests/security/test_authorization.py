@@ -30,8 +30,9 @@ LAUNCH_JSON = {"agent": "scripted", "task": "say hi", "script": [{"final": "hi"}
 # {other}: a run launched by leo (another launcher) waiting for a reviewer, {a} its
 # approval; {own}: a run launched by lena (the launcher persona); {token}: an API token.
 # 302 to a login page is how pages refuse an anonymous visitor (the admin refuses
-# non-staff the same way); a launcher asking for someone else's run on a page gets 404,
-# so run ids leak nothing; the API says 401/403 in JSON.
+# non-staff the same way); a launcher asking for someone else's run gets 404 from pages
+# and API alike (agents.access.readable_run), so run ids leak nothing; otherwise the API
+# says 401/403 in JSON.
 # fmt: off
 #            name                           method    path                                anon launcher operator reviewer superuser
 PAGES = [
@@ -78,11 +79,11 @@ API = [
     ("launch",                              "POST",   "/api/runs",                        (401, 201, 403, 403, 201)),
     ("launch, wrong method",                "PUT",    "/api/runs",                        (405, 405, 405, 405, 405)),
     ("own run",                             "GET",    "/api/runs/{own}",                  (401, 200, 200, 200, 200)),
-    ("other's run",                         "GET",    "/api/runs/{other}",                (401, 403, 200, 200, 200)),
+    ("other's run",                         "GET",    "/api/runs/{other}",                (401, 404, 200, 200, 200)),
     ("run, wrong method",                   "DELETE", "/api/runs/{other}",                (405, 405, 405, 405, 405)),
     ("run, wrong method (PATCH)",           "PATCH",  "/api/runs/{other}",                (405, 405, 405, 405, 405)),
     ("own run's transitions",               "GET",    "/api/runs/{own}/transitions",      (401, 200, 200, 200, 200)),
-    ("other's run's transitions",           "GET",    "/api/runs/{other}/transitions",    (401, 403, 200, 200, 200)),
+    ("other's run's transitions",           "GET",    "/api/runs/{other}/transitions",    (401, 404, 200, 200, 200)),
     ("cancel other's run",                  "POST",   "/api/runs/{other}/cancel",         (401, 403, 200, 403, 200)),
     ("cancel own run",                      "POST",   "/api/runs/{own}/cancel",           (401, 403, 200, 403, 200)),
     ("cancel, wrong method",                "GET",    "/api/runs/{other}/cancel",         (405, 405, 405, 405, 405)),

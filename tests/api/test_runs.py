@@ -7,8 +7,7 @@ from django.test import override_settings
 
 from agents import store
 from agents.models import IdempotencyKey, Run
-from tests.api.conftest import launch_body, tainted_write_script
-from tests.conftest import at_once, requires_postgres
+from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +46,7 @@ def test_launcher_launches_a_run_and_reads_it(api) -> None:
 
 def test_run_shows_its_pending_approval(api) -> None:
     lena = api("lena")
-    run_id = lena.post("/api/runs", launch_body(tainted_write_script())).data["id"]
+    run_id = lena.post("/api/runs", launch_body(tainted_write())).data["id"]
     store.drive(run_id)
     run = lena.get(f"/api/runs/{run_id}").data
     assert run["state"] == "awaiting_approval" and run["tainted"] is True
@@ -136,7 +135,7 @@ def test_cancel_of_an_ended_run_is_a_conflict(api) -> None:
 
 
 def test_cancel_while_awaiting_approval_closes_the_approval(api) -> None:
-    run_id = api("lena").post("/api/runs", launch_body(tainted_write_script())).data["id"]
+    run_id = api("lena").post("/api/runs", launch_body(tainted_write())).data["id"]
     store.drive(run_id)
     assert api("otto").post(f"/api/runs/{run_id}/cancel").data["state"] == "cancelled"
     assert api("rita").get("/api/approvals?status=pending").data == []

@@ -8,7 +8,6 @@ tools outside this promise (docs/api.md says so), so they are not audited here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,9 +15,8 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from agents.actions import approval_decide
-from agents.models import Approval, Run
-from tests.conftest import PASSWORD, call, final, person
-from tests.reviews.conftest import tainted_write
+from agents.models import Approval
+from tests.helpers import PASSWORD, call, final
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -42,25 +40,16 @@ def settled(page: Any) -> None:
         page.locator("#nav-badge[data-count]").wait_for(state="attached")
 
 
-def waiting(launch: Callable[..., Run], drive: Callable[..., Run], **kwargs: Any) -> Approval:
-    run = drive(launch(tainted_write(), **kwargs))
-    assert run.state == "awaiting_approval", (run.state, run.error)
-    return Approval.objects.get(run=run, status="pending")
-
-
 @pytest.mark.parametrize("role", ["anonymous", "launcher", "operator", "reviewer", "superuser"])
-def test_every_page_passes_axe_as_each_role(role, new_page, login, launch, drive, defaults) -> None:
-    lena = person("lena", "launcher")
-    person("otto", "operator")
-    person("rita", "reviewer")
-    person("root", superuser=True)
+def test_every_page_passes_axe_as_each_role(role, new_page, login, pending, launch, drive, people, rob) -> None:
+    lena = people["launcher"]
     # A run of each kind the timeline draws: waiting for a human (live), done, failed.
-    pending = waiting(launch, drive, user=lena)
+    waiting = pending(user=lena)
     done = drive(launch([call("echo", text="hello"), final("said hello")], user=lena))
     failed = drive(launch([call("fail")] * 4, user=lena))
     assert (done.state, failed.state) == ("done", "failed")
-    decided = waiting(launch, drive, user=lena)
-    approval_decide(approval_id=decided.pk, user=person("rob", "reviewer"), decision="reject", note="no")
+    decided = pending(user=lena)
+    approval_decide(approval_id=decided.pk, user=rob, decision="reject", note="no")
 
     page, _ = new_page()
     found: list[str] = []
@@ -75,7 +64,7 @@ def test_every_page_passes_axe_as_each_role(role, new_page, login, launch, drive
     else:
         login(page, USERS[role][0] if role in USERS else "root", PASSWORD)
         paths = ["/", "/reviews/", "/runs/", "/runs/?state=failed"]
-        paths += [f"/runs/{pk}/" for pk in (pending.run_id, done.pk, failed.pk, decided.run_id)]
+        paths += [f"/runs/{pk}/" for pk in (waiting.run_id, done.pk, failed.pk, decided.run_id)]
         if role in ("launcher", "superuser"):
             paths.append("/runs/new/")
         for path in paths:
@@ -90,12 +79,11 @@ def test_every_page_passes_axe_as_each_role(role, new_page, login, launch, drive
     assert found == []
 
 
-def test_a_decided_card_passes_axe_and_keeps_focus(new_page, login, launch, drive, defaults) -> None:
+def test_a_decided_card_passes_axe_and_keeps_focus(new_page, login, rita, pending) -> None:
     """(a) decided cards' boxes scroll and must be reachable; (b) after a decision
     focus stays on the decided card, so the next Tab continues from there."""
-    person("rita", "reviewer")
-    first = waiting(launch, drive)
-    second = waiting(launch, drive)
+    first = pending()
+    second = pending()
     page, _ = new_page()
     login(page, "rita", PASSWORD)
     page.goto("/reviews/")
@@ -122,10 +110,9 @@ def test_a_decided_card_passes_axe_and_keeps_focus(new_page, login, launch, driv
     assert Approval.objects.get(pk=second.pk).status == "pending"
 
 
-def test_shortcuts_act_on_the_focused_card_only_and_can_be_turned_off(new_page, login, launch, drive, defaults) -> None:
-    person("rita", "reviewer")
-    first = waiting(launch, drive)
-    second = waiting(launch, drive)
+def test_shortcuts_act_on_the_focused_card_only_and_can_be_turned_off(new_page, login, rita, pending) -> None:
+    first = pending()
+    second = pending()
     page, _ = new_page()
     login(page, "rita", PASSWORD)
     page.goto("/reviews/")
@@ -155,11 +142,10 @@ def test_shortcuts_act_on_the_focused_card_only_and_can_be_turned_off(new_page, 
 
 
 def test_the_focus_ring_has_three_to_one_contrast_and_no_card_looks_focused_without_focus(
-    new_page, login, launch, drive, defaults
+    new_page, login, rita, pending
 ) -> None:
-    person("rita", "reviewer")
-    first = waiting(launch, drive)
-    waiting(launch, drive)
+    first = pending()
+    pending()
     page, _ = new_page()
     login(page, "rita", PASSWORD)
     page.goto("/reviews/")
@@ -188,9 +174,8 @@ def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     return (hi + 0.05) / (lo + 0.05)
 
 
-def test_a_filter_applies_on_the_button_not_on_the_first_arrow_key(new_page, login, launch, drive, defaults) -> None:
-    person("rita", "reviewer")
-    waiting(launch, drive)
+def test_a_filter_applies_on_the_button_not_on_the_first_arrow_key(new_page, login, rita, pending) -> None:
+    pending()
     page, _ = new_page()
     login(page, "rita", PASSWORD)
     page.goto("/reviews/")
@@ -204,8 +189,7 @@ def test_a_filter_applies_on_the_button_not_on_the_first_arrow_key(new_page, log
     page.wait_for_url(re.compile(r"/reviews/\?.*tool="))
 
 
-def test_skip_link_and_current_page_in_the_navigation(new_page, login, defaults) -> None:
-    person("otto", "operator")
+def test_skip_link_and_current_page_in_the_navigation(new_page, login, otto) -> None:
     page, _ = new_page()
     login(page, "otto", PASSWORD)
     page.goto("/runs/")
@@ -222,8 +206,7 @@ def test_skip_link_and_current_page_in_the_navigation(new_page, login, defaults)
     expect(nav.get_by_role("link", name="Overview")).to_have_attribute("aria-current", "page")
 
 
-def test_the_navigation_reflows_at_320_pixels(new_page, login, defaults) -> None:
-    person("root", superuser=True)
+def test_the_navigation_reflows_at_320_pixels(new_page, login, root) -> None:
     page, _ = new_page()
     page.set_viewport_size({"width": 320, "height": 640})
     login(page, "root", PASSWORD)
@@ -235,10 +218,9 @@ def test_the_navigation_reflows_at_320_pixels(new_page, login, defaults) -> None
         expect(page.get_by_role("button", name="Log out")).to_be_in_viewport()
 
 
-def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, launch, drive, defaults) -> None:
+def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, otto, rita, pending) -> None:
     """(c) the header of a live run is re-sent only when the run moves."""
-    person("otto", "operator")
-    approval = waiting(launch, drive)
+    approval = pending()
     page, _ = new_page()
     login(page, "otto", PASSWORD)
     page.goto(f"/runs/{approval.run_id}/")
@@ -248,21 +230,20 @@ def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, launch, drive
         with page.expect_response(re.compile(r"live=1")):
             pass
     expect(link).to_be_focused()
-    approval_decide(approval_id=approval.pk, user=person("rita", "reviewer"), decision="reject")
+    approval_decide(approval_id=approval.pk, user=rita, decision="reject")
     expect(page.locator("#run-header .status-rejected")).to_be_visible(timeout=POLL)
 
 
-def test_pending_count_changes_are_announced_once(new_page, login, launch, drive, defaults) -> None:
+def test_pending_count_changes_are_announced_once(new_page, login, rita, pending) -> None:
     """(d) one polite live region says the new count; the badge's count is visible text."""
-    person("rita", "reviewer")
-    waiting(launch, drive)
+    pending()
     page, _ = new_page()
     login(page, "rita", PASSWORD)
     page.goto("/reviews/")
     region = page.locator("#announcer")
     expect(region).to_have_attribute("aria-live", "polite")
     expect(region).to_have_text("")
-    waiting(launch, drive)
+    pending()
     expect(region).to_have_text("2 calls waiting for review.", timeout=POLL)
     expect(page.locator("#nav-badge")).to_have_text("2 pending")
     # The region is the page's only live one, so the change is said once.

@@ -11,8 +11,7 @@ from django.test import Client
 
 from agents import faults, store
 from agents.models import AgentProfile, Message, Run, ToolCall
-from tests.conftest import call, final, requires_postgres
-from tests.workers.conftest import wait_for
+from tests.helpers import call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

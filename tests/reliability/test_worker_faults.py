@@ -8,8 +8,8 @@ import signal
 
 from agents.models import AgentProfile, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
-from tests.conftest import call, final
-from tests.workers.conftest import LEASE_SECONDS, MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import LEASE_SECONDS, MARKS, Cluster
 
 pytestmark = MARKS
 

@@ -12,19 +12,19 @@ from django.test import Client
 from agents import access
 from agents.models import Approval
 from agents.tokens import token_create
-from tests.conftest import person
+from tests.helpers import person
 
 pytestmark = pytest.mark.django_db
 
 
-def test_a_run_is_readable_by_its_launcher_and_every_reviewer_operator_and_superuser(people, waiting) -> None:
-    run_id = waiting(user=people["launcher"]).run_id
+def test_a_run_is_readable_by_its_launcher_and_every_reviewer_operator_and_superuser(people, pending) -> None:
+    run_id = pending(user=people["launcher"]).run_id
     for role in ("launcher", "operator", "reviewer", "superuser"):
         assert access.readable_run(people[role], run_id).pk == run_id
 
 
-def test_another_users_run_answers_exactly_like_a_missing_one(people, waiting) -> None:
-    other = waiting(user=people["other"]).run_id
+def test_another_users_run_answers_exactly_like_a_missing_one(people, pending) -> None:
+    other = pending(user=people["other"]).run_id
     with pytest.raises(access.RunHidden) as hidden:
         access.readable_run(people["launcher"], other)
     with pytest.raises(Http404) as missing:
@@ -36,9 +36,9 @@ def test_another_users_run_answers_exactly_like_a_missing_one(people, waiting) -
             access.readable_run(people["superuser"], impossible)
 
 
-def test_pages_and_api_refuse_another_users_run_with_the_same_404_and_log_line(people, waiting, caplog) -> None:
+def test_pages_and_api_refuse_another_users_run_with_the_same_404_and_log_line(people, pending, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="airlock.access")
-    other = waiting(user=people["other"]).run_id
+    other = pending(user=people["other"]).run_id
     page = Client()
     page.force_login(people["launcher"])
     api = Client(headers={"Authorization": f"Bearer {token_create(user=people['launcher'])[1]}"})
@@ -55,9 +55,9 @@ def test_pages_and_api_refuse_another_users_run_with_the_same_404_and_log_line(p
     assert not [r for r in caplog.records if r.name == "airlock.access"]  # a missing run is no denial
 
 
-def test_visible_approvals_are_the_same_set_in_the_queue_and_the_api(people, waiting, tokens) -> None:
-    own = waiting(user=people["launcher"])
-    other = waiting(user=people["other"])
+def test_visible_approvals_are_the_same_set_in_the_queue_and_the_api(people, pending, tokens) -> None:
+    own = pending(user=people["launcher"])
+    other = pending(user=people["other"])
     assert set(access.visible_approvals(people["launcher"])) == {own}
     assert set(access.visible_approvals(people["reviewer"])) == {own, other}
     assert not access.visible_approvals(people["superuser"]).exclude(pk__in=[own.pk, other.pk]).exists()
@@ -76,8 +76,8 @@ def test_a_user_with_no_role_sees_no_approvals(defaults) -> None:
     assert not access.visible_approvals(person("nobody")).exists()
 
 
-def test_the_timeline_poller_sends_an_ended_session_to_the_login_page(people, waiting) -> None:
-    run_id = waiting(user=people["launcher"]).run_id
+def test_the_timeline_poller_sends_an_ended_session_to_the_login_page(people, pending) -> None:
+    run_id = pending(user=people["launcher"]).run_id
     poll = f"/runs/{run_id}/?live=1&after=5"
     headers = {"HX-Request": "true", "HX-Current-URL": f"http://testserver/runs/{run_id}/"}
     response = Client().get(poll, headers=headers)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import connection
 
 from agents.models import Run
-from tests.conftest import call, final
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

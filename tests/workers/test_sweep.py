@@ -10,8 +10,7 @@ from django.utils import timezone
 
 from agents import store, tasks, wakeup
 from agents.models import Approval, Run
-from tests.conftest import at_once, call, final, requires_postgres
-from tests.workers.conftest import wait_for
+from tests.helpers import at_once, call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

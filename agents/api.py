@@ -184,7 +184,7 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
-    # A restart or failover, not a bug: a JSON 503 the client may retry (issue #9).
+    # A restart or failover, not a bug: a JSON 503 the client may retry.
     from agents.unavailable import unavailable
 
     return unavailable(request, exc)

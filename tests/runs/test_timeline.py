@@ -229,4 +229,4 @@ def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, otto,
     drive(rejected)
     html = client_for(otto).get(f"/runs/{rejected.pk}/").content.decode()
     assert 'decision <strong>reject</strong> on <code>ledger_write</code> by <strong class="who">rita</strong>' in html
-    assert "rejected by a human rita (rita): not this one" in html
+    assert "rejected by a human reviewer (rita): not this one" in html

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.engine.step import TRANSCRIPT_CAP
+from agents.formatting import usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 200
@@ -171,8 +172,6 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     """
     if len(points) < 2:
         return None
-    from agents.templatetags.airlock import usd
-
     cum: list[tuple[int, int, int]] = []
     cost = tokens = 0
     for seq, c, t in points:

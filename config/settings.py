@@ -29,6 +29,9 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 AIRLOCK_ALLOW_SCRIPTED = env_bool("AIRLOCK_ALLOW_SCRIPTED", True)
+# Modules whose TOOLS join the diagnostic tools (only with AIRLOCK_ALLOW_SCRIPTED): how
+# the reliability tests give their worker processes `crash` and `hostile`.
+AIRLOCK_EXTRA_TOOLS = env_list("AIRLOCK_EXTRA_TOOLS", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",

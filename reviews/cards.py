@@ -14,6 +14,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents import access
+from agents.formatting import short_duration
 from agents.models import AgentProfile, Approval, ToolCall
 
 from .untrusted import Untrusted, untrusted
@@ -74,21 +75,6 @@ class Card:
     def decided_by(self) -> str:
         user = self.approval.decided_by
         return user.get_username() if user is not None else ""
-
-
-def short_duration(seconds: float) -> str:
-    """`12 s`, `4 min`, `2 h 5 min`, `3 d 4 h` (reviews.js formats the same way)."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    m = s // 60
-    if m < 60:
-        return f"{m} min"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h} h {m} min" if m else f"{h} h"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h" if h else f"{d} d"
 
 
 def pretty_args(args: Any) -> str:

@@ -9,6 +9,7 @@ import signal
 from agents.models import AgentProfile, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
 from tests.helpers import call, final, wait_for
+from tests.reliability import fault_tools
 from tests.workers.cluster import LEASE_SECONDS, MARKS, Cluster
 
 pytestmark = MARKS
@@ -88,10 +89,10 @@ def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, own_redis, laun
 
 
 def test_a_poison_tool_fails_its_run_while_other_runs_keep_moving(cluster: Cluster, launch) -> None:
-    # `crash` exits the process that runs it, every time (AIRLOCK_FAULT_TOOLS=1).
+    # `crash` exits the process that runs it, every time (tests/reliability/fault_tools.py).
     AgentProfile.objects.filter(name="scripted").update(tools=None)
-    cluster.start_worker("w1", concurrency=2, AIRLOCK_FAULT_TOOLS="1")
-    cluster.start_beat(AIRLOCK_FAULT_TOOLS="1")
+    cluster.start_worker("w1", concurrency=2, AIRLOCK_EXTRA_TOOLS=fault_tools.__name__)
+    cluster.start_beat(AIRLOCK_EXTRA_TOOLS=fault_tools.__name__)
     poison = launch([call("crash"), final("never")])
     wait_for(lambda: "exitcode 71" in cluster.log("w1"), what="the poison tool to kill a pool process")
     others = [

@@ -8,6 +8,7 @@ tools outside this promise (docs/api.md says so), so they are not audited here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,13 +17,12 @@ from playwright.sync_api import expect
 
 from agents.actions import approval_decide
 from agents.models import Approval
-from tests.helpers import PASSWORD, call, final
+from tests.helpers import PASSWORD, USERNAMES, call, final
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 POLL = 10_000  # ms: a bound on waiting for a poll, not a measurement
 AXE = Axe()
-USERS = {"launcher": ("lena", "launcher"), "operator": ("otto", "operator"), "reviewer": ("rita", "reviewer")}
 
 
 def violations(page: Any) -> list[str]:
@@ -32,6 +32,18 @@ def violations(page: Any) -> list[str]:
         f"{v['id']} ({v['impact']}) on {page.url}: " + ", ".join(str(n["target"]) for n in v["nodes"])
         for v in results.response["violations"]
     ]
+
+
+def opened(new_page: Callable[[], tuple[Any, Any]], login: Callable[..., None], username: str, path: str) -> Any:
+    """A fresh browser page, logged in as `username`, at `path`."""
+    page, _ = new_page()
+    login(page, username, PASSWORD)
+    page.goto(path)
+    return page
+
+
+def card(page: Any, approval: Approval) -> Any:
+    return page.locator(f'[data-approval-id="{approval.pk}"]')
 
 
 def settled(page: Any) -> None:
@@ -62,7 +74,7 @@ def test_every_page_passes_axe_as_each_role(role, new_page, login, pending, laun
         expect(page.get_by_role("alert")).to_be_visible()
         found += violations(page)  # the form with its error
     else:
-        login(page, USERS[role][0] if role in USERS else "root", PASSWORD)
+        login(page, USERNAMES[role], PASSWORD)
         paths = ["/", "/reviews/", "/runs/", "/runs/?state=failed"]
         paths += [f"/runs/{pk}/" for pk in (waiting.run_id, done.pk, failed.pk, decided.run_id)]
         if role in ("launcher", "superuser"):
@@ -84,10 +96,8 @@ def test_a_decided_card_passes_axe_and_keeps_focus(new_page, login, rita, pendin
     focus stays on the decided card, so the next Tab continues from there."""
     first = pending()
     second = pending()
-    page, _ = new_page()
-    login(page, "rita", PASSWORD)
-    page.goto("/reviews/")
-    one = page.locator(f'[data-approval-id="{first.pk}"]')
+    page = opened(new_page, login, "rita", "/reviews/")
+    one = card(page, first)
     approve = one.get_by_role("button", name="Approve")
     approve.focus()
     page.keyboard.press("Enter")
@@ -113,11 +123,9 @@ def test_a_decided_card_passes_axe_and_keeps_focus(new_page, login, rita, pendin
 def test_shortcuts_act_on_the_focused_card_only_and_can_be_turned_off(new_page, login, rita, pending) -> None:
     first = pending()
     second = pending()
-    page, _ = new_page()
-    login(page, "rita", PASSWORD)
-    page.goto("/reviews/")
-    one = page.locator(f'[data-approval-id="{first.pk}"]')
-    two = page.locator(f'[data-approval-id="{second.pk}"]')
+    page = opened(new_page, login, "rita", "/reviews/")
+    one = card(page, first)
+    two = card(page, second)
     # From a link outside the cards the keys do nothing.
     page.get_by_role("link", name="Runs", exact=True).focus()
     page.keyboard.press("a")
@@ -146,10 +154,8 @@ def test_the_focus_ring_has_three_to_one_contrast_and_no_card_looks_focused_with
 ) -> None:
     first = pending()
     pending()
-    page, _ = new_page()
-    login(page, "rita", PASSWORD)
-    page.goto("/reviews/")
-    one = page.locator(f'[data-approval-id="{first.pk}"]')
+    page = opened(new_page, login, "rita", "/reviews/")
+    one = card(page, first)
     page.get_by_role("link", name="Runs", exact=True).focus()
     rings = page.evaluate("Array.from(document.querySelectorAll('.card')).map(c => getComputedStyle(c).boxShadow)")
     assert all("3px" not in ring for ring in rings), rings
@@ -176,9 +182,7 @@ def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
 
 def test_a_filter_applies_on_the_button_not_on_the_first_arrow_key(new_page, login, rita, pending) -> None:
     pending()
-    page, _ = new_page()
-    login(page, "rita", PASSWORD)
-    page.goto("/reviews/")
+    page = opened(new_page, login, "rita", "/reviews/")
     tool = page.get_by_label("Tool")
     tool.focus()
     page.keyboard.press("ArrowDown")
@@ -190,9 +194,7 @@ def test_a_filter_applies_on_the_button_not_on_the_first_arrow_key(new_page, log
 
 
 def test_skip_link_and_current_page_in_the_navigation(new_page, login, otto) -> None:
-    page, _ = new_page()
-    login(page, "otto", PASSWORD)
-    page.goto("/runs/")
+    page = opened(new_page, login, "otto", "/runs/")
     page.keyboard.press("Tab")
     skip = page.get_by_role("link", name="Skip to content")
     expect(skip).to_be_focused()
@@ -221,9 +223,7 @@ def test_the_navigation_reflows_at_320_pixels(new_page, login, root) -> None:
 def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, otto, rita, pending) -> None:
     """(c) the header of a live run is re-sent only when the run moves."""
     approval = pending()
-    page, _ = new_page()
-    login(page, "otto", PASSWORD)
-    page.goto(f"/runs/{approval.run_id}/")
+    page = opened(new_page, login, "otto", f"/runs/{approval.run_id}/")
     link = page.get_by_role("link", name="Open the review queue →")
     link.focus()
     for _ in range(3):  # three polls of the live page
@@ -237,9 +237,7 @@ def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, otto, rita, p
 def test_pending_count_changes_are_announced_once(new_page, login, rita, pending) -> None:
     """(d) one polite live region says the new count; the badge's count is visible text."""
     pending()
-    page, _ = new_page()
-    login(page, "rita", PASSWORD)
-    page.goto("/reviews/")
+    page = opened(new_page, login, "rita", "/reviews/")
     region = page.locator("#announcer")
     expect(region).to_have_attribute("aria-live", "polite")
     expect(region).to_have_text("")

@@ -50,12 +50,12 @@ chaos: migrate
 clean:
 	rm -rf $(VENV) $(COMPARE_VENV) var
 
-# -- demo data (issue #6): `make run` runs this after migrate ---------------------------
+# -- demo data: `make run` runs this after migrate ---------------------------------------
 .PHONY: seed
 seed: migrate
 	$(PY) manage.py seed_demo
 
-# -- reliability (issue #9): the fault-injection tests alone (`make test` runs them too) --
+# -- reliability: the fault-injection tests alone (`make test` runs them too) --------------
 .PHONY: reliability
 reliability: $(STAMP)
 	$(PY) -m pytest -m reliability $(PYTEST_ARGS)

@@ -1,14 +1,22 @@
-"""Who may do what: the design's groups, checked the same way by pages, API and commands."""
+"""Who may read or do what: the design's groups, checked the same way by pages, API and
+commands. Every rule about visibility lives here, so the pages and the API cannot drift."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
 
-from agents.models import Run
+from agents.models import Approval, Run
 
 REVIEWER, OPERATOR, LAUNCHER = "reviewer", "operator", "launcher"
+MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
 
 
 def in_group(user: Any, name: str) -> bool:
@@ -57,6 +65,48 @@ def visible_runs(user: Any) -> QuerySet[Run]:
 
 def can_read_run(user: Any, run: Run) -> bool:
     return reads_all_runs(user) or (in_group(user, LAUNCHER) and run.created_by_id == user.pk)
+
+
+class RunHidden(Http404):
+    """A run that exists but is not this user's to read. It is answered exactly like a
+    run that does not exist (404, the same detail), so ids of others' runs leak nothing;
+    only the denial log line (agents.middleware.denied) tells the two apart."""
+
+
+def readable_run(user: Any, run_id: int) -> Run:
+    """The run if `user` may read it, for pages and API alike; otherwise Http404."""
+    run = None
+    if 0 < run_id <= MAX_ID:
+        run = Run.objects.select_related("profile", "created_by").filter(pk=run_id).first()
+    if run is None:
+        raise Http404(f"no run {run_id}")
+    if not can_read_run(user, run):
+        raise RunHidden(f"no run {run_id}")
+    return run
+
+
+def visible_approvals(user: Any) -> QuerySet[Approval]:
+    """The approvals of the runs `user` may read: the queue and the API list both."""
+    if reads_all_runs(user):
+        # No `run IN (every run)` semi-join: with 100,000 runs it cost the queue a scan.
+        return Approval.objects.all()
+    return Approval.objects.filter(run__in=visible_runs(user))
+
+
+def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """login_required for a page and every fragment it polls. An htmx request whose
+    session ended sends the whole page to the login form (HX-Redirect), coming back to
+    the page it was on, instead of swapping the login page into the fragment."""
+    protected = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:  # type: ignore[attr-defined]
+            back = request.htmx.current_url_abs_path or "/"  # type: ignore[attr-defined]
+            return HttpResponseClientRedirect(redirect_to_login(back).url)
+        return protected(request, *args, **kwargs)
+
+    return wrapper
 
 
 def duties_separated(user: Any, run: Run) -> bool:

@@ -35,9 +35,10 @@ def actor_name(user: Any) -> str:
 
 def _after_commit(run_id: int) -> None:
     # Wake a worker once the rows are visible; the sweeper covers a lost wake-up.
-    from agents import wakeup
+    # Imported here: the tasks module imports the store, which actions also imports.
+    from agents import tasks
 
-    transaction.on_commit(lambda: wakeup.wake(run_id))
+    transaction.on_commit(lambda: tasks.wake(run_id))
 
 
 def run_launch(
@@ -291,9 +292,9 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     finally:
         store.release(run_id, owner, clean=clean)
     if expired and run.state not in states.TERMINAL:
-        from agents import wakeup
+        from agents import tasks
 
-        wakeup.wake(run_id)
+        tasks.wake(run_id)
     return expired
 
 

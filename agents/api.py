@@ -33,12 +33,13 @@ from pydantic import ConfigDict, Field, StrictInt, StrictStr
 from agents import access, actions, tokens
 from agents.actions import ActionError
 from agents.engine import decisions
+from agents.middleware import denied
 from agents.models import Approval, IdempotencyKey, Run
 from agents.models import Transition as TransitionRow
 
 log = logging.getLogger("airlock.api")
 
-MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
+MAX_ID = access.MAX_ID
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
 
@@ -167,6 +168,8 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 
 @api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    if isinstance(exc, access.RunHidden):
+        denied(request, "another user's run")
     return _error(404, "not_found", str(exc) or "no such object")
 
 
@@ -181,7 +184,7 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 @api.exception_handler(OperationalError)
 @api.exception_handler(InterfaceError)
 def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
-    # A restart or failover, not a bug: a JSON 503 the client may retry (issue #9).
+    # A restart or failover, not a bug: a JSON 503 the client may retry.
     from agents.unavailable import unavailable
 
     return unavailable(request, exc)
@@ -325,15 +328,6 @@ def run_json(run: Run) -> dict[str, Any]:
     return dict(run.to_dict())
 
 
-def _readable_run(user: Any, run_id: int) -> Run:
-    run = Run.objects.select_related("profile").filter(pk=run_id).first() if 0 < run_id <= MAX_ID else None
-    if run is None:
-        raise ActionError("not_found", f"no run {run_id}", status=404)
-    if not access.can_read_run(user, run):
-        raise _forbidden(f"you may not read run {run_id}")
-    return run
-
-
 ERRORS = frozenset({400, 401, 403, 404, 409, 413})
 
 
@@ -390,14 +384,14 @@ def runs_create(
 
 @api.get("/runs/{int:run_id}", response={200: RunOut, ERRORS: Error}, summary="A run")
 def runs_detail(request: HttpRequest, run_id: int) -> dict[str, Any]:
-    return run_json(_readable_run(request.auth, run_id))  # type: ignore[attr-defined]
+    return run_json(access.readable_run(request.auth, run_id))  # type: ignore[attr-defined]
 
 
 @api.get(
     "/runs/{int:run_id}/transitions", response={200: list[TransitionOut], ERRORS: Error}, summary="A run's transitions"
 )
 def runs_transitions(request: HttpRequest, run_id: int) -> list[TransitionRow]:
-    run = _readable_run(request.auth, run_id)  # type: ignore[attr-defined]
+    run = access.readable_run(request.auth, run_id)  # type: ignore[attr-defined]
     return list(run.transitions.order_by("seq"))
 
 
@@ -436,9 +430,7 @@ def approvals_list(
     user = request.auth  # type: ignore[attr-defined]
     if not (access.reads_all_runs(user) or access.can_launch(user)):
         raise _forbidden("reading approvals needs the reviewer, operator or launcher role")
-    approvals = (
-        Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run__in=access.visible_runs(user))
-    )
+    approvals = access.visible_approvals(user).select_related("decided_by").prefetch_related("votes")
     if status:
         approvals = approvals.filter(status=status)
     return [approval_json(a) for a in approvals.order_by("created_at", "pk")[:limit]]

@@ -1,4 +1,5 @@
-"""Named crash points for fault-injection tests.
+"""Named crash points for fault-injection tests (the tools that misbehave on purpose,
+`crash` and `hostile`, live with the tests: tests/reliability/fault_tools.py).
 
 `AIRLOCK_CRASH_AT=after_intent_commit` (comma-separated for several) makes the process
 exit at once when it reaches that point, as a SIGKILL would. Tests running in-process
@@ -8,9 +9,8 @@ set `MODE = "raise"` to get a SimulatedCrash instead. Off by default: one set lo
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from agents.engine.registry import ToolContext, ToolSpec
+from config.env import EnvError, env_list, env_str
 
 POINTS = frozenset(
     {
@@ -21,12 +21,14 @@ POINTS = frozenset(
         "after_launch_commit",  # a launch committed, advance_run not yet enqueued
     }
 )
-CRASH_AT: frozenset[str] = frozenset(p for p in os.environ.get("AIRLOCK_CRASH_AT", "").split(",") if p)
-MODE = os.environ.get("AIRLOCK_CRASH_MODE", "exit")
+CRASH_AT = frozenset(env_list("AIRLOCK_CRASH_AT", []))
+MODE = env_str("AIRLOCK_CRASH_MODE", "exit")
 
 unknown = CRASH_AT - POINTS
 if unknown:
-    raise ValueError(f"AIRLOCK_CRASH_AT names unknown crash points: {sorted(unknown)}; known: {sorted(POINTS)}")
+    raise EnvError(f"AIRLOCK_CRASH_AT names unknown crash points: {sorted(unknown)}; known: {sorted(POINTS)}")
+if MODE not in ("exit", "raise"):
+    raise EnvError(f"AIRLOCK_CRASH_MODE must be exit or raise, not {MODE!r}")
 
 
 class SimulatedCrash(BaseException):
@@ -38,36 +40,3 @@ def crash_point(name: str) -> None:
         if MODE == "raise":
             raise SimulatedCrash(name)
         os._exit(70)
-
-
-# -- fault tools ----------------------------------------------------------------------
-# Registered only when AIRLOCK_FAULT_TOOLS=1 (the reliability tests' worker processes):
-# `crash` kills the process running it, every time (a poison run); `hostile` returns a
-# 10 MB text, NUL bytes or invalid UTF-8, as a misbehaving real tool might.
-FAULT_TOOLS_ON = os.environ.get("AIRLOCK_FAULT_TOOLS", "") == "1"
-TEN_MB = 10 * 1024 * 1024
-
-
-def _crash(args: dict[str, Any], ctx: ToolContext) -> None:
-    os._exit(71)
-
-
-def _hostile(args: dict[str, Any], ctx: ToolContext) -> Any:
-    kind = args["kind"]
-    if kind == "huge":
-        return "A" * TEN_MB
-    if kind == "nul":
-        return "before\x00after"
-    if kind == "bad_utf8":
-        return b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
-    return {"nested": ["\x00", b"\xff".decode("utf-8", "surrogateescape")]}
-
-
-def fault_tools() -> list[ToolSpec]:
-    kind = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"]}
-    return [
-        ToolSpec(
-            "crash", "Exits its process at once (fault tests).", {"type": "object"}, "read", "internal", "safe", _crash
-        ),
-        ToolSpec("hostile", "Returns hostile output (fault tests).", kind, "read", "internal", "safe", _hostile),
-    ]

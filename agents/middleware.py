@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from agents.access import RunHidden
+
 log = logging.getLogger("airlock.access")
 
 
@@ -57,9 +59,16 @@ class DenialLogMiddleware:
             )
         return response
 
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        # A page asked for a run that is not this user's: Django answers 404 as for a
+        # missing run; the log says what it was. (The API logs it in its own handler.)
+        if isinstance(exception, RunHidden):
+            denied(request, "another user's run")
+
 
 def denied(request: HttpRequest, what: str) -> None:
-    """For refusals answered as 404 (another user's run): the same line, status 404."""
+    """For refusals answered as 404 (another user's run, pages and API alike): the
+    same line, status 404."""
     log.warning(
         "denied status=404 method=%s path=%s user=%s (%s)",
         _escaped(str(request.method)),

@@ -23,7 +23,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents import actions, notify, store, wakeup
+from agents import actions, notify, store
 from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.models import Approval, Run
@@ -33,6 +33,25 @@ log = logging.getLogger("airlock.tasks")
 # States a worker advances; awaiting_approval waits for a reviewer (or the deadline).
 ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
 SWEEP_BATCH = 500
+
+
+def wake(run_id: int) -> None:
+    """Wake a worker for a run: a hint, never the truth.
+
+    Called after commit (launch, approval) and by the sweeper. It never raises into the
+    caller: with the broker down the launch or decision still stands, and the sweeper
+    sends the wake-up once the broker is back. No retry loop either: it runs inside a
+    web request's on_commit hook.
+    """
+    try:
+        advance_run.apply_async((run_id,), retry=False)
+    except Exception as exc:  # noqa: BLE001 - any broker failure is the sweeper's job
+        log.warning(
+            "wake-up for run=%s not sent (%s: %s); the sweeper will pick the run up",
+            run_id,
+            type(exc).__name__,
+            exc,
+        )
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -67,7 +86,7 @@ def advance_run(self: Any, run_id: int) -> None:
         return
     log.info("advance_run run=%s state=%s seq=%s lease=%s", run.pk, run.state, run.version, run.lease_owner or "-")
     if run.state in ADVANCING and run.lease_owner is None:
-        wakeup.wake(run_id)
+        wake(run_id)
 
 
 class LeaseHeartbeat:
@@ -196,7 +215,7 @@ def sweep() -> dict[str, int]:
         if stamped != 1:
             # Another sweeper stamped it first (and sent the wake-up), or a worker took it.
             continue
-        wakeup.wake(pk)
+        wake(pk)
         woken += 1
     if failed or woken or expired or expiring:
         log.info("sweep failed=%s woken=%s expired=%s expiring=%s", failed, woken, expired, expiring)

@@ -15,6 +15,7 @@ from typing import Any
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
+from agents.formatting import usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 200
@@ -228,8 +229,6 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     """
     if len(points) < 2:
         return None
-    from agents.templatetags.airlock import usd
-
     cum: list[tuple[int, int, int]] = []
     cost = tokens = 0
     for seq, c, t in points:

@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, Sum
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -26,21 +26,10 @@ from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.export import export_run
 from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
-from agents.middleware import denied
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
 
 LIST_PAGE = 50
 LIVE_POLL = "every 1s"
-
-
-def _readable_run(request: HttpRequest, run_id: int) -> Run:
-    """The run if this user may read it; otherwise 404, so ids of others' runs leak nothing."""
-    run = Run.objects.select_related("profile", "created_by").filter(pk=run_id).first()
-    if run is None or not access.can_read_run(request.user, run):
-        if run is not None:
-            denied(request, "another user's run")
-        raise Http404("no such run")
-    return run
 
 
 # -- overview ------------------------------------------------------------------------
@@ -143,9 +132,9 @@ def runs(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@login_required
+@access.login_required_htmx
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _readable_run(request, run_id)
+    run = access.readable_run(request.user, run_id)
     after = _int(request.GET.get("after"))
     if after is not None and request.GET.get("live"):
         return _live(request, run, after)
@@ -196,7 +185,10 @@ def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
 def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     """The poller's answer: new transitions, a fresh header and chart, and the next poller.
 
-    At a terminal state the poller comes back without `hx-trigger`, so polling stops.
+    The header is sent only when the run's version moved past the one the page shows
+    (`seen`): re-rendering it every second would take focus from its links and repeat
+    its status messages to screen readers. At a terminal state the poller comes back
+    without `hx-trigger`, so polling stops.
     """
     # Most polls find nothing new (a run waiting for a human): then the chart and the
     # rows are left alone and the answer is the header alone.
@@ -210,6 +202,7 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
         "live_after": last if after >= 0 else -1,
         "chart": timeline.chart(points) if changed else None,
         "chart_unchanged": not changed,
+        "header_unchanged": _int(request.GET.get("seen")) == run.version,
         # Keep polling while rows remain to fetch, even if the run has just ended.
         "poll": LIVE_POLL if (not run.is_terminal or more) else None,
         "transcript_cap": timeline.TRANSCRIPT_CAP,
@@ -227,7 +220,7 @@ def _int(value: str | None) -> int | None:
 @require_POST
 @login_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _readable_run(request, run_id)
+    run = access.readable_run(request.user, run_id)
     if not access.can_cancel(request.user):
         raise PermissionDenied("only operators cancel runs")
     reason = request.POST.get("reason", "").strip()[:2000]
@@ -243,7 +236,7 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 @login_required
 def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpResponse:
-    run = _readable_run(request, run_id)
+    run = access.readable_run(request.user, run_id)
     if not access.can_decide(request.user):
         raise PermissionDenied("only reviewers revoke grants")
     try:
@@ -260,7 +253,7 @@ def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpRe
 @require_GET
 @login_required
 def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _readable_run(request, run_id)
+    run = access.readable_run(request.user, run_id)
     body = json.dumps(export_run(run), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="airlock-run-{run.pk}.json"'

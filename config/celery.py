@@ -16,7 +16,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-# -- database connections (issue #8, from `make bench`) --------------------------------
+# -- database connections (measured by `make bench`) -----------------------------------
 # Celery's Django fixup closes every connection before and after each task unless
 # CELERY_DB_REUSE_MAX is set, so each wake-up paid for a new PostgreSQL connection: a
 # fifth of a busy worker's time. Django's own rule applies instead, as between two HTTP

@@ -29,6 +29,9 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 AIRLOCK_ALLOW_SCRIPTED = env_bool("AIRLOCK_ALLOW_SCRIPTED", True)
+# Modules whose TOOLS join the diagnostic tools (only with AIRLOCK_ALLOW_SCRIPTED): how
+# the reliability tests give their worker processes `crash` and `hostile`.
+AIRLOCK_EXTRA_TOOLS = env_list("AIRLOCK_EXTRA_TOOLS", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -57,12 +60,13 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
-    # -- security (issue #9): one log line per refused request (who, method, path) --
+    # One log line per refused request (who, method, path), so a denial leaves a trace.
     "agents.middleware.DenialLogMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
-# A database that is down answers 503, not a 500 page (issue #9, agents/unavailable.py).
+# A database that is down answers 503, not a 500 page (agents/unavailable.py): first,
+# so it also covers what the other middleware asks of the database.
 MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
 # /healthz, /readyz and /metrics are answered first: no session, no login, any Host
 # (agents/operations.py).
@@ -232,7 +236,7 @@ LOGGING = {
     },
 }
 
-# -- model clients, demo tools, email (issue #6) ------------------------------------
+# -- model clients, demo tools, email ------------------------------------------------
 # API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY) and base URLs (OPENAI_BASE_URL,
 # ANTHROPIC_BASE_URL) are read from the environment by the clients when a run is
 # driven, never stored in settings, rows or logs.
@@ -295,7 +299,7 @@ CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
 # hard limit so a slow task is never run twice by the broker (the lease would refuse it
 # anyway). Set wherever Celery reads it.
 _VISIBILITY = CELERY_TASK_TIME_LIMIT * 4
-# -- fault injection (issue #9): the reliability tests force redeliveries with a short
+# -- fault injection: the reliability tests force redeliveries with a short
 # visibility timeout and a quick restore cycle; never lower these in production.
 _VISIBILITY = env_float("AIRLOCK_VISIBILITY_TIMEOUT", _VISIBILITY)
 _RESTORE_INTERVAL = env_float("AIRLOCK_UNACKED_RESTORE_INTERVAL", 10.0)
@@ -335,7 +339,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING above
-# (issue #8) Celery's fixup would close the database connection around every task;
+# Celery's fixup would close the database connection around every task (a fifth of a
+# busy worker's time went to reconnecting, measured by `make bench`);
 # config/celery.py applies Django's CONN_MAX_AGE and health checks instead.
 CELERY_DB_REUSE_MAX = 2**62
 # (issue #20) A run spends its life waiting on a model or a tool, so a worker is a pool

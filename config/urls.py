@@ -11,19 +11,19 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    # -- runs: list, timeline, launch (issue #5) --
+    # Runs: list, timeline, launch, cancel, export.
     path("", include("agents.urls")),
     # The JSON API (django-ninja); its own JSON 404 catches anything else under /api/.
     path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
-    # -- reviews (issue #4) --
+    # The review queue: a UI over agents' approvals.
     path("reviews/", include("reviews.urls")),
 ]
 
-# The built-in demo web site (issue #6): the pages http_get serves for demo.airlock.internal.
+# The built-in demo web site: the pages http_get serves for demo.airlock.internal, for people.
 urlpatterns += [
     path("demo-site/", views_demo.demo_site, name="demo_site"),
     path("demo-site/<slug:page>/", views_demo.demo_site, name="demo_site_page"),
 ]
 
-# A database that is down answers 503 even when a middleware met it (issue #9).
+# A database that is down answers 503 even when the error escaped every middleware.
 handler500 = "agents.unavailable.server_error"

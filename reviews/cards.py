@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
+from agents.formatting import short_duration
 from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
 
 from .untrusted import Untrusted, untrusted
@@ -150,34 +151,12 @@ class Card:
         return user.get_username() if user is not None else ""
 
 
-def short_duration(seconds: float) -> str:
-    """`12 s`, `4 min`, `2 h 5 min`, `3 d 4 h` (reviews.js formats the same way)."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    m = s // 60
-    if m < 60:
-        return f"{m} min"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h} h {m} min" if m else f"{h} h"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h" if h else f"{d} d"
-
-
 def pretty_args(args: Any) -> str:
     return json.dumps(args, indent=2, ensure_ascii=False, default=str)
 
 
-def visible(user: Any) -> QuerySet[Approval]:
-    if access.reads_all_runs(user):
-        # No `run IN (every run)` semi-join: with 100,000 runs it cost the queue a scan.
-        return Approval.objects.all()
-    return Approval.objects.filter(run__in=access.visible_runs(user))
-
-
 def pending_count(user: Any) -> int:
-    return visible(user).pending().count()
+    return access.visible_approvals(user).pending().count()
 
 
 def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
@@ -254,10 +233,10 @@ def queue(
     there, to stay on screen). Those come back as stand-ins; a card shown as pending that
     someone else decided comes back not at all, so it leaves the page.
     """
-    pending = _filtered(visible(user).pending(), filters)
+    pending = _filtered(access.visible_approvals(user).pending(), filters)
     keep = list(keep)[:PAGE]
     on_screen = set(keep) | set(shown)
-    rows = _filtered(visible(user).filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
+    rows = _filtered(access.visible_approvals(user).filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
     order = SORTS.get(filters.sort, SORTS[""])[1]
     approvals = list(_select(rows).order_by(*order)[: PAGE + len(keep)])
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
@@ -269,12 +248,12 @@ def queue(
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
-    approval = _select(visible(user).filter(pk=approval_id)).first()
+    approval = _select(access.visible_approvals(user).filter(pk=approval_id)).first()
     return build([approval], viewer=user, late=late)[0] if approval is not None else None
 
 
 def filter_choices(user: Any) -> dict[str, list[Any]]:
-    tools = visible(user).pending().order_by("tool").values_list("tool", flat=True).distinct()
+    tools = access.visible_approvals(user).pending().order_by("tool").values_list("tool", flat=True).distinct()
     return {
         "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
         "tools": list(tools),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,27 +12,13 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
+from django_htmx.http import trigger_client_event
 
 from agents import access
 from agents.actions import ActionError, approval_decide
 
 from . import cards
 from .forms import DecisionForm, FilterForm, keep_ids
-
-
-def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """login_required, except that a poll whose session ended sends the whole page to
-    the login form instead of swapping the login page into the list."""
-    protected = login_required(view)
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.htmx and not request.user.is_authenticated:
-            return HttpResponseClientRedirect(f"{reverse('login')}?next={reverse('reviews:queue')}")
-        return protected(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
@@ -63,14 +47,14 @@ def queue(request: HttpRequest) -> HttpResponse:
     return render(request, "reviews/queue.html", context)
 
 
-@login_required_htmx
+@access.login_required_htmx
 @require_GET
 def queue_list(request: HttpRequest) -> HttpResponse:
     """The list alone, polled by the open queue page; `keep` holds cards it shows decided."""
     return render(request, "reviews/queue.html#list", _queue_context(request))
 
 
-@login_required_htmx
+@access.login_required_htmx
 @require_GET
 def badge(request: HttpRequest) -> HttpResponse:
     return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
@@ -128,7 +112,7 @@ def _edit_refusal(exc: ActionError) -> str:
     return f"{exc.code}: {detail}"
 
 
-@login_required_htmx
+@access.login_required_htmx
 @require_POST
 def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpResponse:
     if not access.can_decide(request.user):

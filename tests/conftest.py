@@ -1,19 +1,28 @@
+"""The suite's fixtures: the migration's defaults, launching and driving runs, the
+personas (one user per role, the same names everywhere) and a run waiting for a human.
+
+Heavier fixtures live in plugin modules registered below: Chromium pages
+(tests/e2e/browser.py), real Celery workers (tests/workers/cluster.py) and the fake
+model provider (tests/llm/provider.py). Helpers to import are in tests/helpers.py.
+"""
+
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
-from django.db import connection
 
 from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
-from agents.models import AgentProfile, Run
+from agents.models import AgentProfile, Approval, Run
+from tests.helpers import person, tainted_write
+
+pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,17 +41,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if skipped:
             print(f"\nAIRLOCK_FORBID_SKIPS: {skipped} test(s) skipped; failing the run")
             session.exitstatus = 1
-
-
-PASSWORD = "correct horse battery"
-
-
-def person(username: str, *groups: str, superuser: bool = False) -> User:
-    """A user in the named groups (the groups come from the `defaults` fixture)."""
-    user = User.objects.create_user(username, password=PASSWORD, is_superuser=superuser, is_staff=superuser)
-    for name in groups:
-        user.groups.add(Group.objects.get(name=name))
-    return user
 
 
 @pytest.fixture
@@ -76,61 +74,63 @@ def drive() -> Callable[..., Run]:
     return _drive
 
 
-def call(tool: str, usage: dict[str, int] | None = None, **args: Any) -> dict[str, Any]:
-    item: dict[str, Any] = {"call": {"tool": tool, "args": args}}
-    if usage:
-        item["usage"] = usage
-    return item
+@pytest.fixture
+def pending(launch: Callable[..., Run], drive: Callable[..., Run]) -> Callable[..., Approval]:
+    """pending(script=None, user=None, **launch_kwargs): launch a scripted run (by
+    default a tainted write) and drive it until it waits for a human; its approval."""
+
+    def _pending(script: list[Any] | None = None, **kwargs: Any) -> Approval:
+        run = drive(launch(script or tainted_write(), **kwargs))
+        assert run.state == "awaiting_approval", (run.state, run.error)
+        return Approval.objects.get(run=run, status="pending")
+
+    return _pending
 
 
-def final(text: str = "done", usage: dict[str, int] | None = None) -> dict[str, Any]:
-    item: dict[str, Any] = {"final": text}
-    if usage:
-        item["usage"] = usage
-    return item
+# -- personas: the same names in every folder ------------------------------------------
 
 
-def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:
-    """fn(arg) for every arg, each in its own thread, all released together by a
-    barrier; the results in the order of args. Each thread closes its database
-    connection, and an exception in any thread is raised here."""
-    barrier = threading.Barrier(len(args))
-    results: list[Any] = [None] * len(args)
-    errors: list[BaseException] = []
-
-    def run(i: int, arg: Any) -> None:
-        try:
-            barrier.wait()
-            results[i] = fn(arg)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i, arg)) for i, arg in enumerate(args)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=timeout)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish"
-    if errors:
-        raise errors[0]
-    return results
+@pytest.fixture
+def lena(defaults: None) -> User:
+    return person("lena", "launcher")
 
 
-def requires_postgres() -> pytest.MarkDecorator:
-    from django.conf import settings
+@pytest.fixture
+def leo(defaults: None) -> User:
+    """A second launcher, who owns runs lena may not read."""
+    return person("leo", "launcher")
 
-    engine = settings.DATABASES["default"]["ENGINE"]
-    return pytest.mark.skipif("postgresql" not in engine, reason="needs PostgreSQL (set DATABASE_URL)")
+
+@pytest.fixture
+def otto(defaults: None) -> User:
+    return person("otto", "operator")
 
 
-# -- browser tests (tests/e2e, tests/security): one Chromium for the whole session --
-@pytest.fixture(scope="session")
-def browser() -> Any:
-    from tests.e2e.conftest import chromium_session
+@pytest.fixture
+def rita(defaults: None) -> User:
+    return person("rita", "reviewer")
 
-    yield from chromium_session()
+
+@pytest.fixture
+def rob(defaults: None) -> User:
+    return person("rob", "reviewer")
+
+
+@pytest.fixture
+def nina(defaults: None) -> User:
+    """Logged in, in no group."""
+    return person("nina")
+
+
+@pytest.fixture
+def root(defaults: None) -> User:
+    return person("root", superuser=True)
+
+
+@pytest.fixture
+def people(lena: User, leo: User, otto: User, rita: User, root: User) -> dict[str, User]:
+    """One user per role (keyed by role), plus `other`: leo, who owns other runs."""
+    return {"launcher": lena, "operator": otto, "reviewer": rita, "superuser": root, "other": leo}
 
 
 # -- webhook receivers (issue #14): a real server on loopback, verifying signatures --

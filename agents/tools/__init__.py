@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from django.conf import settings
 
 from agents.engine.registry import Registry
@@ -17,10 +19,8 @@ def registry() -> Registry:
     if settings.AIRLOCK_ALLOW_SCRIPTED:
         for spec in diagnostic.TOOLS:
             reg.add(spec)
-    from agents import faults
-
-    if faults.FAULT_TOOLS_ON and settings.AIRLOCK_ALLOW_SCRIPTED:
-        for spec in faults.fault_tools():
+    for name in settings.AIRLOCK_EXTRA_TOOLS if settings.AIRLOCK_ALLOW_SCRIPTED else []:
+        for spec in importlib.import_module(name).TOOLS:
             reg.add(spec)
     from . import mcp
 

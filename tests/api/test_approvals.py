@@ -8,8 +8,7 @@ import pytest
 
 from agents import store
 from agents.models import Approval, Message, Run
-from tests.api.conftest import launch_body, tainted_write_script
-from tests.conftest import at_once, requires_postgres
+from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 APPROVAL_FIELDS = {
     "id",
@@ -35,7 +34,7 @@ APPROVAL_FIELDS = {
 
 
 def paused_run(api, owner: str = "lena") -> tuple[int, int]:
-    run_id = api(owner).post("/api/runs", launch_body(tainted_write_script())).data["id"]
+    run_id = api(owner).post("/api/runs", launch_body(tainted_write())).data["id"]
     store.drive(run_id)
     return run_id, Approval.objects.get(run_id=run_id, status="pending").pk
 

@@ -13,7 +13,7 @@ from django.test import Client
 
 from agents.models import ApiToken, Run
 from agents.tokens import token_create
-from tests.api.conftest import Api, launch_body
+from tests.helpers import Api, launch_body
 
 pytestmark = pytest.mark.django_db
 

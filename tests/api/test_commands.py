@@ -11,10 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Approval, LedgerEntry, Run
-from tests.api.conftest import tainted_write_script
-from tests.conftest import requires_postgres
+from tests.helpers import requires_postgres, tainted_write
 
-# Tools write the ledger from their own thread and connection: commit for real.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EVALS = Path(__file__).resolve().parents[2] / "evals"
@@ -41,8 +39,8 @@ def write_script(tmp_path: Path, script: list) -> str:
     [
         ([{"final": "hello"}], "human", 0, "done"),
         ([], "human", 1, "failed"),
-        (tainted_write_script(), "human", 2, "awaiting_approval"),
-        (tainted_write_script(), "none", 0, "done"),
+        (tainted_write(), "human", 2, "awaiting_approval"),
+        (tainted_write(), "none", 0, "done"),
     ],
 )
 def test_launch_wait_exits_by_how_the_run_ended(defaults, tmp_path, script, approver, code, state) -> None:
@@ -95,7 +93,7 @@ def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults) -> Non
 def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> None:
     from agents.export import export_run
 
-    run = drive(launch(tainted_write_script(), approver="none"))
+    run = drive(launch(tainted_write(), approver="none"))
     code, out = run_command("export_run", str(run.pk))
     assert code == 0
     assert json.loads(out) == json.loads(json.dumps(export_run(Run.objects.get(pk=run.pk))))
@@ -173,7 +171,7 @@ def test_a_doctored_case_fails(defaults, tmp_path, name, change, problem) -> Non
 def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -> None:
     from agents.actions import approval_decide
 
-    run = drive(launch(tainted_write_script(), task="exported"))
+    run = drive(launch(tainted_write(), task="exported"))
     approval_decide(approval_id=Approval.objects.get(run=run).pk, user=None, decision="approve")
     run = drive(run)
     assert run.state == "done"
@@ -188,7 +186,7 @@ def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, 
     """The engine never lets this happen; the checker must still see it in the rows."""
     from agents.evals import unapproved_risky_calls
 
-    run = drive(launch(tainted_write_script(), approver="none"))
+    run = drive(launch(tainted_write(), approver="none"))
     assert unapproved_risky_calls(run) == []
     # Forge a tool transition as if ledger_write had run after the taint.
     last = run.transitions.order_by("-seq").first()

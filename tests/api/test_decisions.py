@@ -117,7 +117,7 @@ def test_a_reject_after_one_approve_rejects(api, users) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("launcher", ["ray", "root"])
 def test_the_launcher_gets_403_when_duties_are_separated(api, users, launcher) -> None:
-    from tests.conftest import person
+    from tests.helpers import person
 
     if launcher == "ray":
         users["ray"] = person("ray", "launcher", "reviewer")

@@ -13,7 +13,7 @@ from agents.actions import approval_decide, approval_expire
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from tests.api.test_commands import run_command
-from tests.conftest import call, final, person
+from tests.helpers import call, final, person
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

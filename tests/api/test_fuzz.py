@@ -37,11 +37,9 @@ EXAMPLES = 100  # per mode and persona: 400 requests in all, about 12 s
 @pytest.mark.parametrize("persona", ["root", "lena"])
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_fuzzed_requests_never_get_a_server_error(users, launch, drive, keep_connection, persona, mode) -> None:
-    from tests.api.conftest import tainted_write_script
-
-    # Something to find: a finished run and one waiting with a pending approval (ids 1..n).
+    from tests.helpers import tainted_write
     done = drive(launch([{"final": "hi"}], user=users["lena"]))
-    waiting = drive(launch(tainted_write_script(), user=users["lena"]))
+    waiting = drive(launch(tainted_write(), user=users["lena"]))
     ids = {"run_id": [done.pk, waiting.pk], "approval_id": list(waiting.approvals.values_list("pk", flat=True))}
     raw = token_create(user=users[persona])[1]
     auth = {"Authorization": f"Bearer {raw}"}

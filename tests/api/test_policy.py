@@ -9,7 +9,7 @@ import pytest
 from agents import store
 from agents.models import AgentProfile, Approval, Grant, LedgerEntry, Run
 from agents.verify import verify_run
-from tests.api.conftest import launch_body, tainted_write_script
+from tests.helpers import launch_body, tainted_write
 
 # transaction=True: tools run on a thread with its own connection, which must see the run.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -169,7 +169,7 @@ def test_grants_are_refused_where_several_votes_are_needed(api) -> None:
 
 
 def test_grants_are_refused_for_a_write_the_taint_asked_about(api) -> None:
-    run_id = api("lena").post("/api/runs", launch_body(tainted_write_script())).data["id"]
+    run_id = api("lena").post("/api/runs", launch_body(tainted_write())).data["id"]
     store.drive(run_id)
     data = refused(api, run_id, {"decision": "approve", "remember": "tool"})
     assert data["detail"] == "the run has read external content, so every write asks"

@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 from agents import store
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall, Transition
 from bench import pages, seed
-from tests.conftest import call, final, requires_postgres
+from tests.helpers import call, final, requires_postgres
 
 pytestmark = [requires_postgres()]
 

@@ -14,11 +14,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SCENARIO = {s["name"]: s for s in demo.SCENARIOS}
 
 
-@pytest.fixture
-def rita(defaults) -> User:
-    return User.objects.create_user("rita")
-
-
 def start(name: str, **kwargs) -> Run:
     s = SCENARIO[name]
     return run_launch(agent=s["agent"], task=s["task"], **kwargs)

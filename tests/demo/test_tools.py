@@ -15,7 +15,7 @@ from agents.engine.registry import ToolContext
 from agents.models import AgentProfile, LedgerEntry, ToolCall
 from agents.tools import demo as tools
 from agents.tools.demo import UrlRefused, fetch
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 
 def test_demo_host_is_answered_in_process_with_the_planted_page() -> None:

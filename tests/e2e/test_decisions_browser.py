@@ -13,8 +13,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from agents.models import Approval, LedgerEntry, Run
-from tests.conftest import call, final, person
 from tests.e2e.test_reviews_queue import POLL, open_queue
+from tests.helpers import call, final, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}

@@ -11,8 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.models import AgentProfile, Approval, Grant, Run
-from tests.conftest import call, final
-from tests.reviews.conftest import person
+from tests.helpers import call, final, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -16,19 +16,12 @@ from playwright.sync_api import expect
 from agents import faults
 from agents.actions import approval_decide
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall
-from tests.conftest import call, final
-from tests.reviews.conftest import PLANTED, person, tainted_write
+from tests.helpers import PLANTED, call, final, person, tainted_write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PW = "correct horse battery"
 POLL = 10_000  # ms: a bound on waiting for the queue's 2 s poll, not a measurement
-
-
-def make_pending(launch, drive, script: list[dict[str, Any]] | None = None, **kwargs: Any) -> Approval:
-    run = drive(launch(script or tainted_write(), **kwargs))
-    assert run.state == "awaiting_approval", (run.state, run.error)
-    return Approval.objects.get(run=run, status="pending")
 
 
 def open_queue(new_page, login, username: str) -> tuple[Any, Any]:
@@ -46,14 +39,12 @@ def csrf(page) -> str:
     return next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
 
 
-def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screenshot, launch, drive, defaults) -> None:
+def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screenshot, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
-    approval = make_pending(launch, drive, task="Answer Mrs Smith's question about shipping times")
+    approval = pending(task="Answer Mrs Smith's question about shipping times")
     # A second, newer card below it: an untainted write the profile always asks about.
     AgentProfile.objects.filter(name="scripted").update(always_ask_tools=["ledger_write"])
-    make_pending(
-        launch,
-        drive,
+    pending(
         [call("ledger_write", entry={"invoice": "INV-2291", "amount_cents": 129900, "lines": ["setup", "support"]}), final()],
         task="Record the renewal invoice for ACME in the ledger",
     )
@@ -69,7 +60,7 @@ def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screen
     )
     expect(c).to_contain_text("Answer Mrs Smith's question about shipping times")
     expect(c.get_by_role("link", name=f"#{approval.run_id} timeline")).to_have_attribute("href", f"/runs/{approval.run_id}/")
-    expect(page.locator("#nav-badge")).to_have_text("2")
+    expect(page.locator("#nav-badge .count")).to_have_text("2")
     screenshot(page, "review-queue")
 
     c.get_by_role("button", name="Approve").dblclick()
@@ -83,7 +74,7 @@ def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screen
     run = drive(Run.objects.get(pk=approval.run_id))
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.filter(kind="decision").count() == 1
-    expect(page.locator("#nav-badge")).to_have_text("1", timeout=POLL)
+    expect(page.locator("#nav-badge .count")).to_have_text("1", timeout=POLL)
     # The poll keeps the card this page decided on screen.
     with page.expect_response(re.compile(r"/reviews/list/\?keep=")):
         pass
@@ -91,10 +82,10 @@ def test_reviewer_double_clicks_approve_and_it_runs_once(new_page, login, screen
     assert not watch.console_errors, watch.console_errors
 
 
-def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, screenshot, launch, drive, defaults) -> None:
+def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, screenshot, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     person("rob", "reviewer")
-    approval = make_pending(launch, drive)
+    approval = pending()
     rita_page, _ = open_queue(new_page, login, "rita")
     rob_page, _ = open_queue(new_page, login, "rob")
     approve = card(rita_page, approval).get_by_role("button", name="Approve")
@@ -122,9 +113,9 @@ def test_two_reviewers_answer_at_once_and_one_decision_stands(new_page, login, s
     assert run.ledger.count() == (1 if decided.status == "approved" else 0)
 
 
-def test_reject_with_a_note_reaches_the_agent(new_page, login, launch, drive, defaults) -> None:
+def test_reject_with_a_note_reaches_the_agent(new_page, login, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
-    approval = make_pending(launch, drive)
+    approval = pending()
     page, _ = open_queue(new_page, login, "rita")
     c = card(page, approval)
     c.get_by_label("Note to the agent").fill("Never email customers a discount code.")
@@ -145,9 +136,9 @@ HOSTILE = (
 )
 
 
-def test_hostile_arguments_render_as_text_and_run_nothing(new_page, login, launch, drive, defaults) -> None:
+def test_hostile_arguments_render_as_text_and_run_nothing(new_page, login, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
-    approval = make_pending(launch, drive, tainted_write(entry=HOSTILE, text=HOSTILE + " " + PLANTED), task=HOSTILE)
+    approval = pending(tainted_write(entry=HOSTILE, text=HOSTILE + " " + PLANTED), task=HOSTILE)
     page, watch = new_page()
     probes: list[str] = []
     page.on("request", lambda request: probes.append(request.url) if "xss-probe" in request.url else None)
@@ -171,9 +162,9 @@ def test_hostile_arguments_render_as_text_and_run_nothing(new_page, login, launc
     assert watch.dialogs == []
 
 
-def test_operator_sees_no_buttons_and_a_forged_post_is_refused(new_page, login, launch, drive, defaults) -> None:
+def test_operator_sees_no_buttons_and_a_forged_post_is_refused(new_page, login, pending, launch, drive, defaults) -> None:
     person("otto", "operator")
-    approval = make_pending(launch, drive)
+    approval = pending()
     page, _ = open_queue(new_page, login, "otto")
     c = card(page, approval)
     expect(c.get_by_role("heading", name="ledger_write")).to_be_visible()
@@ -189,15 +180,15 @@ def test_operator_sees_no_buttons_and_a_forged_post_is_refused(new_page, login, 
     assert Run.objects.get(pk=approval.run_id).transitions.filter(kind="decision").count() == 0
 
 
-def test_queue_updates_itself_without_a_reload(new_page, login, launch, drive, defaults) -> None:
+def test_queue_updates_itself_without_a_reload(new_page, login, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     rob = person("rob", "reviewer")
     page, watch = open_queue(new_page, login, "rita")
     expect(page.get_by_text("Nothing to review.")).to_be_visible()
     page.evaluate("document.body.dataset.sameDocument = 'yes'")  # gone if the page reloads
-    approval = make_pending(launch, drive, task="arrives while the page is open")
+    approval = pending(task="arrives while the page is open")
     expect(card(page, approval)).to_contain_text("arrives while the page is open", timeout=POLL)
-    expect(page.locator("#nav-badge")).to_have_text("1", timeout=POLL)
+    expect(page.locator("#nav-badge .count")).to_have_text("1", timeout=POLL)
     expect(page.get_by_text("Nothing to review.")).to_have_count(0)
     # A reviewer typing a note keeps the text while polls come and go.
     note = card(page, approval).get_by_label("Note to the agent")
@@ -213,30 +204,31 @@ def test_queue_updates_itself_without_a_reload(new_page, login, launch, drive, d
     assert page.evaluate("document.body.dataset.sameDocument") == "yes"
 
 
-def test_keyboard_moves_between_cards_and_approves(new_page, login, launch, drive, defaults) -> None:
+def test_keyboard_moves_between_cards_and_approves(new_page, login, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
-    first = make_pending(launch, drive, task="first")
-    second = make_pending(launch, drive, task="second")
+    first = pending(task="first")
+    second = pending(task="second")
     page, _ = open_queue(new_page, login, "rita")
     expect(card(page, second)).to_be_visible()
     page.keyboard.press("j")
     page.keyboard.press("j")
-    expect(card(page, second)).to_have_class(re.compile(r"\bselected\b"))
+    expect(card(page, second)).to_be_focused()
     page.keyboard.press("k")
-    expect(card(page, first)).to_have_class(re.compile(r"\bselected\b"))
+    expect(card(page, first)).to_be_focused()
     page.keyboard.press("a")
     expect(card(page, first).locator(".decision")).to_contain_text("Approved by rita")
     assert Approval.objects.get(pk=second.pk).status == "pending"
 
 
-def test_picking_a_filter_narrows_the_queue(new_page, login, launch, drive, defaults) -> None:
+def test_picking_a_filter_narrows_the_queue(new_page, login, pending, launch, drive, defaults) -> None:
     person("rita", "reviewer")
-    write = make_pending(launch, drive)
+    write = pending()
     AgentProfile.objects.filter(name="scripted").update(always_ask_tools=["echo"])
-    echo = make_pending(launch, drive, [call("echo", text="hello"), final()])
+    echo = pending([call("echo", text="hello"), final()])
     page, _ = open_queue(new_page, login, "rita")
     expect(card(page, write)).to_be_visible()
     page.get_by_label("Tool").select_option("echo")
+    page.get_by_role("button", name="Filter").click()
     page.wait_for_url("**/reviews/?*tool=echo*")
     expect(card(page, echo)).to_be_visible()
     expect(card(page, write)).to_have_count(0)
@@ -272,9 +264,9 @@ def test_outcome_unknown_card_records_what_happened(new_page, login, screenshot,
     assert ToolCall.objects.get(run=run).result == {"ok": True, "result": "The charge is on the statement: it went through."}
 
 
-def test_a_refused_answer_is_shown_not_swallowed(new_page, login, launch, drive, defaults) -> None:
+def test_a_refused_answer_is_shown_not_swallowed(new_page, login, pending, launch, drive, defaults) -> None:
     rita = person("rita", "reviewer")
-    approval = make_pending(launch, drive)
+    approval = pending()
     page, watch = open_queue(new_page, login, "rita")
     rita.groups.clear()  # her role is withdrawn while the page is open
     card(page, approval).get_by_role("button", name="Approve").click()

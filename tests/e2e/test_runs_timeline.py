@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from agents import store
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, Run
-from tests.conftest import PASSWORD, person
+from tests.helpers import PASSWORD, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -84,7 +84,7 @@ def llama_cpp_context_error(n_prompt: int = 9000, n_ctx: int = 8192) -> dict[str
 def ollama_check(body: Any) -> Any:
     """Ollama's OpenAI-compatible endpoint decodes every replayed tool call's
     `arguments` into an object and answers 400 when one is not valid JSON."""
-    from tests.llm.conftest import Reply
+    from tests.llm.provider import Reply
 
     for message in body.get("messages", []):
         for call in message.get("tool_calls") or []:
@@ -100,7 +100,7 @@ def ollama_check(body: Any) -> Any:
 def anthropic_check(body: Any) -> Any:
     """The Messages API's own checks that our requests could trip: text blocks need
     non-whitespace text, and at most four blocks may carry cache_control."""
-    from tests.llm.conftest import Reply
+    from tests.llm.provider import Reply
 
     blocks = [*body.get("tools", []), *(body["system"] if isinstance(body.get("system"), list) else [])]
     for message in body.get("messages", []):

@@ -9,7 +9,7 @@ from agents.llm.anthropic import AnthropicClient, wire_messages
 from agents.llm.http import HttpOptions
 from agents.models import AgentProfile
 from agents.tools.demo import TOOLS
-from tests.llm.conftest import Reply
+from tests.llm.provider import Reply
 from tests.llm.shapes import anthropic_error, anthropic_message
 
 KEY = "sk-ant-api03-test-0123456789"

@@ -9,8 +9,8 @@ from itertools import pairwise
 import pytest
 
 from agents.models import AgentProfile
-from tests.conftest import person
-from tests.llm.conftest import Reply
+from tests.helpers import person
+from tests.llm.provider import Reply
 from tests.llm.shapes import AnthropicPromptCache, anthropic_message, openai_completion
 
 # Long enough that caching it matters (and that a real model would cache it).

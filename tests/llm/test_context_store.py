@@ -8,8 +8,8 @@ import pytest
 
 from agents.models import AgentProfile
 from agents.verify import verify_run
-from tests.conftest import person
-from tests.llm.conftest import Reply
+from tests.helpers import person
+from tests.llm.provider import Reply
 from tests.llm.shapes import openai_completion
 
 QUERIES = ["shipping", "refund", "password", "discount", "hours", "shipping Canada", "refund policy", "opening hours"]

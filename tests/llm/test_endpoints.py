@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from agents.models import AgentProfile, Message, Run, Transition
-from tests.llm.conftest import Reply
+from tests.llm.provider import Reply
 from tests.llm.shapes import anthropic_message, openai_completion
 
 OPENAI_KEY = "sk-test-0123456789abcdef"

@@ -11,7 +11,7 @@ from agents.llm.http import HttpOptions
 from agents.llm.openai import OpenAIClient, wire_messages
 from agents.models import AgentProfile, ToolCall
 from agents.tools.demo import TOOLS
-from tests.llm.conftest import Reply
+from tests.llm.provider import Reply
 from tests.llm.shapes import openai_completion, openai_error
 
 KEY = "sk-test-0123456789abcdef"

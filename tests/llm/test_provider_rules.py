@@ -15,7 +15,7 @@ from agents.llm.http import HttpOptions
 from agents.llm.openai import OpenAIClient
 from agents.models import AgentProfile, ToolCall
 from agents.tools.demo import TOOLS
-from tests.llm.conftest import ANTHROPIC_KEY, OPENAI_KEY, Reply
+from tests.llm.provider import ANTHROPIC_KEY, OPENAI_KEY, Reply
 from tests.llm.shapes import (
     anthropic_check,
     anthropic_error,

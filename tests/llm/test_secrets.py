@@ -10,7 +10,7 @@ import pytest
 
 from agents.export import export_run
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall, Transition
-from tests.llm.conftest import Reply
+from tests.llm.provider import Reply
 from tests.llm.shapes import openai_error
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,6 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import AgentProfile, McpServer, Run
-from tests.workers.conftest import broker_url, cluster  # noqa: F401 - the real-worker fixtures
 
 BASE = Path(__file__).resolve().parents[2]
 EXAMPLE = BASE / "examples" / "mcp_server.py"

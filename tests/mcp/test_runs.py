@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from agents.actions import approval_decide
 from agents.models import Approval, McpServer, McpTool, Message, ToolCall
 from agents.verify import verify_run
-from tests.conftest import call, final
+from tests.helpers import call, final
 from tests.mcp.conftest import command, stdio_command, stray_children
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,7 +27,7 @@ def kinds(run) -> list[str]:
 
 @pytest.fixture
 def rita(defaults) -> User:
-    from tests.conftest import person
+    from tests.helpers import person
 
     return person("rita", "reviewer")
 

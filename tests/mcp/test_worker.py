@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from agents.actions import approval_decide
 from agents.models import Approval, Run, ToolCall
-from tests.conftest import call, final, person
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import call, final, person, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents import notify
 from agents.actions import approval_decide
 from agents.models import NotificationPreference, OutboxEvent
-from tests.conftest import person
+from tests.helpers import person
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agents.models import Approval, OutboxEvent
 from agents.tasks import sweep
-from tests.conftest import call
+from tests.helpers import call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
 from agents.engine.step import Transition
 from agents.models import Approval, OutboxEvent, Run
-from tests.conftest import at_once, call, final, person, requires_postgres
+from tests.helpers import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db
 

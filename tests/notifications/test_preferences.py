@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents import notify
 from agents.models import NotificationPreference
-from tests.conftest import person
+from tests.helpers import person
 
 pytestmark = pytest.mark.django_db
 

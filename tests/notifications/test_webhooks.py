@@ -17,7 +17,7 @@ from django.test import Client
 from agents import notify
 from agents.actions import approval_decide, run_launch
 from agents.models import Delivery, DeliveryAttempt, OutboxEvent, Webhook
-from tests.conftest import person
+from tests.helpers import person
 from tests.webhook_receiver import Receiver, add_webhook
 
 pytestmark = pytest.mark.django_db

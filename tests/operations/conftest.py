@@ -5,4 +5,3 @@ from __future__ import annotations
 
 from tests.reliability.conftest import own_redis  # noqa: F401
 from tests.reliability.test_database_restart import postgres  # noqa: F401
-from tests.workers.conftest import broker_url, cluster  # noqa: F401

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import httpx
 
+from tests.helpers import wait_for
 from tests.reliability.conftest import RedisServer
 from tests.reliability.servers import PrivatePostgres, manage, start_web
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 
 def probe(base: str, path: str) -> httpx.Response:

@@ -14,8 +14,8 @@ from django.test import override_settings
 
 from agents import telemetry
 from agents.logs import JsonFormatter, RunContextFilter
-from tests.conftest import call, final
-from tests.workers.conftest import BASE
+from tests.helpers import call, final
+from tests.workers.cluster import BASE
 
 pytestmark = pytest.mark.django_db
 

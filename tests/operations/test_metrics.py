@@ -16,8 +16,7 @@ from agents import metrics
 from agents.actions import approval_decide, run_cancel
 from agents.engine import states
 from agents.models import AgentProfile, Approval, Run, Transition
-from tests.conftest import call, final, person
-from tests.reviews.conftest import tainted_write
+from tests.helpers import call, final, person, tainted_write
 
 pytestmark = pytest.mark.django_db
 

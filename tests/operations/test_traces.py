@@ -18,10 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agents import telemetry
 from agents.actions import approval_decide
 from agents.models import Approval, Run, ToolCall
-from tests.conftest import call, final, person
+from tests.helpers import call, final, person, tainted_write
 from tests.operations import otlp
-from tests.reviews.conftest import tainted_write
-from tests.workers.conftest import BASE
+from tests.workers.cluster import BASE
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ import pytest
 from django.test import override_settings
 
 from agents.models import Run, ToolCall
-from tests.conftest import call, final
+from tests.helpers import call, final, wait_for
 from tests.operations import otlp
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from agents.models import AgentProfile
-from tests.conftest import person
+from tests.helpers import person
 
 pytestmark = pytest.mark.django_db
 

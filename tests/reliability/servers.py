@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.workers.conftest import BASE, Cluster, free_port, wait_for
+from tests.helpers import wait_for
+from tests.workers.cluster import BASE, Cluster, free_port
 
 
 def _pg_bin() -> Path:
@@ -123,3 +124,41 @@ def login(base: str, username: str, password: str) -> httpx.Client:
     )
     assert answer.status_code == 302, answer.text[:500]
     return client
+
+
+class RedisServer:
+    """A redis-server of our own on a free loopback port: the shared one is never
+    stopped or flushed."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.tmp = tmp
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import socket
+
+        server = shutil.which("redis-server")
+        assert server, "redis-server is not installed"
+        argv = [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.tmp)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def up() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(up, timeout=20, what="private redis-server")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+    def flushall(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        client.flushall()
+        client.close()

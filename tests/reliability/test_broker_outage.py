@@ -15,9 +15,9 @@ from django.contrib.auth.models import User
 from agents.models import LedgerEntry, Run
 from agents.tokens import token_create
 from agents.verify import verify_run
-from tests.reliability.conftest import RedisServer
-from tests.reliability.servers import start_web
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import wait_for
+from tests.reliability.servers import RedisServer, start_web
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

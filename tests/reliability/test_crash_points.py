@@ -10,7 +10,7 @@ import pytest
 
 from agents import faults
 from agents.models import Approval, Run
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.helpers import wait_for
 from tests.reliability.servers import SUPERUSER, PrivatePostgres, login, manage, pg_bin_available, start_web
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

@@ -9,16 +9,16 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import faults, store
+from agents import store
 from agents.models import AgentProfile, Message, Run, ToolCall
-from tests.conftest import call, final, requires_postgres
-from tests.workers.conftest import wait_for
+from tests.helpers import call, final, requires_postgres, wait_for
+from tests.reliability import fault_tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-TEN_MB = faults.TEN_MB
-# The same tool the worker processes get with AIRLOCK_FAULT_TOOLS=1.
-SPEC = next(spec for spec in faults.fault_tools() if spec.name == "hostile")
+TEN_MB = fault_tools.TEN_MB
+# The same tool the worker processes get with AIRLOCK_EXTRA_TOOLS.
+SPEC = next(spec for spec in fault_tools.TOOLS if spec.name == "hostile")
 
 
 def run_with_hostile_tool(launch, kind: str) -> Run:
@@ -101,7 +101,7 @@ def worker_threads(proc) -> int:
 @requires_postgres()
 def test_a_worker_processing_10_mb_results_keeps_its_memory_bounded(cluster, launch) -> None:
     AgentProfile.objects.filter(name="scripted").update(tools=None)
-    worker = cluster.start_worker("w1", AIRLOCK_FAULT_TOOLS="1")
+    worker = cluster.start_worker("w1", AIRLOCK_EXTRA_TOOLS=fault_tools.__name__)
 
     def one_run() -> None:
         run = launch([call("hostile", kind="huge"), final("survived")])

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from agents.models import AgentProfile
-from tests.llm.conftest import Reply, provider  # noqa: F401  (the fake provider fixture)
+from tests.llm.provider import Reply
 from tests.llm.shapes import openai_completion, openai_error
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,9 +17,9 @@ import pytest
 from agents import faults
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
-from tests.conftest import call, final
+from tests.helpers import call, final, wait_for
 from tests.reliability.test_crash_points import EXPECTED
-from tests.workers.conftest import BASE, MARKS, Cluster, wait_for
+from tests.workers.cluster import BASE, MARKS, Cluster
 
 pytestmark = MARKS
 

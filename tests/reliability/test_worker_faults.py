@@ -8,8 +8,9 @@ import signal
 
 from agents.models import AgentProfile, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
-from tests.conftest import call, final
-from tests.workers.conftest import LEASE_SECONDS, MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.reliability import fault_tools
+from tests.workers.cluster import LEASE_SECONDS, MARKS, Cluster
 
 pytestmark = MARKS
 
@@ -88,12 +89,12 @@ def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, own_redis, laun
 
 
 def test_a_poison_tool_fails_its_run_while_other_runs_keep_moving(cluster: Cluster, launch) -> None:
-    # `crash` exits the process that runs it, every time (AIRLOCK_FAULT_TOOLS=1).
+    # `crash` exits the process that runs it, every time (tests/reliability/fault_tools.py).
     AgentProfile.objects.filter(name="scripted").update(tools=None)
     # The threaded worker dies whole, with every run it holds, each time; the test
     # restarts it as a supervisor would.
-    cluster.start_worker("w1", AIRLOCK_FAULT_TOOLS="1")
-    cluster.start_beat(AIRLOCK_FAULT_TOOLS="1")
+    cluster.start_worker("w1", AIRLOCK_EXTRA_TOOLS=fault_tools.__name__)
+    cluster.start_beat(AIRLOCK_EXTRA_TOOLS=fault_tools.__name__)
     poison = launch([call("crash"), final("never")])
 
     def crashed() -> bool:

@@ -10,8 +10,7 @@ from django.contrib.auth.models import User
 from agents import faults
 from agents.engine.decisions import DECISIONS
 from agents.models import Approval, Message, Run, ToolCall
-from tests.conftest import call, final
-from tests.reviews.conftest import CsrfClient, person
+from tests.helpers import CsrfClient, call, final, person
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agents.actions import approval_decide, approval_expire
 from agents.models import Approval, LedgerEntry, Run
-from tests.conftest import call, final, person
+from tests.helpers import call, final, person
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Approval
-from tests.conftest import call, final
-from tests.reviews.conftest import tainted_write
+from tests.helpers import call, final, tainted_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,9 +16,10 @@ def test_queue_needs_login(client) -> None:
 
 
 def test_a_poll_after_logout_sends_the_page_to_login(client) -> None:
+    page = {"HX-Request": "true", "HX-Current-URL": "http://testserver/reviews/?tool=echo"}
     for url in ("/reviews/list/", "/reviews/badge/"):
-        response = client.get(url, headers={"HX-Request": "true"})
-        assert response.status_code == 200 and response.headers["HX-Redirect"] == "/login/?next=/reviews/"
+        response = client.get(url, headers=page)
+        assert response.status_code == 200 and response.headers["HX-Redirect"] == "/login/?next=/reviews/%3Ftool%3Decho"
         assert client.get(url).status_code == 302  # a plain request gets the usual redirect
 
 
@@ -148,7 +148,10 @@ def test_badge_counts_pending(pending, rita, as_user) -> None:
     pending()
     pending()
     body = client.get("/reviews/badge/").content.decode()
-    assert 'aria-label="2 pending">2</span>' in body and 'hx-trigger="every 3s, approvalDecided from:body"' in body
+    # The count is visible text with its meaning spelled out for screen readers, and
+    # data-count feeds the page's one live region.
+    assert '<span class="badge count">2</span><span class="visually-hidden"> pending</span>' in body
+    assert 'data-count="2"' in body and 'hx-trigger="every 3s, approvalDecided from:body"' in body
 
 
 def test_every_page_loads_the_badge_and_the_queue_renders_it(rita, as_user) -> None:

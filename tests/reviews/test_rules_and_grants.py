@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import AgentProfile, Grant, Run
-from tests.conftest import call, final
-from tests.reviews.conftest import tainted_write
+from tests.helpers import call, final, tainted_write
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

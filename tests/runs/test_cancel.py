@@ -3,16 +3,15 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Run, Transition
-from tests.conftest import call, final
-from tests.runs.conftest import client_for, csrf_post
+from tests.helpers import call, client_for, csrf_post, final
 
 pytestmark = pytest.mark.django_db
 
 
-def test_operator_cancels_with_a_reason(launch, drive, launcher, operator) -> None:
-    run = launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=launcher)
+def test_operator_cancels_with_a_reason(launch, drive, lena, otto) -> None:
+    run = launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=lena)
     drive(run)  # now waiting for a reviewer
-    c = client_for(operator)
+    c = client_for(otto)
     page = c.get(f"/runs/{run.pk}/").content.decode()
     assert "Cancel run…" in page and f'action="/runs/{run.pk}/cancel/"' in page
     response = csrf_post(c, f"/runs/{run.pk}/cancel/", {"reason": "wrong invoice batch"})
@@ -20,24 +19,24 @@ def test_operator_cancels_with_a_reason(launch, drive, launcher, operator) -> No
     run.refresh_from_db()
     assert run.state == "cancelled"
     t = Transition.objects.get(run=run, seq=run.version)
-    assert (t.kind, t.to_state, t.actor) == ("cancel", "cancelled", "user:olga")
-    assert t.payload["reason"] == "cancelled by olga: wrong invoice batch"
+    assert (t.kind, t.to_state, t.actor) == ("cancel", "cancelled", "user:otto")
+    assert t.payload["reason"] == "cancelled by otto: wrong invoice batch"
     assert run.approvals.get().status == "expired"
     html = c.get(response.url).content.decode()
-    assert "cancelled by olga: wrong invoice batch" in html and "Cancel run…" not in html
+    assert "cancelled by otto: wrong invoice batch" in html and "Cancel run…" not in html
 
 
-def test_cancel_without_csrf_token_is_refused(launch, operator) -> None:
-    run = launch([final()], user=operator)
-    response = client_for(operator).post(f"/runs/{run.pk}/cancel/", {"reason": "x"})
+def test_cancel_without_csrf_token_is_refused(launch, otto) -> None:
+    run = launch([final()], user=otto)
+    response = client_for(otto).post(f"/runs/{run.pk}/cancel/", {"reason": "x"})
     assert response.status_code == 403
     assert Run.objects.get(pk=run.pk).state == "queued"
 
 
-@pytest.mark.parametrize("who", ["launcher", "reviewer", "stranger"])
-def test_non_operator_cannot_cancel_and_nothing_is_recorded(request, who, launch, launcher) -> None:
+@pytest.mark.parametrize("who", ["lena", "rita", "nina"])
+def test_non_operator_cannot_cancel_and_nothing_is_recorded(request, who, launch, lena) -> None:
     user = request.getfixturevalue(who)
-    run = launch([final()], user=launcher)
+    run = launch([final()], user=lena)
     c = client_for(user)
     assert "Cancel run…" not in c.get(f"/runs/{run.pk}/").content.decode()
     response = csrf_post(c, f"/runs/{run.pk}/cancel/", {"reason": "mine"})
@@ -45,19 +44,19 @@ def test_non_operator_cannot_cancel_and_nothing_is_recorded(request, who, launch
     assert (Run.objects.get(pk=run.pk).state, Transition.objects.filter(run=run).count()) == ("queued", 1)
 
 
-def test_launcher_gets_403_on_own_run(launch, launcher) -> None:
-    run = launch([final()], user=launcher)
-    assert csrf_post(client_for(launcher), f"/runs/{run.pk}/cancel/").status_code == 403
+def test_launcher_gets_403_on_own_run(launch, lena) -> None:
+    run = launch([final()], user=lena)
+    assert csrf_post(client_for(lena), f"/runs/{run.pk}/cancel/").status_code == 403
 
 
-def test_cancelling_a_finished_run_changes_nothing(launch, drive, operator) -> None:
-    run = drive(launch([final()], user=operator))
-    c = client_for(operator)
+def test_cancelling_a_finished_run_changes_nothing(launch, drive, otto) -> None:
+    run = drive(launch([final()], user=otto))
+    c = client_for(otto)
     response = csrf_post(c, f"/runs/{run.pk}/cancel/", {"reason": "late"}, follow=True)
     assert b"already ended (done)" in response.content
     assert Run.objects.get(pk=run.pk).version == run.version
 
 
-def test_cancel_refuses_get(launch, operator) -> None:
-    run = launch([final()], user=operator)
-    assert client_for(operator).get(f"/runs/{run.pk}/cancel/").status_code == 405
+def test_cancel_refuses_get(launch, otto) -> None:
+    run = launch([final()], user=otto)
+    assert client_for(otto).get(f"/runs/{run.pk}/cancel/").status_code == 405

@@ -4,15 +4,14 @@ import json
 
 import pytest
 
-from tests.conftest import call, final
-from tests.runs.conftest import client_for
+from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db
 
 
-def test_owner_downloads_the_run_as_json(launch, drive, launcher) -> None:
-    run = drive(launch([call("echo", text="hello"), final("bye")], user=launcher, task="say hello"))
-    response = client_for(launcher).get(f"/runs/{run.pk}/export/")
+def test_owner_downloads_the_run_as_json(launch, drive, lena) -> None:
+    run = drive(launch([call("echo", text="hello"), final("bye")], user=lena, task="say hello"))
+    response = client_for(lena).get(f"/runs/{run.pk}/export/")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("application/json")
     assert response["Content-Disposition"] == f'attachment; filename="airlock-run-{run.pk}.json"'
@@ -23,12 +22,12 @@ def test_owner_downloads_the_run_as_json(launch, drive, launcher) -> None:
     assert doc["script"][0]["calls"][0]["tool"] == "echo" and doc["script"][1] == {"final": "bye"}
 
 
-def test_reviewer_may_export_but_another_launcher_may_not(launch, launcher, other_launcher, reviewer) -> None:
-    run = launch([final()], user=launcher)
-    assert client_for(reviewer).get(f"/runs/{run.pk}/export/").status_code == 200
-    assert client_for(other_launcher).get(f"/runs/{run.pk}/export/").status_code == 404
+def test_reviewer_may_export_but_another_launcher_may_not(launch, lena, leo, rita) -> None:
+    run = launch([final()], user=lena)
+    assert client_for(rita).get(f"/runs/{run.pk}/export/").status_code == 200
+    assert client_for(leo).get(f"/runs/{run.pk}/export/").status_code == 404
 
 
-def test_export_refuses_post(launch, operator) -> None:
-    run = launch([final()], user=operator)
-    assert client_for(operator, csrf=False).post(f"/runs/{run.pk}/export/").status_code == 405
+def test_export_refuses_post(launch, otto) -> None:
+    run = launch([final()], user=otto)
+    assert client_for(otto, csrf=False).post(f"/runs/{run.pk}/export/").status_code == 405

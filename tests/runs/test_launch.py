@@ -6,7 +6,7 @@ import pytest
 from django.test import override_settings
 
 from agents.models import Run, Transition
-from tests.runs.conftest import client_for, csrf_post, person
+from tests.helpers import client_for, csrf_post, person
 
 pytestmark = pytest.mark.django_db
 
@@ -19,15 +19,15 @@ def form(**overrides):
     return data
 
 
-def test_launcher_sees_profiles_with_description_model_and_tools(launcher) -> None:
-    html = client_for(launcher).get("/runs/new/").content.decode()
+def test_launcher_sees_profiles_with_description_model_and_tools(lena) -> None:
+    html = client_for(lena).get("/runs/new/").content.decode()
     assert "A help-desk agent with an offline, deterministic planner" in html
     assert "demo-planner" in html and "<code>fetch_fixture</code>" in html
     assert 'name="script"' in html and 'name="max_steps"' in html
 
 
-def test_launch_redirects_to_the_new_runs_timeline(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(max_steps="5", approver="none"))
+def test_launch_redirects_to_the_new_runs_timeline(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(max_steps="5", approver="none"))
     run = Run.objects.get()
     assert response.status_code == 302 and response.url == f"/runs/{run.pk}/"
     assert (run.created_by.username, run.task, run.approver, run.state) == ("lena", "say hi", "none", "queued")
@@ -36,8 +36,8 @@ def test_launch_redirects_to_the_new_runs_timeline(launcher) -> None:
     assert Transition.objects.get(run=run).actor == "user:lena"
 
 
-def test_looser_limits_are_refused_on_the_field(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(max_steps="500"))
+def test_looser_limits_are_refused_on_the_field(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(max_steps="500"))
     html = response.content.decode()
     assert response.status_code == 400 and not Run.objects.exists()
     assert '<p class="error" id="max_steps-error">max_steps may only tighten the profile&#x27;s 20, not 500</p>' in html
@@ -45,66 +45,66 @@ def test_looser_limits_are_refused_on_the_field(launcher) -> None:
     assert "say hi" in html  # what was typed stays
 
 
-def test_empty_task_is_refused_inline(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(task="   "))
+def test_empty_task_is_refused_inline(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(task="   "))
     assert response.status_code == 400 and not Run.objects.exists()
     assert '<p class="error" id="task-error">the task must be non-empty text</p>' in response.content.decode()
 
 
-def test_bad_script_json_is_refused_inline(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(script='[{"final": "x"'))
+def test_bad_script_json_is_refused_inline(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(script='[{"final": "x"'))
     html = response.content.decode()
     assert response.status_code == 400 and not Run.objects.exists()
     assert '<p class="error" id="script-error">not valid JSON' in html
 
 
-def test_script_of_the_wrong_shape_is_refused_inline(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(script='[{"say": "x"}]'))
+def test_script_of_the_wrong_shape_is_refused_inline(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(script='[{"say": "x"}]'))
     assert response.status_code == 400 and not Run.objects.exists()
     assert "script item 0 needs exactly one of" in response.content.decode()
 
 
-def test_demo_profile_ignores_the_hidden_script_box(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(agent="demo"))
+def test_demo_profile_ignores_the_hidden_script_box(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(agent="demo"))
     run = Run.objects.get()
     assert response.status_code == 302 and run.profile.name == "demo" and run.script is None
 
 
-def test_unknown_agent_is_refused(launcher) -> None:
-    response = csrf_post(client_for(launcher), "/runs/new/", form(agent="nope"))
+def test_unknown_agent_is_refused(lena) -> None:
+    response = csrf_post(client_for(lena), "/runs/new/", form(agent="nope"))
     assert response.status_code == 400 and not Run.objects.exists()
 
 
 @override_settings(AIRLOCK_ALLOW_SCRIPTED=False)
-def test_without_scripted_runs_the_form_offers_no_script(launcher) -> None:
-    html = client_for(launcher).get("/runs/new/").content.decode()
+def test_without_scripted_runs_the_form_offers_no_script(lena) -> None:
+    html = client_for(lena).get("/runs/new/").content.decode()
     assert 'name="script"' not in html and 'value="scripted"' not in html
-    response = csrf_post(client_for(launcher), "/runs/new/", form())
+    response = csrf_post(client_for(lena), "/runs/new/", form())
     assert response.status_code == 400 and not Run.objects.exists()
 
 
-def test_operator_cannot_launch_unless_also_launcher(operator, defaults) -> None:
-    c = client_for(operator)
+def test_operator_cannot_launch_unless_also_launcher(otto, defaults) -> None:
+    c = client_for(otto)
     assert c.get("/runs/new/").status_code == 403
     assert csrf_post(c, "/runs/new/", form()).status_code == 403
     assert not Run.objects.exists()
-    both = person("otto", "operator", "launcher")
+    both = person("olive", "operator", "launcher")
     assert csrf_post(client_for(both), "/runs/new/", form()).status_code == 302
 
 
-def test_launch_without_csrf_token_is_refused(launcher) -> None:
-    response = client_for(launcher).post("/runs/new/", form())
+def test_launch_without_csrf_token_is_refused(lena) -> None:
+    response = client_for(lena).post("/runs/new/", form())
     assert response.status_code == 403 and not Run.objects.exists()
 
 
-def test_launch_form_needs_login_and_refuses_put(client, launcher) -> None:
+def test_launch_form_needs_login_and_refuses_put(client, lena) -> None:
     assert client.get("/runs/new/").status_code == 302
-    assert client_for(launcher, csrf=False).put("/runs/new/").status_code == 405
+    assert client_for(lena, csrf=False).put("/runs/new/").status_code == 405
 
 
-def test_nav_shows_launch_only_to_launchers(launcher, operator) -> None:
-    assert b'href="/runs/new/"' in client_for(launcher).get("/runs/").content
-    assert b'href="/runs/new/"' not in client_for(operator).get("/runs/").content
+def test_nav_shows_launch_only_to_launchers(lena, otto) -> None:
+    assert b'href="/runs/new/"' in client_for(lena).get("/runs/").content
+    assert b'href="/runs/new/"' not in client_for(otto).get("/runs/").content
 
 
 def test_demo_scenarios_are_offered_and_launch_in_one_click(defaults) -> None:

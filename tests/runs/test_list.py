@@ -8,8 +8,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agents.models import AgentProfile, Run
-from tests.conftest import call, final
-from tests.runs.conftest import client_for
+from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db
 
@@ -44,43 +43,43 @@ def test_list_needs_login(client) -> None:
     assert response.status_code == 302 and response.url.startswith("/login/")
 
 
-def test_operator_sees_every_run_newest_first(launch, operator, launcher, other_launcher) -> None:
-    a = launch([final()], user=launcher, task="alpha")
-    b = launch([final()], user=other_launcher, task="bravo")
-    response = client_for(operator).get("/runs/")
+def test_operator_sees_every_run_newest_first(launch, otto, lena, leo) -> None:
+    a = launch([final()], user=lena, task="alpha")
+    b = launch([final()], user=leo, task="bravo")
+    response = client_for(otto).get("/runs/")
     assert response.status_code == 200
     assert run_ids(response.content) == [b.pk, a.pk]
     assert b"state state-queued" in response.content
 
 
-def test_launcher_sees_only_own_runs(launch, launcher, other_launcher) -> None:
-    mine = launch([final()], user=launcher, task="mine")
-    theirs = launch([final()], user=other_launcher, task="theirs")
-    response = client_for(launcher).get("/runs/")
+def test_launcher_sees_only_own_runs(launch, lena, leo) -> None:
+    mine = launch([final()], user=lena, task="mine")
+    theirs = launch([final()], user=leo, task="theirs")
+    response = client_for(lena).get("/runs/")
     assert run_ids(response.content) == [mine.pk]
     assert str(theirs.pk).encode() + b"/" not in response.content
 
 
-def test_user_without_group_sees_no_runs(launch, launcher, stranger) -> None:
-    launch([final()], user=launcher)
-    response = client_for(stranger).get("/runs/")
+def test_user_without_group_sees_no_runs(launch, lena, nina) -> None:
+    launch([final()], user=lena)
+    response = client_for(nina).get("/runs/")
     assert response.status_code == 200 and run_ids(response.content) == []
     assert b"No runs yet." in response.content
 
 
-def test_list_shows_columns(launch, drive, operator) -> None:
+def test_list_shows_columns(launch, drive, otto) -> None:
     run = launch(
-        [call("fetch_fixture", text="hi", usage={"input_tokens": 120, "output_tokens": 30}), final("ok")], user=operator
+        [call("fetch_fixture", text="hi", usage={"input_tokens": 120, "output_tokens": 30}), final("ok")], user=otto
     )
     drive(run)
-    html = client_for(operator).get("/runs/").content.decode()
+    html = client_for(otto).get("/runs/").content.decode()
     assert "state-done" in html and ">tainted<" in html and ">150<" in html and "scripted" in html
 
 
-def test_filter_by_state_agent_taint_and_search(defaults, operator) -> None:
+def test_filter_by_state_agent_taint_and_search(defaults, otto) -> None:
     many_runs(3, state="failed", task="invoice reconciliation")
     many_runs(2, state="done", tainted=True, task="weather report")
-    c = client_for(operator)
+    c = client_for(otto)
     assert len(run_ids(c.get("/runs/?state=failed").content)) == 3
     assert len(run_ids(c.get("/runs/?tainted=yes").content)) == 2
     assert len(run_ids(c.get("/runs/?tainted=no").content)) == 3
@@ -91,10 +90,10 @@ def test_filter_by_state_agent_taint_and_search(defaults, operator) -> None:
     assert b"No runs match these filters." in c.get("/runs/?agent=demo").content
 
 
-def test_filter_by_date_range(defaults, operator) -> None:
+def test_filter_by_date_range(defaults, otto) -> None:
     old, new = many_runs(2)
     Run.objects.filter(pk=old.pk).update(created_at=timezone.now() - dt.timedelta(days=10))
-    c = client_for(operator)
+    c = client_for(otto)
     today = timezone.now().date()
     since = (today - dt.timedelta(days=1)).isoformat()
     until = (today - dt.timedelta(days=5)).isoformat()
@@ -102,17 +101,17 @@ def test_filter_by_date_range(defaults, operator) -> None:
     assert run_ids(c.get(f"/runs/?until={until}").content) == [old.pk]
 
 
-def test_bad_filter_values_are_ignored_not_errors(defaults, operator) -> None:
+def test_bad_filter_values_are_ignored_not_errors(defaults, otto) -> None:
     many_runs(2)
-    response = client_for(operator).get("/runs/?state=bogus&since=yesterday&before=garbage")
+    response = client_for(otto).get("/runs/?state=bogus&since=yesterday&before=garbage")
     assert response.status_code == 200 and len(run_ids(response.content)) == 2
 
 
-def test_pagination_walks_every_run_once_in_both_directions(defaults, operator) -> None:
+def test_pagination_walks_every_run_once_in_both_directions(defaults, otto) -> None:
     rows = many_runs(120)
     # Same timestamp for all: the id breaks ties, so no run is skipped or repeated.
     Run.objects.update(created_at=timezone.now())
-    c = client_for(operator)
+    c = client_for(otto)
     seen: list[int] = []
     pages = []
     url = "/runs/?state=done"
@@ -130,14 +129,14 @@ def test_pagination_walks_every_run_once_in_both_directions(defaults, operator) 
     assert run_ids(c.get("/runs/" + back).content) == seen[50:100]
 
 
-def test_list_runs_a_constant_number_of_queries(defaults, operator, django_assert_max_num_queries) -> None:
+def test_list_runs_a_constant_number_of_queries(defaults, otto, django_assert_max_num_queries) -> None:
     many_runs(300)
-    c = client_for(operator)
+    c = client_for(otto)
     c.get("/runs/")  # warm the session
     with django_assert_max_num_queries(6):
         response = c.get("/runs/?tainted=no&q=bulk")
     assert len(run_ids(response.content)) == 50
 
 
-def test_list_refuses_post(operator) -> None:
-    assert client_for(operator, csrf=False).post("/runs/").status_code == 405
+def test_list_refuses_post(otto) -> None:
+    assert client_for(otto, csrf=False).post("/runs/").status_code == 405

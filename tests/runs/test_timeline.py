@@ -6,8 +6,7 @@ import pytest
 
 from agents.actions import approval_decide
 from agents.models import AgentProfile, Approval, Run
-from tests.conftest import call, final
-from tests.runs.conftest import client_for
+from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db
 
@@ -27,14 +26,14 @@ def seqs(html: str) -> list[int]:
     return [int(s) for s in re.findall(r'data-seq="(\d+)"', html)]
 
 
-def test_timeline_shows_steps_verdicts_taint_approval_and_answer(priced, launch, drive, launcher, reviewer) -> None:
-    run = launch(TAINT_THEN_WRITE, user=launcher)
+def test_timeline_shows_steps_verdicts_taint_approval_and_answer(priced, launch, drive, lena, rita) -> None:
+    run = launch(TAINT_THEN_WRITE, user=lena)
     drive(run)
     approval = Approval.objects.get(run=run)
-    approval_decide(approval_id=approval.pk, user=reviewer, decision="approve", note="checked the invoice")
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", note="checked the invoice")
     run = drive(run)
     assert run.state == "done"
-    html = client_for(launcher).get(f"/runs/{run.pk}/").content.decode()
+    html = client_for(lena).get(f"/runs/{run.pk}/").content.decode()
     assert seqs(html) == list(range(1, run.version + 1))
     # the transition that tainted the run is marked, exactly once
     assert html.count("This step tainted the run") == 1
@@ -64,39 +63,39 @@ def test_timeline_shows_steps_verdicts_taint_approval_and_answer(priced, launch,
     assert "<polyline" in svg and "style=" not in svg
 
 
-def test_failed_run_shows_reason_at_top(launch, drive, operator) -> None:
-    run = launch([call("echo", text="x")], user=operator)
+def test_failed_run_shows_reason_at_top(launch, drive, otto) -> None:
+    run = launch([call("echo", text="x")], user=otto)
     drive(run)
-    html = client_for(operator).get(f"/runs/{run.pk}/").content.decode()
+    html = client_for(otto).get(f"/runs/{run.pk}/").content.decode()
     top = html.index('role="alert"')
     assert top < html.index('id="timeline"')
     assert "script exhausted" in html[top : top + 300]
 
 
-def test_long_result_is_folded_and_the_transcript_cap_is_visible(launch, drive, operator) -> None:
-    run = launch([call("fetch_fixture", text="y" * 9000), final()], user=operator)
+def test_long_result_is_folded_and_the_transcript_cap_is_visible(launch, drive, otto) -> None:
+    run = launch([call("fetch_fixture", text="y" * 9000), final()], user=otto)
     drive(run)
-    html = client_for(operator).get(f"/runs/{run.pk}/").content.decode()
+    html = client_for(otto).get(f"/runs/{run.pk}/").content.decode()
     assert "cut at the 8,000-character transcript cap" in html
     assert "[airlock: result truncated, 1000 more characters" in html
     assert html.count("<details><summary>") >= 2  # the long argument and the long result
-    more = client_for(operator).get(f"/runs/{run.pk}/?after=3", HTTP_HX_REQUEST="true").content.decode()
+    more = client_for(otto).get(f"/runs/{run.pk}/?after=3", HTTP_HX_REQUEST="true").content.decode()
     assert seqs(more)[0] == 4 and "cut at the 8,000-character transcript cap" in more
 
 
-def test_model_output_is_rendered_as_inert_text(launch, drive, operator) -> None:
-    run = launch([call("echo", text="<script>alert(1)</script>"), final("<img src=x onerror=alert(1)>")], user=operator)
+def test_model_output_is_rendered_as_inert_text(launch, drive, otto) -> None:
+    run = launch([call("echo", text="<script>alert(1)</script>"), final("<img src=x onerror=alert(1)>")], user=otto)
     drive(run)
-    html = client_for(operator).get(f"/runs/{run.pk}/").content.decode()
+    html = client_for(otto).get(f"/runs/{run.pk}/").content.decode()
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
 
 
-def test_active_run_polls_and_the_poll_stops_at_a_terminal_state(launch, drive, operator) -> None:
-    run = launch([call("echo", text="a"), final()], user=operator)
-    c = client_for(operator)
+def test_active_run_polls_and_the_poll_stops_at_a_terminal_state(launch, drive, otto) -> None:
+    run = launch([call("echo", text="a"), final()], user=otto)
+    c = client_for(otto)
     html = c.get(f"/runs/{run.pk}/").content.decode()
-    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=1" hx-trigger="every 1s"' in html
+    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=1&amp;seen=1" hx-trigger="every 1s"' in html
     drive(run)
     live = c.get(f"/runs/{run.pk}/?live=1&after=1", HTTP_HX_REQUEST="true").content.decode()
     assert 'id="poller"' in live and "hx-trigger" not in live.split("</div>")[0]
@@ -105,25 +104,25 @@ def test_active_run_polls_and_the_poll_stops_at_a_terminal_state(launch, drive, 
     assert 'state state-done" data-state="done"' in live
 
 
-def test_live_partial_of_a_running_run_keeps_polling(launch, operator) -> None:
-    run = launch([final()], user=operator)
-    live = client_for(operator).get(f"/runs/{run.pk}/?live=1&after=1", HTTP_HX_REQUEST="true").content.decode()
+def test_live_partial_of_a_running_run_keeps_polling(launch, otto) -> None:
+    run = launch([final()], user=otto)
+    live = client_for(otto).get(f"/runs/{run.pk}/?live=1&after=1", HTTP_HX_REQUEST="true").content.decode()
     assert 'hx-trigger="every 1s"' in live and seqs(live) == []
 
 
 @pytest.fixture
-def long_run(defaults, launch, drive, operator) -> Run:
+def long_run(defaults, launch, drive, otto) -> Run:
     AgentProfile.objects.filter(name="scripted").update(limits={"max_steps": 1000})
     script = [call("echo", text=f"n{i}", usage={"input_tokens": 10, "output_tokens": 5}) for i in range(130)] + [
         final()
     ]
-    run = drive(launch(script, user=operator))
+    run = drive(launch(script, user=otto))
     assert run.state == "done" and run.version > 250
     return run
 
 
-def test_long_run_loads_in_pages(long_run, operator) -> None:
-    c = client_for(operator)
+def test_long_run_loads_in_pages(long_run, otto) -> None:
+    c = client_for(otto)
     html = c.get(f"/runs/{long_run.pk}/").content.decode()
     assert seqs(html) == list(range(1, 201))
     assert 'hx-get="?after=200"' in html and 'href="?after=200"' in html
@@ -135,8 +134,8 @@ def test_long_run_loads_in_pages(long_run, operator) -> None:
     assert "<html" in page and seqs(page) == list(range(201, long_run.version + 1))
 
 
-def test_timeline_runs_a_constant_number_of_queries(long_run, operator, django_assert_max_num_queries) -> None:
-    c = client_for(operator)
+def test_timeline_runs_a_constant_number_of_queries(long_run, otto, django_assert_max_num_queries) -> None:
+    c = client_for(otto)
     c.get("/runs/")
     with django_assert_max_num_queries(12):
         c.get(f"/runs/{long_run.pk}/")
@@ -146,40 +145,40 @@ def test_timeline_runs_a_constant_number_of_queries(long_run, operator, django_a
         c.get(f"/runs/{long_run.pk}/?live=1&after=250", HTTP_HX_REQUEST="true")
 
 
-def test_launcher_cannot_read_another_users_run(launch, launcher, other_launcher) -> None:
-    theirs = launch([final()], user=other_launcher)
-    c = client_for(launcher)
+def test_launcher_cannot_read_another_users_run(launch, lena, leo) -> None:
+    theirs = launch([final()], user=leo)
+    c = client_for(lena)
     assert c.get(f"/runs/{theirs.pk}/").status_code == 404
     assert c.get(f"/runs/{theirs.pk}/?live=1&after=0", HTTP_HX_REQUEST="true").status_code == 404
     assert c.get(f"/runs/{theirs.pk}/export/").status_code == 404
 
 
-def test_reviewer_and_operator_read_any_run(launch, launcher, reviewer, operator) -> None:
-    run = launch([final()], user=launcher)
-    assert client_for(reviewer).get(f"/runs/{run.pk}/").status_code == 200
-    assert client_for(operator).get(f"/runs/{run.pk}/").status_code == 200
+def test_reviewer_and_operator_read_any_run(launch, lena, rita, otto) -> None:
+    run = launch([final()], user=lena)
+    assert client_for(rita).get(f"/runs/{run.pk}/").status_code == 200
+    assert client_for(otto).get(f"/runs/{run.pk}/").status_code == 200
 
 
-def test_unknown_run_is_404_and_login_is_required(client, operator) -> None:
-    assert client_for(operator).get("/runs/999999/").status_code == 404
+def test_unknown_run_is_404_and_login_is_required(client, otto) -> None:
+    assert client_for(otto).get("/runs/999999/").status_code == 404
     assert client.get("/runs/1/").status_code == 302
 
 
-def test_timeline_refuses_post(launch, operator) -> None:
-    run = launch([final()], user=operator)
-    assert client_for(operator, csrf=False).post(f"/runs/{run.pk}/").status_code == 405
+def test_timeline_refuses_post(launch, otto) -> None:
+    run = launch([final()], user=otto)
+    assert client_for(otto, csrf=False).post(f"/runs/{run.pk}/").status_code == 405
 
 
-def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, launch, drive, operator) -> None:
+def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, launch, drive, otto) -> None:
     AgentProfile.objects.filter(name="scripted").update(limits={"max_steps": 1000})
     script = [call("echo", text=f"n{i}") for i in range(130)] + [final()]
-    run = drive(launch(script, user=operator), max_transitions=230)
+    run = drive(launch(script, user=otto), max_transitions=230)
     assert not run.is_terminal and run.version == 231
-    c = client_for(operator)
+    c = client_for(otto)
     html = c.get(f"/runs/{run.pk}/").content.decode()
     # Rows 201.. are not loaded yet: the poller refreshes the header only, or it would
     # append new rows after a gap.
-    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=-1"' in html
+    assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=-1&amp;seen={run.version}"' in html
     live = c.get(f"/runs/{run.pk}/?live=1&after=-1", HTTP_HX_REQUEST="true").content.decode()
     assert seqs(live) == [] and 'id="run-header"' in live
     more = c.get(f"/runs/{run.pk}/?after=200", HTTP_HX_REQUEST="true").content.decode()
@@ -188,33 +187,46 @@ def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, la
     assert f"?live=1&amp;after={run.version}" in more
 
 
-def test_an_idle_poll_answers_with_the_header_only(launch, drive, operator) -> None:
-    run = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e")], user=operator))
+def test_an_idle_poll_answers_with_the_header_only(launch, drive, otto) -> None:
+    run = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e")], user=otto))
     assert run.state == "awaiting_approval"
-    live = client_for(operator).get(f"/runs/{run.pk}/?live=1&after={run.version}", HTTP_HX_REQUEST="true")
+    live = client_for(otto).get(f"/runs/{run.pk}/?live=1&after={run.version}", HTTP_HX_REQUEST="true")
     html = live.content.decode()
     assert 'id="run-header"' in html and 'hx-trigger="every 1s"' in html
     assert 'id="run-chart"' not in html and seqs(html) == []
 
 
-def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, operator, reviewer) -> None:
+def test_a_poll_leaves_the_header_alone_while_the_run_has_not_moved(launch, drive, otto) -> None:
+    # Re-rendering the header every second would take focus from its links and repeat
+    # its status line to screen readers.
+    run = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e")], user=otto))
+    c = client_for(otto)
+    url = f"/runs/{run.pk}/?live=1&after={run.version}"
+    idle = c.get(f"{url}&seen={run.version}", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-header"' not in idle and 'hx-trigger="every 1s"' in idle
+    assert f"seen={run.version}" in idle
+    moved = c.get(f"{url}&seen={run.version - 1}", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="run-header"' in moved and "Waiting for a reviewer" in moved
+
+
+def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, otto, rita) -> None:
     # approver=none: the write after a fetch is denied, recorded, and the run goes on
     denied = drive(
         launch(
             [call("fetch_fixture", text="x"), call("ledger_write", entry="e"), call("echo", nope=1), final("gave up")],
-            user=operator,
+            user=otto,
             approver="none",
         )
     )
-    html = client_for(operator).get(f"/runs/{denied.pk}/").content.decode()
+    html = client_for(otto).get(f"/runs/{denied.pk}/").content.decode()
     assert "Policy <strong>deny</strong> <code>ledger_write</code>" in html and "the run has no approver" in html
     assert '<span class="status status-denied">denied</span> — the run has no approver.' in html
     assert "invalid_arguments:" in html
     # a human rejection reaches the timeline with who and the note
-    rejected = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=operator))
+    rejected = drive(launch([call("fetch_fixture", text="x"), call("ledger_write", entry="e"), final()], user=otto))
     approval = Approval.objects.get(run=rejected, status="pending")
-    approval_decide(approval_id=approval.pk, user=reviewer, decision="reject", note="not this one")
+    approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="not this one")
     drive(rejected)
-    html = client_for(operator).get(f"/runs/{rejected.pk}/").content.decode()
+    html = client_for(otto).get(f"/runs/{rejected.pk}/").content.decode()
     assert 'decision <strong>reject</strong> on <code>ledger_write</code> by <strong class="who">rita</strong>' in html
     assert "rejected by a human reviewer (rita): not this one" in html

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from agents import store
 from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.tokens import token_create
-from tests.conftest import at_once, person, requires_postgres
+from tests.helpers import at_once, person, requires_postgres
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True), requires_postgres()]
 
@@ -51,8 +51,8 @@ def exits_from_waiting(run: Run) -> int:
     return Transition.objects.filter(run=run, from_state="awaiting_approval").count()
 
 
-def test_fifty_simultaneous_approvals_record_one_decision_and_one_ledger_row(wide_server, waiting, defaults) -> None:
-    approval = waiting()
+def test_fifty_simultaneous_approvals_record_one_decision_and_one_ledger_row(wide_server, pending, defaults) -> None:
+    approval = pending()
     people = reviewers(THREADS)
     results = race(wide_server, approval, [(token, "approve") for _user, token in people])
 
@@ -75,9 +75,9 @@ def test_fifty_simultaneous_approvals_record_one_decision_and_one_ledger_row(wid
 
 
 def test_forty_approvals_and_ten_rejections_at_once_one_wins_the_rest_agree_or_get_409(
-    wide_server, waiting, defaults
+    wide_server, pending, defaults
 ) -> None:
-    approval = waiting()
+    approval = pending()
     people = reviewers(THREADS)
     decisions = ["approve"] * 40 + ["reject"] * 10
     random.Random(9).shuffle(decisions)
@@ -107,12 +107,12 @@ def test_forty_approvals_and_ten_rejections_at_once_one_wins_the_rest_agree_or_g
     print(f"race: {won} won ({winner}); 200={decisions.count(won)} 409={THREADS - decisions.count(won)}")
 
 
-def test_fifty_reviewers_clicking_approve_in_their_browsers_at_once_run_the_call_once(wide_server, waiting) -> None:
+def test_fifty_reviewers_clicking_approve_in_their_browsers_at_once_run_the_call_once(wide_server, pending) -> None:
     """The same race through the review page's form POST: sessions and CSRF tokens."""
     from django.test import Client
     from django.utils.crypto import get_random_string
 
-    approval = waiting()
+    approval = pending()
     sessions = []
     for i in range(THREADS):
         client = Client()

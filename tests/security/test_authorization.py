@@ -19,7 +19,7 @@ from django.utils.crypto import get_random_string
 
 from agents.models import ApiToken
 from agents.tokens import token_create
-from tests.security.conftest import ROLES, USERNAMES, counts
+from tests.helpers import ROLES, USERNAMES, counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
 
@@ -30,8 +30,9 @@ LAUNCH_JSON = {"agent": "scripted", "task": "say hi", "script": [{"final": "hi"}
 # {other}: a run launched by leo (another launcher) waiting for a reviewer, {a} its
 # approval; {own}: a run launched by lena (the launcher persona); {token}: an API token.
 # 302 to a login page is how pages refuse an anonymous visitor (the admin refuses
-# non-staff the same way); a launcher asking for someone else's run on a page gets 404,
-# so run ids leak nothing; the API says 401/403 in JSON.
+# non-staff the same way); a launcher asking for someone else's run gets 404 from pages
+# and API alike (agents.access.readable_run), so run ids leak nothing; otherwise the API
+# says 401/403 in JSON.
 # fmt: off
 #            name                           method    path                                anon launcher operator reviewer superuser
 PAGES = [
@@ -89,11 +90,11 @@ API = [
     ("launch",                              "POST",   "/api/runs",                        (401, 201, 403, 403, 201)),
     ("launch, wrong method",                "PUT",    "/api/runs",                        (405, 405, 405, 405, 405)),
     ("own run",                             "GET",    "/api/runs/{own}",                  (401, 200, 200, 200, 200)),
-    ("other's run",                         "GET",    "/api/runs/{other}",                (401, 403, 200, 200, 200)),
+    ("other's run",                         "GET",    "/api/runs/{other}",                (401, 404, 200, 200, 200)),
     ("run, wrong method",                   "DELETE", "/api/runs/{other}",                (405, 405, 405, 405, 405)),
     ("run, wrong method (PATCH)",           "PATCH",  "/api/runs/{other}",                (405, 405, 405, 405, 405)),
     ("own run's transitions",               "GET",    "/api/runs/{own}/transitions",      (401, 200, 200, 200, 200)),
-    ("other's run's transitions",           "GET",    "/api/runs/{other}/transitions",    (401, 403, 200, 200, 200)),
+    ("other's run's transitions",           "GET",    "/api/runs/{other}/transitions",    (401, 404, 200, 200, 200)),
     ("cancel other's run",                  "POST",   "/api/runs/{other}/cancel",         (401, 403, 200, 403, 200)),
     ("cancel own run",                      "POST",   "/api/runs/{own}/cancel",           (401, 403, 200, 403, 200)),
     ("cancel, wrong method",                "GET",    "/api/runs/{other}/cancel",         (405, 405, 405, 405, 405)),
@@ -156,7 +157,7 @@ def is_denial(status: int, response: Any, role: str, path: str) -> bool:
 
 
 def check(
-    rows: list[tuple[str, str, str, tuple[int, ...]]], row: tuple[Any, ...], api: bool, people, waiting, caplog
+    rows: list[tuple[str, str, str, tuple[int, ...]]], row: tuple[Any, ...], api: bool, people, pending, caplog
 ) -> None:
     name, method, template, expected = row
     caplog.set_level(logging.WARNING, logger="airlock.access")
@@ -166,8 +167,8 @@ def check(
         user = people.get(role)
         # Fresh objects for each role after a change, so it does not alter the next one.
         if other is None or method not in ("GET", "HEAD"):
-            other = waiting(user=people["other"])
-            own = waiting(user=people["launcher"])
+            other = pending(user=people["other"])
+            own = pending(user=people["launcher"])
         token = ApiToken.objects.filter(user=people["other"]).first() or _token(people["other"])[0]
         ids = {"other": other.run_id, "own": own.run_id, "a": other.pk, "token": token.pk}
         path = template.format(**ids)
@@ -201,22 +202,22 @@ def _token(user: User | None) -> tuple[ApiToken, str]:
 
 
 @pytest.mark.parametrize("row", PAGES, ids=[f"{m} {p}" for _, m, p, _ in PAGES])
-def test_pages_answer_each_role_as_the_table_says(row, people, waiting, caplog) -> None:
-    check(PAGES, row, False, people, waiting, caplog)
+def test_pages_answer_each_role_as_the_table_says(row, people, pending, caplog) -> None:
+    check(PAGES, row, False, people, pending, caplog)
 
 
 @pytest.mark.parametrize("row", API, ids=[f"{m} {p}" for _, m, p, _ in API])
-def test_api_answers_each_role_as_the_table_says(row, people, waiting, caplog) -> None:
-    check(API, row, True, people, waiting, caplog)
+def test_api_answers_each_role_as_the_table_says(row, people, pending, caplog) -> None:
+    check(API, row, True, people, pending, caplog)
 
 
-def test_a_launcher_sees_nothing_of_another_launchers_run(people, waiting) -> None:
+def test_a_launcher_sees_nothing_of_another_launchers_run(people, pending) -> None:
     """Beyond status codes: the other run's task and arguments appear on no page or answer."""
     secret = "LEO-ONLY-" + get_random_string(12)
-    theirs = waiting(user=people["other"], task=f"task {secret}", script=None)
+    theirs = pending(user=people["other"], task=f"task {secret}", script=None)
     Approval = type(theirs)
     Approval.objects.filter(pk=theirs.pk).update(args={"entry": secret})
-    mine = waiting(user=people["launcher"])
+    mine = pending(user=people["launcher"])
     client = page_client(people["launcher"])
     api = Client(headers={"Authorization": f"Bearer {_token(people['launcher'])[1]}"})
     shown = [

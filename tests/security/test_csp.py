@@ -103,8 +103,8 @@ class Inline(HTMLParser):
 
 
 @pytest.fixture
-def ids(people, waiting) -> dict[str, int]:
-    approval = waiting(user=people["other"])
+def ids(people, pending) -> dict[str, int]:
+    approval = pending(user=people["other"])
     token, _raw = token_create(user=people["other"])
     return {"run": approval.run_id, "token": token.pk, "user": people["other"].pk}
 
@@ -140,7 +140,7 @@ def test_every_page_carries_the_strict_policy_and_no_inline_code(people, ids) ->
 @pytest.mark.e2e
 @pytest.mark.django_db(transaction=True)
 def test_chromium_sees_no_csp_violation_on_any_page(new_page, login, people, ids) -> None:
-    from tests.conftest import PASSWORD as PW
+    from tests.helpers import PASSWORD as PW
 
     page, watch = new_page()
     login(page, "root", PW)

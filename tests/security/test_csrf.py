@@ -11,7 +11,7 @@ from django.test import Client
 
 from agents.models import ApiToken
 from agents.tokens import token_create
-from tests.security.conftest import counts
+from tests.helpers import counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
 
@@ -46,8 +46,8 @@ def snapshot() -> dict[str, int]:
 
 
 @pytest.fixture
-def target(people, waiting) -> dict[str, int]:
-    approval = waiting(user=people["other"])
+def target(people, pending) -> dict[str, int]:
+    approval = pending(user=people["other"])
     token, _raw = token_create(user=people["other"])
     return {"run": approval.run_id, "a": approval.pk, "token": token.pk}
 

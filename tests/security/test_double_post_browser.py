@@ -7,7 +7,7 @@ import pytest
 
 from agents import store
 from agents.models import Approval, LedgerEntry, Transition
-from tests.conftest import PASSWORD as PW
+from tests.helpers import PASSWORD as PW
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
@@ -25,8 +25,8 @@ TWO_POSTS = """async ([first, second]) => {
 
 
 @pytest.mark.parametrize("second", ["approve", "reject"])
-def test_two_simultaneous_posts_from_the_page_run_the_call_once(new_page, login, people, waiting, second) -> None:
-    approval = waiting(user=people["other"])
+def test_two_simultaneous_posts_from_the_page_run_the_call_once(new_page, login, people, pending, second) -> None:
+    approval = pending(user=people["other"])
     page, _watch = new_page()
     login(page, "rita", PW)
     page.goto("/reviews/")

@@ -34,8 +34,8 @@ def hostile_urls(run_id: int, approval_id: int) -> list[str]:
     return urls
 
 
-def test_hostile_query_strings_and_ids_never_make_a_500(people, waiting) -> None:
-    approval = waiting(user=people["other"])
+def test_hostile_query_strings_and_ids_never_make_a_500(people, pending) -> None:
+    approval = pending(user=people["other"])
     client = Client(raise_request_exception=False)
     client.force_login(people["superuser"])
     failures = []

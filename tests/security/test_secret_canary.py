@@ -19,10 +19,10 @@ from django.test import Client
 
 from agents.models import AgentProfile, Run
 from agents.tokens import token_create
-from tests.conftest import requires_postgres
-from tests.llm.conftest import Reply
+from tests.helpers import requires_postgres, wait_for
+from tests.llm.provider import Reply
 from tests.llm.shapes import anthropic_error, openai_error
-from tests.workers.conftest import Cluster, wait_for
+from tests.workers.cluster import Cluster
 
 pytestmark = [pytest.mark.reliability]
 

@@ -19,8 +19,8 @@ from playwright.sync_api import expect
 from agents import store
 from agents.actions import approval_decide
 from agents.models import Approval, Message, Run
-from tests.conftest import PASSWORD as PW
-from tests.conftest import call, final
+from tests.helpers import PASSWORD as PW
+from tests.helpers import call, final
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,7 @@ from agents.actions import ActionError, approval_decide, approval_expire
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEntry, Run, ToolCall, Transition
-from tests.conftest import at_once, call, final, person, requires_postgres
+from tests.helpers import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from agents.models import AgentProfile, Approval, Run
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

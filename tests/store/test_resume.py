@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from agents import faults
 from agents.actions import approval_decide
 from agents.models import Approval, ToolCall
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ import pytest
 
 from agents.models import AgentProfile
 from agents.verify import payload_bytes
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

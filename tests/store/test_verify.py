@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from agents.models import Run
-from tests.conftest import call, final
+from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,8 @@ from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from agents.verify import verify_run
 from bench.waiting import Sampler, SlowProvider
-from tests.conftest import call, final
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

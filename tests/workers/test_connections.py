@@ -8,8 +8,8 @@ from django.db import connection
 
 from agents.models import Run
 from bench.waiting import Sampler
-from tests.conftest import call, final
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 APP = "airlock-test-worker"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from bench.waiting import SlowProvider
-from tests.workers.conftest import BASE, Cluster, wait_for
+from tests.helpers import wait_for
+from tests.workers.cluster import BASE, Cluster
 
 pytestmark = pytest.mark.worker
 

@@ -7,8 +7,8 @@ import json
 
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from tests.conftest import call, final
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

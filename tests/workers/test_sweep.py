@@ -8,10 +8,9 @@ import threading
 import pytest
 from django.utils import timezone
 
-from agents import store, tasks, wakeup
+from agents import store, tasks
 from agents.models import Approval, Run
-from tests.conftest import at_once, call, final, requires_postgres
-from tests.workers.conftest import wait_for
+from tests.helpers import at_once, call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +25,7 @@ def woken(monkeypatch) -> list[int]:
         with lock:
             sent.append(run_id)
 
-    monkeypatch.setattr(wakeup, "wake", record)
+    monkeypatch.setattr(tasks, "wake", record)
     return sent
 
 
@@ -128,5 +127,5 @@ def test_wake_logs_and_returns_when_the_broker_refuses(monkeypatch, caplog) -> N
         raise OperationalError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
     monkeypatch.setattr(tasks.advance_run, "apply_async", refuse)
-    wakeup.wake(12345)
+    tasks.wake(12345)
     assert "wake-up for run=12345 not sent (OperationalError" in caplog.text

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents import store, tasks, wakeup
 from agents.models import LedgerEntry, Run, ToolCall
-from tests.conftest import at_once, call, final, requires_postgres
+from tests.helpers import at_once, call, final, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 
 from agents.models import Delivery, OutboxEvent, Run
-from tests.conftest import final
+from tests.helpers import final, wait_for
 from tests.webhook_receiver import Receiver, add_webhook
-from tests.workers.conftest import MARKS, Cluster, wait_for
+from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 

@@ -15,8 +15,8 @@ from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.tasks import advance_run
 from agents.verify import verify_run
-from tests.conftest import call, final
-from tests.workers.conftest import BASE, MARKS, Cluster, wait_for
+from tests.helpers import call, final, wait_for
+from tests.workers.cluster import BASE, MARKS, Cluster
 
 pytestmark = MARKS
 

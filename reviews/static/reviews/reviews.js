@@ -1,43 +1,53 @@
 // The review queue's keyboard and clock. No inline handlers: a strict CSP holds.
-// j / k: next / previous card; a: Approve; r: Reject; n: focus the note field.
+// j / k: focus the next / previous card; in the focused card, a: Approve, r: Reject,
+// n: the note field. The keys act only on the card holding focus, and the
+// "Single-key shortcuts" switch turns them off (remembered in this browser).
 // The server decides every answer; these keys only click the card's real buttons.
 (function () {
   "use strict";
 
-  let selectedId = null;
+  const OFF = "airlock.shortcuts.off";
 
   function cards() {
     return Array.from(document.querySelectorAll("#queue-list .card"));
-  }
-
-  function selected() {
-    return selectedId ? document.getElementById(selectedId) : null;
-  }
-
-  function select(card) {
-    const old = selected();
-    if (old) old.classList.remove("selected");
-    selectedId = card ? card.id : null;
-    if (!card) return;
-    card.classList.add("selected");
-    card.focus({ preventScroll: true });
-    card.scrollIntoView({ block: "nearest", behavior: "smooth" });
   }
 
   function typing(target) {
     return target instanceof Element && target.closest("input, textarea, select, [contenteditable]");
   }
 
+  function enabled() {
+    const toggle = document.getElementById("shortcuts");
+    return Boolean(toggle && toggle.checked);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    const toggle = document.getElementById("shortcuts");
+    if (!toggle) return;
+    toggle.checked = window.localStorage.getItem(OFF) !== "1";
+    toggle.addEventListener("change", function () {
+      if (toggle.checked) window.localStorage.removeItem(OFF);
+      else window.localStorage.setItem(OFF, "1");
+    });
+  });
+
   document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    if (!enabled() || event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    const target = event.target instanceof Element ? event.target : document.body;
+    const current = target.closest("#queue-list .card");
+    // j / k also start from a page where nothing has focus yet; nothing else does.
+    if (!current && target !== document.body) return;
     const list = cards();
-    if (!list.length) return;
-    const current = selected();
     const index = current ? list.indexOf(current) : -1;
     let button = null;
     switch (event.key) {
-      case "j": select(list[Math.min(index + 1, list.length - 1)]); break;
-      case "k": select(list[Math.max(index - 1, 0)]); break;
+      case "j": case "k": {
+        const next = list[event.key === "j" ? Math.min(index + 1, list.length - 1) : Math.max(index - 1, 0)];
+        if (!next) return;
+        next.focus({ preventScroll: true });
+        next.scrollIntoView({ block: "nearest", behavior: "smooth" });
+        break;
+      }
       case "a": case "r":
         button = current && current.querySelector('button[data-key="' + event.key + '"]');
         if (!button || button.disabled) return;
@@ -54,15 +64,13 @@
     event.preventDefault();
   });
 
-  // Clicking into a card selects it, so the keys act on what the reviewer looks at.
-  document.addEventListener("click", function (event) {
-    const card = event.target instanceof Element && event.target.closest("#queue-list .card");
-    if (card && card.id !== selectedId) {
-      const old = selected();
-      if (old) old.classList.remove("selected");
-      selectedId = card.id;
-      card.classList.add("selected");
-    }
+  // A decision swaps its card in place, and the button that had focus goes with it:
+  // focus returns to the decided card, so the next Tab continues from there.
+  let deciding = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    const form = event.target instanceof Element && event.target.closest("form.decide");
+    const card = form && form.closest(".card");
+    if (card && card.contains(document.activeElement)) deciding = card.id;
   });
 
   // "Edit arguments" opens the card's JSON editor: the arguments field is sent only
@@ -85,10 +93,19 @@
     if (open) field.focus();
   });
 
-  // Filters apply as soon as one is picked; the Filter button stays for keyboards.
-  document.addEventListener("change", function (event) {
-    const select = event.target instanceof Element && event.target.closest("form.filters select");
-    if (select) select.form.requestSubmit();
+  function refocus(settled) {
+    const card = deciding && document.getElementById(deciding);
+    // Wait for the decided card itself (a poll may settle first); a refused answer
+    // leaves the pending card, whose disabled button dropped focus as well.
+    if (!card || (settled && card.querySelector("form.decide"))) return;
+    deciding = null;
+    const active = document.activeElement;
+    if (!active || active === document.body || !active.isConnected) card.focus({ preventScroll: true });
+  }
+
+  document.addEventListener("htmx:afterSettle", function () { refocus(true); });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (event.detail.failed) window.setTimeout(function () { refocus(false); }, 0);
   });
 
   // htmx swaps nothing on an error status: say what the server refused, as plain text.
@@ -104,12 +121,6 @@
     }
     const xhr = event.detail.xhr;
     box.textContent = "Not recorded (" + xhr.status + "): " + (xhr.status === 403 ? "only reviewers can decide." : xhr.responseText.slice(0, 300));
-  });
-
-  // A decided card is swapped in place: keep it marked as the selection.
-  document.addEventListener("htmx:afterSettle", function () {
-    const card = selected();
-    if (card) card.classList.add("selected");
   });
 
   // Cards on screen are kept as they are between polls (hx-preserve), so their

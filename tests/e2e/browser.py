@@ -1,4 +1,6 @@
-"""Browser tests: Playwright driving Debian's Chromium against the live server.
+"""Browser fixtures (registered for the whole suite by tests/conftest.py, since
+tests/security uses them too): Playwright driving Debian's Chromium against the live
+server.
 
 Every page opened through the `page` fixture records Content-Security-Policy violations,
 console errors and dialogs; a test that saw any fails at teardown.
@@ -35,16 +37,16 @@ def output_dir() -> pathlib.Path:
     return path
 
 
-def chromium_session() -> Iterator[Any]:
-    """One Chromium for the whole session: the `browser` fixture lives in tests/conftest.py
-    because tests/security uses these pages too, and Playwright's sync API cannot start a
-    second instance while one runs."""
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One Chromium for the whole session: Playwright's sync API cannot start a second
+    instance while one runs."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield browser
-        browser.close()
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield chromium
+        chromium.close()
 
 
 class PageWatch:

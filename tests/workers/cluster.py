@@ -1,4 +1,5 @@
-"""Real Celery workers and beat as subprocesses, pointed at pytest-django's test
+"""Real Celery workers and beat as subprocesses (fixtures `cluster`, `broker_url`,
+`private_redis`, registered for the whole suite by tests/conftest.py), pointed at pytest-django's test
 database and at this test run's broker (REDIS_URL, or the filesystem broker under
 var/ when it is unset). Short leases and sweeps keep the suite quick."""
 
@@ -10,16 +11,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.conf import settings
 
-from tests.conftest import requires_postgres
+from tests.helpers import requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
@@ -34,18 +33,6 @@ FAST = {
 
 # Worker processes share the test database, so it has to be a server (PostgreSQL).
 MARKS = [pytest.mark.worker, requires_postgres(), pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy (bounded); returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def worker_database_url() -> str:

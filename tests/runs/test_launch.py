@@ -128,20 +128,20 @@ def test_demo_scenarios_are_offered_and_launch_in_one_click(defaults) -> None:
     assert run.profile.name == "demo" and run.task == refund["task"] and run.created_by == user
 
 
-def test_a_launch_policy_tightens_the_run(launcher) -> None:
+def test_a_launch_policy_tightens_the_run(lena) -> None:
     policy = {"rules": [{"tool": "echo", "then": "ask", "reason": "watch this one"}], "irreversible_approvals": 2}
-    response = csrf_post(client_for(launcher), "/runs/new/", form(policy=json.dumps(policy)))
+    response = csrf_post(client_for(lena), "/runs/new/", form(policy=json.dumps(policy)))
     run = Run.objects.get()
     assert response.status_code == 302
     assert run.policy()["rules"] == [{**policy["rules"][0], "origin": "launch", "index": 1}]
     assert run.policy()["irreversible_approvals"] == 2
 
 
-def test_a_looser_launch_policy_is_refused_on_the_field(launcher) -> None:
+def test_a_looser_launch_policy_is_refused_on_the_field(lena) -> None:
     policy = {"rules": [{"tool": "echo", "then": "allow", "reason": "fine"}]}
-    response = csrf_post(client_for(launcher), "/runs/new/", form(policy=json.dumps(policy)))
+    response = csrf_post(client_for(lena), "/runs/new/", form(policy=json.dumps(policy)))
     html = response.content.decode()
     assert response.status_code == 400 and not Run.objects.exists()
     assert '<p class="error" id="policy-error">policy.rules[1].then: must be ask or deny (launch rules only tighten)' in html
-    bad_json = csrf_post(client_for(launcher), "/runs/new/", form(policy="{rules"))
+    bad_json = csrf_post(client_for(lena), "/runs/new/", form(policy="{rules"))
     assert bad_json.status_code == 400 and '<p class="error" id="policy-error">not valid JSON' in bad_json.content.decode()

@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.utils import timezone
 
-from agents import store, tasks, wakeup
+from agents import store, tasks
 from agents.models import LedgerEntry, Run, ToolCall
 from tests.helpers import at_once, call, final, requires_postgres
 
@@ -25,7 +25,7 @@ def test_each_thread_is_its_own_lease_owner() -> None:
 
 @requires_postgres()
 def test_two_threads_of_one_process_given_the_same_run_drive_it_once(launch, monkeypatch, caplog) -> None:
-    monkeypatch.setattr(wakeup, "wake", lambda run_id: None)
+    monkeypatch.setattr(tasks, "wake", lambda run_id: None)
     run = launch([call("sleep", seconds=0.5), call("ledger_write_unsafe", entry="once"), final("done")])
     with caplog.at_level(logging.INFO, logger="airlock.tasks"):
         at_once(lambda _: tasks.advance_run(run.pk), range(2))

@@ -60,7 +60,8 @@ def main() -> int:
     port = os.environ.get("PORT", "8000")
     var_dir = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # MALLOC_ARENA_MAX: a threaded worker's memory stays flat (docs/deployment.md).
+    env = {"MALLOC_ARENA_MAX": "2", **os.environ, "PYTHONUNBUFFERED": "1"}
     children: dict[str, subprocess.Popen[bytes]] = {}
     stopping = False
 

@@ -3,8 +3,13 @@ scripted runs and the diagnostic tools are allowed."""
 
 from __future__ import annotations
 
+import pytest
+
 from agents import tools
 from tests.reliability import fault_tools
+
+# The registry also offers the MCP tools an operator synced: it reads the database.
+pytestmark = pytest.mark.django_db
 
 
 def test_extra_tool_modules_join_the_diagnostic_tools(settings) -> None:

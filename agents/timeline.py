@@ -18,7 +18,7 @@ from agents.engine.step import TRANSCRIPT_CAP
 from agents.formatting import usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
-PAGE = 200
+PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
 TRUNCATION_MARK = "\n[airlock: result truncated, "
 CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 CHART_POINTS = 400

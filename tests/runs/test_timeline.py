@@ -124,14 +124,17 @@ def long_run(defaults, launch, drive, otto) -> Run:
 def test_long_run_loads_in_pages(long_run, otto) -> None:
     c = client_for(otto)
     html = c.get(f"/runs/{long_run.pk}/").content.decode()
-    assert seqs(html) == list(range(1, 201))
-    assert 'hx-get="?after=200"' in html and 'href="?after=200"' in html
-    more = c.get(f"/runs/{long_run.pk}/?after=200", HTTP_HX_REQUEST="true").content.decode()
-    assert seqs(more) == list(range(201, long_run.version + 1))
-    assert "Load more" not in more and "<html" not in more
+    assert seqs(html) == list(range(1, 51))
+    assert 'hx-get="?after=50"' in html and 'href="?after=50"' in html and "Load more transitions" in html
+    more = c.get(f"/runs/{long_run.pk}/?after=50", HTTP_HX_REQUEST="true").content.decode()
+    assert seqs(more) == list(range(51, 101)) and 'hx-get="?after=100"' in more
+    assert "<html" not in more
+    last = long_run.version - long_run.version % 50
+    end = c.get(f"/runs/{long_run.pk}/?after={last}", HTTP_HX_REQUEST="true").content.decode()
+    assert seqs(end) == list(range(last + 1, long_run.version + 1)) and "Load more" not in end
     # without htmx the same link gives a whole page starting there
-    page = c.get(f"/runs/{long_run.pk}/?after=200").content.decode()
-    assert "<html" in page and seqs(page) == list(range(201, long_run.version + 1))
+    page = c.get(f"/runs/{long_run.pk}/?after=50").content.decode()
+    assert "<html" in page and seqs(page) == list(range(51, 101)) and 'href="?after=100"' in page
 
 
 def test_timeline_runs_a_constant_number_of_queries(long_run, otto, django_assert_max_num_queries) -> None:
@@ -140,7 +143,7 @@ def test_timeline_runs_a_constant_number_of_queries(long_run, otto, django_asser
     with django_assert_max_num_queries(12):
         c.get(f"/runs/{long_run.pk}/")
     with django_assert_max_num_queries(12):
-        c.get(f"/runs/{long_run.pk}/?after=200", HTTP_HX_REQUEST="true")
+        c.get(f"/runs/{long_run.pk}/?after=50", HTTP_HX_REQUEST="true")
     with django_assert_max_num_queries(12):
         c.get(f"/runs/{long_run.pk}/?live=1&after=250", HTTP_HX_REQUEST="true")
 
@@ -176,11 +179,13 @@ def test_loading_the_rest_of_an_active_run_hands_over_to_the_poller(defaults, la
     assert not run.is_terminal and run.version == 231
     c = client_for(otto)
     html = c.get(f"/runs/{run.pk}/").content.decode()
-    # Rows 201.. are not loaded yet: the poller refreshes the header only, or it would
+    # Rows 51.. are not loaded yet: the poller refreshes the header only, or it would
     # append new rows after a gap.
     assert f'hx-get="/runs/{run.pk}/?live=1&amp;after=-1&amp;seen={run.version}"' in html
     live = c.get(f"/runs/{run.pk}/?live=1&after=-1", HTTP_HX_REQUEST="true").content.decode()
     assert seqs(live) == [] and 'id="run-header"' in live
+    middle = c.get(f"/runs/{run.pk}/?after=150", HTTP_HX_REQUEST="true").content.decode()
+    assert seqs(middle) == list(range(151, 201)) and 'id="poller"' not in middle  # 201.. still unloaded
     more = c.get(f"/runs/{run.pk}/?after=200", HTTP_HX_REQUEST="true").content.decode()
     assert seqs(more) == list(range(201, 232))
     assert 'id="poller" class="poller" hx-swap-oob="true"' in more

@@ -21,7 +21,8 @@ from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
 from .untrusted import Untrusted, untrusted
 
 RISKS = ("read", "write", "irreversible")
-PAGE = 100  # cards on one page; the queue says how many more wait
+PAGE = 25  # cards on a first page; "Show more" appends the next ones by keyset
+LOADED_MAX = 200  # cards a polling page may hold: it names them all in every poll
 # The queue's orders: value -> (label, ordering). Without an expiry a card sorts last.
 SORTS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "": ("oldest first", ("created_at", "pk")),
@@ -224,27 +225,72 @@ class OnScreen:
     placeholder: bool = True
 
 
-def queue(
-    user: Any, filters: Filters, *, keep: Iterable[int] = (), shown: Iterable[int] = ()
-) -> tuple[list[Card | OnScreen], int]:
-    """Pending cards oldest first, and how many pending cards match the filters in all.
+@dataclass
+class Page:
+    """One answer of the queue: the cards, how many match, how many wait after them."""
 
-    A polling page says which cards it has: `shown` (pending there) and `keep` (decided
-    there, to stay on screen). Those come back as stand-ins; a card shown as pending that
-    someone else decided comes back not at all, so it leaves the page.
+    items: list[Card | OnScreen]
+    matching: int  # pending cards matching the filters, in all
+    rest: int  # pending cards after the last one here
+    cursor: int | None  # the last card here: "Show more" continues after it
+
+
+class BadCursor(ValueError):
+    """A "more" cursor that names no approval the viewer can see."""
+
+
+def _beyond(anchor: Approval, sort: str) -> Q:
+    """Approvals after `anchor` in the queue's order `sort` (see SORTS): the keyset."""
+    tie = Q(created_at__gt=anchor.created_at) | Q(created_at=anchor.created_at, pk__gt=anchor.pk)
+    if sort != "expires":
+        return tie
+    if anchor.expires_at is None:  # nulls last: only other cards without an expiry follow
+        return Q(expires_at__isnull=True) & tie
+    return Q(expires_at__gt=anchor.expires_at) | Q(expires_at__isnull=True) | (Q(expires_at=anchor.expires_at) & tie)
+
+
+def queue(
+    user: Any,
+    filters: Filters,
+    *,
+    keep: Iterable[int] = (),
+    shown: Iterable[int] = (),
+    after: int | None = None,
+) -> Page:
+    """Pending cards in the chosen order, from the start or after the card `after`.
+
+    A first page holds PAGE cards. A polling page says which cards it has: `shown`
+    (pending there) and `keep` (decided there, to stay on screen); it gets as many cards
+    as it shows, so cards appended by "Show more" stay. Those come back as stand-ins; a
+    card shown as pending that someone else decided comes back not at all, so it leaves
+    the page. Raises BadCursor for an `after` the viewer cannot see.
     """
-    pending = _filtered(access.visible_approvals(user).pending(), filters)
-    keep = list(keep)[:PAGE]
+    visible = access.visible_approvals(user)
+    pending = _filtered(visible.pending(), filters)
+    keep = list(keep)[:LOADED_MAX]
+    shown = list(shown)[:LOADED_MAX]
     on_screen = set(keep) | set(shown)
-    rows = _filtered(access.visible_approvals(user).filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
+    rows = _filtered(visible.filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
+    beyond = Q()
+    if after is not None:
+        anchor = visible.filter(pk=after).only("pk", "created_at", "expires_at").first()
+        if anchor is None:
+            raise BadCursor(f"no approval {after} to continue after")
+        beyond = _beyond(anchor, filters.sort)
     order = SORTS.get(filters.sort, SORTS[""])[1]
-    approvals = list(_select(rows).order_by(*order)[: PAGE + len(keep)])
+    limit = min(max(PAGE, len(shown)), LOADED_MAX)
+    approvals = list(_select(rows.filter(beyond)).order_by(*order)[: limit + len(keep)])
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
     items: list[Card | OnScreen] = [
         OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
         for a in approvals
     ]
-    return items, pending.count()
+    matching = pending.count()
+    # The rows are a prefix of the order: every pending card up to the last one is here.
+    here = sum(1 for a in approvals if a.is_pending)
+    ahead = pending.filter(beyond).count() if after is not None else matching
+    rest = max(ahead - here, 0)
+    return Page(items, matching, rest, approvals[-1].pk if approvals and rest else None)
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:

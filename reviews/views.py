@@ -21,28 +21,57 @@ from . import cards
 from .forms import DecisionForm, FilterForm, keep_ids
 
 
+def _cursor(request: HttpRequest) -> int | None:
+    value = request.GET.get("after", "")
+    if value and not value.isdigit():
+        raise cards.BadCursor(f"the cursor {value[:20]!r} is not an approval id")
+    return int(value) if value else None
+
+
 def _queue_context(request: HttpRequest) -> dict[str, Any]:
     filters = FilterForm(request.GET).filters()
-    items, matching = cards.queue(
+    after = _cursor(request)
+    page = cards.queue(
         request.user,
         filters,
         keep=keep_ids(request.GET.getlist("keep")),
         shown=keep_ids(request.GET.getlist("shown")),
+        after=after,
     )
+    # How many cards the page holds once this answer is in: a "more" answer adds to them.
+    loaded = (keep_ids([request.GET.get("loaded", "")]) or [0])[0] if request.GET.get("more") else 0
+    loaded += len(page.items)
     return {
-        "cards": items,
-        "matching": matching,
+        "cards": page.items,
+        "matching": page.matching,
+        "rest": page.rest,
+        "cursor": page.cursor,
+        "after": after,
+        "next_count": min(page.rest, cards.PAGE),
+        "loaded": loaded,
+        # Past LOADED_MAX cards the polls would name too many: "more" becomes a new page.
+        "append": loaded + cards.PAGE <= cards.LOADED_MAX,
         "filters": filters,
         "filter_query": urlencode(filters.query()),
+        "list_query": urlencode({**filters.query(), **({"after": after} if after is not None else {})}),
         # Unfiltered, the matching count is the pending total: one COUNT, not two.
-        "pending_total": cards.pending_count(request.user) if filters.active else matching,
+        "pending_total": cards.pending_count(request.user) if filters.active else page.matching,
     }
+
+
+def _bad_cursor(exc: cards.BadCursor) -> HttpResponse:
+    return HttpResponseBadRequest(f"invalid cursor: {exc}", content_type="text/plain")
 
 
 @login_required
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
-    context = _queue_context(request)
+    """The queue page; `?after=<id>` is the page after that card (the "more" form
+    without htmx)."""
+    try:
+        context = _queue_context(request)
+    except cards.BadCursor as exc:
+        return _bad_cursor(exc)
     context["choices"] = cards.filter_choices(request.user)
     return render(request, "reviews/queue.html", context)
 
@@ -50,8 +79,13 @@ def queue(request: HttpRequest) -> HttpResponse:
 @access.login_required_htmx
 @require_GET
 def queue_list(request: HttpRequest) -> HttpResponse:
-    """The list alone, polled by the open queue page; `keep` holds cards it shows decided."""
-    return render(request, "reviews/queue.html#list", _queue_context(request))
+    """The list alone, polled by the open queue page (`shown`/`keep`: the cards it has);
+    with `more`, the next cards after `after` and the next "more" form, to append."""
+    try:
+        context = _queue_context(request)
+    except cards.BadCursor as exc:
+        return _bad_cursor(exc)
+    return render(request, "reviews/queue.html#" + ("page" if request.GET.get("more") else "list"), context)
 
 
 @access.login_required_htmx

@@ -126,7 +126,7 @@ class Card:
     def run_json(self) -> str:
         """The arguments that would run: the edit when there is one."""
         a = self.approval
-        return pretty_args(a.edited_args if a.edited_args is not None else a.args)
+        return pretty_args(a.edited_args) if a.edited_args is not None else self.args_json
 
     @property
     def timeout_seconds(self) -> int:

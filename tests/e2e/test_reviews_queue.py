@@ -296,3 +296,39 @@ def test_demo_scenarios_wait_in_the_queue(new_page, login, screenshot, launch, d
     run = drive(Run.objects.get(pk=waiting["customer-question"].run_id))
     assert run.ledger.count() == 0  # no email went out
     assert not watch.console_errors, watch.console_errors
+
+
+def test_show_more_appends_the_next_cards_and_polls_keep_them(new_page, login, pending, defaults, monkeypatch) -> None:
+    from axe_playwright_python.sync_playwright import Axe
+
+    from reviews import cards
+
+    monkeypatch.setattr(cards, "PAGE", 2)
+    person("rita", "reviewer")
+    approvals = [pending(task=f"call number {i}") for i in range(5)]
+    page, watch = open_queue(new_page, login, "rita")
+    page.evaluate("document.body.dataset.sameDocument = 'yes'")  # gone if the page reloads
+    expect(page.locator("#queue-list .card")).to_have_count(2)
+    expect(page.locator("#queue-rest")).to_have_text("3 more calls waiting after these.")
+    more = page.get_by_role("button", name="Show 2 more")
+    expect(more).to_have_accessible_description("3 more calls waiting after these.")
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(card(page, approvals[3])).to_contain_text("call number 3")
+    # Focus lands on the first appended card, so the reader goes on from there.
+    expect(card(page, approvals[2])).to_be_focused()
+    expect(page.get_by_role("button", name="Show 1 more")).to_be_visible()
+    # Polls keep the appended cards, and a new note in one of them survives.
+    note = card(page, approvals[3]).get_by_label("Note to the agent")
+    note.fill("still here")
+    for _ in range(2):
+        with page.expect_response(re.compile(r"/reviews/list/\?.*shown=")):
+            pass
+    expect(page.locator("#queue-list .card")).to_have_count(4)
+    expect(note).to_have_value("still here")
+    page.get_by_role("button", name="Show 1 more").click()
+    expect(page.locator("#queue-list .card")).to_have_count(5)
+    expect(page.locator("#queue-more")).to_have_count(0)
+    assert page.evaluate("document.body.dataset.sameDocument") == "yes"
+    assert [v["id"] for v in Axe().run(page).response["violations"]] == []
+    assert not watch.console_errors, watch.console_errors

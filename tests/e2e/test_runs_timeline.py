@@ -110,3 +110,21 @@ def test_launch_form_keeps_input_and_shows_errors_inline(defaults, new_page, log
     # The refused form answers 400 (the browser logs that); nothing else may complain.
     others = [e for e in watch.console_errors if "status of 400" not in e]
     assert len(watch.console_errors) - len(others) == 1 and not others, watch.console_errors
+
+
+def test_a_long_timeline_shows_50_transitions_and_loads_the_rest(defaults, new_page, login) -> None:
+    AgentProfile.objects.filter(name="scripted").update(limits={"max_steps": 1000})
+    lena = person("lena", "launcher")
+    script = [{"call": {"tool": "echo", "args": {"text": f"n{i}"}}} for i in range(30)] + [{"final": "done"}]
+    run = store.drive(run_launch(agent="scripted", task="a long one", script=script, user=lena).pk)
+    assert run.state == "done" and run.version > 50
+    page, watch = new_page()
+    login(page, "lena", PASSWORD)
+    page.goto(f"/runs/{run.pk}/")
+    steps = page.locator("#timeline li.step")
+    expect(steps).to_have_count(50)
+    page.get_by_role("link", name=re.compile("Load more transitions")).click()
+    expect(steps).to_have_count(run.version)
+    expect(page.locator("#load-more")).to_have_count(0)
+    assert page.url.endswith(f"/runs/{run.pk}/")  # appended in place, not a new page
+    assert not watch.console_errors, watch.console_errors

@@ -103,7 +103,27 @@
     if (!active || active === document.body || !active.isConnected) card.focus({ preventScroll: true });
   }
 
-  document.addEventListener("htmx:afterSettle", function () { refocus(true); });
+  // "Show N more" replaces itself with the next cards: focus moves to the first of
+  // them (its title is announced), so the reader goes on where the list grew.
+  let appendedAfter = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (!(event.target instanceof Element) || event.target.id !== "queue-more") return;
+    const list = cards();
+    appendedAfter = list.length ? list[list.length - 1].id : "";
+  });
+
+  function focusAppended() {
+    if (appendedAfter === null) return;
+    const list = cards();
+    const last = appendedAfter ? document.getElementById(appendedAfter) : null;
+    const next = list[last ? list.indexOf(last) + 1 : 0];
+    if (!next) return;  // not swapped yet (a poll settled first)
+    appendedAfter = null;
+    const active = document.activeElement;
+    if (!active || active === document.body || !active.isConnected) next.focus();
+  }
+
+  document.addEventListener("htmx:afterSettle", function () { refocus(true); focusAppended(); });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.failed) window.setTimeout(function () { refocus(false); }, 0);
   });

@@ -38,8 +38,9 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         shown=keep_ids(request.GET.getlist("shown")),
         after=after,
     )
-    # How many cards the page holds once this answer is in: a "more" answer adds to them.
-    loaded = (keep_ids([request.GET.get("loaded", "")]) or [0])[0] if request.GET.get("more") else 0
+    # How many cards the page holds once this answer is in: an htmx "more" answer adds to
+    # them (the same form sent without htmx opens a page of its own).
+    loaded = (keep_ids([request.GET.get("loaded", "")]) or [0])[0] if request.htmx and request.GET.get("more") else 0
     loaded += len(page.items)
     return {
         "cards": page.items,

@@ -67,6 +67,9 @@ def test_without_htmx_the_more_form_is_the_page_after_the_cursor(five, rita, as_
     assert "5 calls waiting" in html and "1 more call waiting after these." in html
     assert f'name="after" value="{five[3].pk}"' in more_form(html)
     assert '<a href="/reviews/">Back to the first cards</a>' in html
+    # The form as a browser without JavaScript sends it: a page of its own, counted afresh.
+    sent = as_user(rita).get(f"/reviews/?after={five[1].pk}&more=1&loaded=198").content.decode()
+    assert "<html" in sent and ids(sent) == [five[2].pk, five[3].pk] and 'name="loaded" value="2"' in sent
     # That page's poll stays on its cards.
     assert f'hx-get="/reviews/list/?after={five[1].pk}"' in html
 

@@ -141,6 +141,10 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
+    # instead of launching (the API's 200 rather than 201).
+    replayed: bool = False
+
     class Meta:
         indexes = [
             models.Index(fields=["-created_at"], name="run_created"),

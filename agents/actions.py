@@ -156,9 +156,7 @@ def _launch(
             trace_context=telemetry.new_trace_context(),
         )
         # The id is the run's identity in every idempotency key: take it first.
-        run.deadline = timezone.now()
-        run.save()
-        state.run_id = str(run.pk)
+        state.run_id = str(store.reserve_id(run))
         store.create(run, state, actor=actor_name(user))
         transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
@@ -327,28 +325,16 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     run_id = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False  # answered (or the run ended) since the sweeper listed it
-    if not store.claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+    run = store.step_once(
+        run_id, owner, lambda run, state: engine.step(state, store.clock_only(run, now if now is not None else time.time()))
+    )
+    if run is None:
         return False
-    clean = expired = False
-    try:
-        run = Run.objects.get(pk=run_id)
-        state = store.load(run)
-        outcome = engine.step(state, store.clock_only(run, now if now is not None else time.time()))
-        if outcome is not None:
-            after, t = outcome
-            try:
-                store.commit(run, state, after, t, actor=owner, lease_owner=owner)
-                expired = True
-            except store.StaleRun:
-                pass  # a reviewer or an operator moved the run first: their transition stands
-        clean = True
-    finally:
-        store.release(run_id, owner, clean=clean)
-    if expired and run.state not in states.TERMINAL:
+    if run.state not in states.TERMINAL:
         from agents import tasks
 
         tasks.wake(run_id)
-    return expired
+    return True
 
 
 def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:

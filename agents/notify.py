@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
-from agents.tools.demo import UrlRefused, public_addresses
+from agents.tools.http import UrlRefused, public_addresses
 
 log = logging.getLogger("airlock.notify")
 

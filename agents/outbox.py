@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.engine import states
-from agents.engine.step import Transition
+from agents.engine.step import Move
 from agents.models import EVENT_TYPES, Approval, OutboxEvent, Run
 
 log = logging.getLogger("airlock.outbox")
@@ -36,7 +36,7 @@ class Event:
     approval: Subject | None = None  # None: an event about the run
 
 
-def events_for(t: Transition) -> tuple[Event, ...]:
+def events_for(t: Move) -> tuple[Event, ...]:
     """The events a transition causes. Pure and cheap: most transitions cause none,
     and then the store writes nothing more."""
     events: list[Event] = []

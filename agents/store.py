@@ -26,10 +26,9 @@ from agents import faults, outbox, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import Outcome, RunState, Transition, fail, step
+from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.logs import bind_run
-from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall
-from agents.models import Transition as TransitionRow
+from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
 
 log = logging.getLogger("airlock.store")
 
@@ -164,7 +163,7 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
         run.deadline = dt.datetime.fromtimestamp(state.deadline, tz=dt.UTC)
         # An id set by hand would make save() try an UPDATE first: say it is new.
         run.save(force_insert=run._state.adding)
-        TransitionRow.objects.create(
+        Transition.objects.create(
             run=run, seq=1, from_state="", to_state=state.state, kind="launch",
             payload={"patch": run.engine}, actor=actor,
         )
@@ -176,7 +175,7 @@ def commit(
     run: Run,
     before: RunState,
     after: RunState,
-    t: Transition,
+    t: Move,
     *,
     actor: str,
     lease_owner: str | None = None,
@@ -246,7 +245,7 @@ def _commit_orm(
     cached: dict[str, Any],
     row: dict[str, Any],
     messages: list[Message],
-    t: Transition,
+    t: Move,
     now: dt.datetime,
     events: Events,
     user: Any = None,
@@ -256,7 +255,7 @@ def _commit_orm(
         if updated != 1:
             return None
         seq = run.version + 1
-        TransitionRow.objects.create(run=run, seq=seq, **row)
+        Transition.objects.create(run=run, seq=seq, **row)
         for m in messages:
             m.seq = seq
         Message.objects.bulk_create(messages)
@@ -264,7 +263,7 @@ def _commit_orm(
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime, events: Events, user: Any = None) -> None:
+def _apply_effects(run: Run, t: Move, now: dt.datetime, events: Events, user: Any = None) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -327,7 +326,7 @@ def _moment(epoch: float | None) -> dt.datetime | None:
 
 
 def _commit_statement(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime,
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Move, now: dt.datetime,
     events: Events,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
@@ -495,7 +494,7 @@ class StoreJournal:
             self.known[key] = JournalEntry("started")
         return updated == 1
 
-    def committed(self, t: Transition) -> None:
+    def committed(self, t: Move) -> None:
         """Remember the journal effects of a transition this driver committed."""
         if t.intent is not None:
             self.known.setdefault(t.intent["key"], JournalEntry("intended"))

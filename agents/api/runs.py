@@ -11,8 +11,7 @@ from agents import access, actions
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden
 from agents.api.schemas import Error, GrantOut, RunIn, RunOut, TransitionOut
-from agents.models import Run
-from agents.models import Transition as TransitionRow
+from agents.models import Run, Transition
 
 router = Router()
 
@@ -51,7 +50,7 @@ def runs_detail(request: HttpRequest, run_id: int) -> dict[str, Any]:
 @router.get(
     "/runs/{int:run_id}/transitions", response={200: list[TransitionOut], ERRORS: Error}, summary="A run's transitions"
 )
-def runs_transitions(request: HttpRequest, run_id: int) -> list[TransitionRow]:
+def runs_transitions(request: HttpRequest, run_id: int) -> list[Transition]:
     run = access.readable_run(request.auth, run_id)  # type: ignore[attr-defined]
     return list(run.transitions.order_by("seq"))
 

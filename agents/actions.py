@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents import access, faults, store, telemetry
@@ -16,7 +19,7 @@ from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
-from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Run
+from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
 
 
 class ActionError(Exception):
@@ -50,8 +53,58 @@ def run_launch(
     limits: dict[str, Any] | None = None,
     script: Any = None,
     policy: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    idempotency_body: Any = None,
 ) -> Run:
-    """Launch a run; `policy` may only tighten the profile's (docs/policy.md)."""
+    """Launch a run; `policy` may only tighten the profile's (docs/policy.md).
+
+    With an `idempotency_key` (the API's `Idempotency-Key` header), the user's second
+    launch with the same key and the same `idempotency_body` (the request as sent;
+    the arguments by default) returns the run the first launched, with `replayed` set;
+    the same key with another body is a 409 `idempotency_conflict`."""
+    launch = functools.partial(
+        _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy
+    )
+    if not idempotency_key:
+        return launch()
+    if idempotency_body is None:
+        idempotency_body = {
+            "agent": agent if isinstance(agent, str) else agent.name, "task": task, "approver": approver,
+            "limits": limits, "script": script, "policy": policy,
+        }
+    body_hash = hashlib.sha256(json.dumps(idempotency_body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    key = idempotency_key.replace("\x00", "")
+    for _ in range(2):
+        seen = IdempotencyKey.objects.select_related("run__profile").filter(user=user, key=key).first()
+        if seen is not None:
+            if seen.body_hash != body_hash:
+                raise ActionError(
+                    "idempotency_conflict", "this Idempotency-Key was used with a different body", status=409
+                )
+            seen.run.replayed = True
+            return seen.run
+        try:
+            with transaction.atomic():
+                run = launch()
+                IdempotencyKey.objects.create(user=user, key=key, body_hash=body_hash, run=run)
+            return run
+        except IntegrityError:
+            # A concurrent request with the same key won the insert; our run rolled back
+            # with it (and its wake-up, which waits for the commit). Answer with theirs.
+            continue
+    raise ActionError("busy", "this Idempotency-Key is being used by a concurrent request; retry", status=409)
+
+
+def _launch(
+    *,
+    agent: str | AgentProfile,
+    task: str,
+    user: Any,
+    approver: str,
+    limits: dict[str, Any] | None,
+    script: Any,
+    policy: dict[str, Any] | None,
+) -> Run:
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
     if profile is None:
         known = ", ".join(AgentProfile.objects.order_by("name").values_list("name", flat=True))
@@ -103,9 +156,7 @@ def run_launch(
             trace_context=telemetry.new_trace_context(),
         )
         # The id is the run's identity in every idempotency key: take it first.
-        run.deadline = timezone.now()
-        run.save()
-        state.run_id = str(run.pk)
+        state.run_id = str(store.reserve_id(run))
         store.create(run, state, actor=actor_name(user))
         transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
@@ -274,28 +325,16 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     run_id = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False  # answered (or the run ended) since the sweeper listed it
-    if not store.claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+    run = store.step_once(
+        run_id, owner, lambda run, state: engine.step(state, store.clock_only(run, now if now is not None else time.time()))
+    )
+    if run is None:
         return False
-    clean = expired = False
-    try:
-        run = Run.objects.get(pk=run_id)
-        state = store.load(run)
-        outcome = engine.step(state, store.clock_only(run, now if now is not None else time.time()))
-        if outcome is not None:
-            after, t = outcome
-            try:
-                store.commit(run, state, after, t, actor=owner, lease_owner=owner)
-                expired = True
-            except store.StaleRun:
-                pass  # a reviewer or an operator moved the run first: their transition stands
-        clean = True
-    finally:
-        store.release(run_id, owner, clean=clean)
-    if expired and run.state not in states.TERMINAL:
+    if run.state not in states.TERMINAL:
         from agents import tasks
 
         tasks.wake(run_id)
-    return expired
+    return True
 
 
 def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:

@@ -10,7 +10,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 from django.utils.html import format_html
 
 from agents import notify
@@ -62,7 +61,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = queryset.revoke()
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
 
 

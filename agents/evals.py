@@ -154,7 +154,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
     ]
     run = run_settle(run.pk, timeout=timeout)
     while run.state == states.AWAITING_APPROVAL:
-        pending = Approval.objects.pending().filter(run=run).first()
+        pending = run.pending_approval()
         if pending is None or not decisions:
             break  # the run waits for an answer the case does not give: reported below
         d = decisions.pop(0)

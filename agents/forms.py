@@ -72,13 +72,6 @@ def _json_or_none(text: str) -> Any:
         raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
 
 
-def launchable_profiles() -> list[AgentProfile]:
-    profiles = AgentProfile.objects.order_by("name")
-    if not settings.AIRLOCK_ALLOW_SCRIPTED:
-        profiles = profiles.exclude(provider="scripted")
-    return list(profiles)
-
-
 class LaunchForm(forms.Form):
     agent = forms.ChoiceField(label="Agent profile", widget=forms.RadioSelect)
     # Not `required`: run_launch owns the rule and its wording.

@@ -13,11 +13,22 @@ from django.db import models
 from django.db.models import Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, Limits
 from agents.llm import API_KEY_ENV
+
+
+class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
+    def launchable(self) -> AgentProfileQuerySet:
+        """The profiles a launch may offer, by name: scripted ones only while
+        AIRLOCK_ALLOW_SCRIPTED is on."""
+        profiles = self.order_by("name")
+        if not settings.AIRLOCK_ALLOW_SCRIPTED:
+            profiles = profiles.exclude(provider="scripted")
+        return profiles
 
 
 class AgentProfile(models.Model):
@@ -65,6 +76,8 @@ class AgentProfile(models.Model):
     )
     ON_EXPIRY = [(v, v) for v in engine_policy.ON_EXPIRY]
     on_expiry = models.CharField(max_length=10, choices=ON_EXPIRY, default="reject")
+
+    objects = AgentProfileQuerySet.as_manager()
 
     def __str__(self) -> str:
         return self.name
@@ -141,6 +154,10 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
+    # instead of launching (the API's 200 rather than 201).
+    replayed: bool = False
+
     class Meta:
         indexes = [
             models.Index(fields=["-created_at"], name="run_created"),
@@ -177,11 +194,13 @@ class Run(models.Model):
             return engine_policy.effective(snap)
         return {**engine_policy.effective(self.profile.policy_fields()), "rules": []}
 
+    def pending_approval(self) -> Approval | None:
+        """The approval the run waits on, if any (a run waits on at most one)."""
+        return Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=self).pending().first()
+
     def to_dict(self) -> RunDict:
         """The run as the JSON API returns it (webhooks and commands send the same)."""
-        pending = (
-            Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=self).pending().first()
-        )
+        pending = self.pending_approval()
         return {
             "id": self.pk,
             "agent": self.profile.name,
@@ -523,6 +542,13 @@ class LedgerEntry(models.Model):
 # -- the JSON API ----------------------------------------------------------------------
 
 
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def revoke(self) -> int:
+        """Revoke the active tokens among these (the command's and the admin's action);
+        returns how many were still active."""
+        return self.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
 class ApiToken(models.Model):
     """A bearer token for the JSON API. Only its sha256 is stored: a leaked database
     does not leak working tokens, and the token itself is shown once, at creation."""
@@ -534,6 +560,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
-from agents.tools.demo import UrlRefused, public_addresses
+from agents.tools.http import UrlRefused, public_addresses
 
 log = logging.getLogger("airlock.notify")
 
@@ -342,7 +342,7 @@ def send_digest(*, now: dt.datetime | None = None) -> int:
         if not events or events[0].created_at > now - window:
             return 0
         ids = [e.approval_id for e in events if e.approval_id is not None]
-        waiting = list(Approval.objects.filter(pk__in=ids, status="pending").order_by("created_at", "pk"))
+        waiting = list(Approval.objects.filter(pk__in=ids).pending().order_by("created_at", "pk"))
         to = digest_recipients() if waiting else []
         if to:
             subject = f"Airlock: {len(waiting)} tool call{'s' if len(waiting) != 1 else ''} waiting for review"

@@ -18,8 +18,8 @@ from typing import Literal
 from django.db import transaction
 from django.utils import timezone
 
-from agents.engine import states
-from agents.engine.step import Transition
+from agents.engine import decisions, states
+from agents.engine.step import Move
 from agents.models import EVENT_TYPES, Approval, OutboxEvent, Run
 
 log = logging.getLogger("airlock.outbox")
@@ -36,11 +36,11 @@ class Event:
     approval: Subject | None = None  # None: an event about the run
 
 
-def events_for(t: Transition) -> tuple[Event, ...]:
+def events_for(t: Move) -> tuple[Event, ...]:
     """The events a transition causes. Pure and cheap: most transitions cause none,
     and then the store writes nothing more."""
     events: list[Event] = []
-    if t.approval is not None and t.approval.get("status") == "pending":
+    if t.approval is not None and t.approval.get("status") == decisions.PENDING:
         events.append(Event("approval.pending", "created"))
     if t.from_state == states.AWAITING_APPROVAL and "decision" in t.detail:
         events.append(Event("approval.decided", "current"))

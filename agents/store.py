@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
@@ -25,14 +26,15 @@ from agents import faults, outbox, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, Transition, fail, step
+from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.logs import bind_run
-from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall
-from agents.models import Transition as TransitionRow
+from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
 
 log = logging.getLogger("airlock.store")
 
 Events = tuple[outbox.Event, ...]
+# States a worker advances; awaiting_approval waits for a reviewer (or the deadline).
+ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
 
 
 class StaleRun(Exception):
@@ -136,15 +138,32 @@ def _message_rows(run: Run, seq: int, start: int, messages: list[dict[str, Any]]
     ]
 
 
+def reserve_id(run: Run) -> int:
+    """Give a new, unsaved run its id before `create` writes it (the engine state
+    carries the id). PostgreSQL hands out the sequence's next value, so the run is
+    written by one INSERT; elsewhere the row is inserted now and `create` updates it."""
+    if connection.vendor == "postgresql":
+        table, column = Run._meta.db_table, Run._meta.pk.column
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, %s))", [table, column])
+            run.pk = cursor.fetchone()[0]
+    else:
+        run.deadline = timezone.now()  # a placeholder until `create` writes the real one
+        run.save()
+    return run.pk
+
+
 def create(run: Run, state: RunState, *, actor: str) -> Run:
-    """Insert a new run with its launch transition (seq 1) and first messages."""
+    """Insert a new run (its id from `reserve_id`) with its launch transition (seq 1)
+    and first messages."""
     with transaction.atomic():
         for name, value in cache_fields(state).items():
             setattr(run, name, value)
         run.version = 1
         run.deadline = dt.datetime.fromtimestamp(state.deadline, tz=dt.UTC)
-        run.save()
-        TransitionRow.objects.create(
+        # An id set by hand would make save() try an UPDATE first: say it is new.
+        run.save(force_insert=run._state.adding)
+        Transition.objects.create(
             run=run, seq=1, from_state="", to_state=state.state, kind="launch",
             payload={"patch": run.engine}, actor=actor,
         )
@@ -156,7 +175,7 @@ def commit(
     run: Run,
     before: RunState,
     after: RunState,
-    t: Transition,
+    t: Move,
     *,
     actor: str,
     lease_owner: str | None = None,
@@ -226,7 +245,7 @@ def _commit_orm(
     cached: dict[str, Any],
     row: dict[str, Any],
     messages: list[Message],
-    t: Transition,
+    t: Move,
     now: dt.datetime,
     events: Events,
     user: Any = None,
@@ -236,7 +255,7 @@ def _commit_orm(
         if updated != 1:
             return None
         seq = run.version + 1
-        TransitionRow.objects.create(run=run, seq=seq, **row)
+        Transition.objects.create(run=run, seq=seq, **row)
         for m in messages:
             m.seq = seq
         Message.objects.bulk_create(messages)
@@ -244,7 +263,7 @@ def _commit_orm(
     return seq
 
 
-def _apply_effects(run: Run, t: Transition, now: dt.datetime, events: Events, user: Any = None) -> None:
+def _apply_effects(run: Run, t: Move, now: dt.datetime, events: Events, user: Any = None) -> None:
     if t.intent is not None:
         i = t.intent
         # A retried approval can meet an intent that already exists: keep the first.
@@ -307,7 +326,7 @@ def _moment(epoch: float | None) -> dt.datetime | None:
 
 
 def _commit_statement(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Transition, now: dt.datetime,
+    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Move, now: dt.datetime,
     events: Events,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
@@ -475,7 +494,7 @@ class StoreJournal:
             self.known[key] = JournalEntry("started")
         return updated == 1
 
-    def committed(self, t: Transition) -> None:
+    def committed(self, t: Move) -> None:
         """Remember the journal effects of a transition this driver committed."""
         if t.intent is not None:
             self.known.setdefault(t.intent["key"], JournalEntry("intended"))
@@ -570,6 +589,78 @@ def release(run_id: int, owner: str, *, clean: bool = True) -> None:
     if clean:
         fields["claims_without_progress"] = 0
     Run.objects.filter(pk=run_id, lease_owner=owner).update(**fields)
+
+
+def lease_renew(pairs: set[tuple[int, str]]) -> int:
+    """Extend the leases still held by these (run id, owner) pairs by a full lease, in
+    one UPDATE (the worker's heartbeat); returns how many were renewed."""
+    # Only leases we still hold: after a release (or a takeover) a pair matches nothing.
+    held = Q()
+    for run_id, owner in pairs:
+        held |= Q(pk=run_id, lease_owner=owner)
+    expires = timezone.now() + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
+    return Run.objects.filter(held).update(lease_expires=expires)
+
+
+def _unattended(now: dt.datetime) -> Q:
+    # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
+    # since its last release has been idle. A sent wake-up is stamped as an owner-less
+    # `lease_expires` ("woken until"), which claim() ignores.
+    idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
+    return Q(lease_expires__lt=now) | Q(lease_owner__isnull=True, lease_expires__isnull=True, updated_at__lt=idle_since)
+
+
+def unattended_runs(now: dt.datetime, limit: int) -> list[int]:
+    """Runs a worker should advance and nobody is advancing, the longest idle first."""
+    return list(
+        Run.objects.filter(state__in=ADVANCING)
+        .filter(_unattended(now))
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
+def stamp_wakeup(run_id: int, now: dt.datetime) -> bool:
+    """Stamp an unattended run as woken for an idle period; True if this caller won
+    the stamp and so sends the wake-up."""
+    stamped = (
+        Run.objects.filter(pk=run_id, state__in=ADVANCING)
+        .filter(_unattended(now))
+        .update(lease_owner=None, lease_expires=now + dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS))
+    )
+    # 0 rows: another sweeper stamped it first (and sent the wake-up), or a worker took it.
+    return stamped == 1
+
+
+def step_once(run_id: int, owner: str, decide: Callable[[Run, RunState], Outcome | None]) -> Run | None:
+    """Step a run nobody is driving once, for the sweeper; the run if this call
+    committed a transition, None if it wrote nothing.
+
+    1. Claim the lease (a worker or another sweeper holds it: leave it to them).
+    2. Load the state and let `decide` compute the transition (None: nothing to do).
+    3. Commit with the version check: whoever moved the run first (a reviewer, an
+       operator) keeps their transition. Release the lease, cleanly unless we raised.
+    """
+    if not claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+        return None
+    clean = False
+    try:
+        run = Run.objects.get(pk=run_id)
+        state = load(run)
+        outcome = decide(run, state)
+        if outcome is None:
+            clean = True
+            return None
+        after, t = outcome
+        try:
+            commit(run, state, after, t, actor=owner, lease_owner=owner)
+        except StaleRun:
+            clean = True
+            return None
+        clean = True
+        return run
+    finally:
+        release(run_id, owner, clean=clean)
 
 
 def poison_reason(claims: int) -> str | None:

@@ -30,8 +30,7 @@ from agents.models import Approval, Run
 
 log = logging.getLogger("airlock.tasks")
 
-# States a worker advances; awaiting_approval waits for a reviewer (or the deadline).
-ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
+ADVANCING = store.ADVANCING
 SWEEP_BATCH = 500
 
 
@@ -142,12 +141,7 @@ class LeaseHeartbeat:
 
     @staticmethod
     def renew(pairs: set[tuple[int, str]]) -> int:
-        # Only leases we still hold: after a release (or a takeover) a pair matches nothing.
-        held = Q()
-        for run_id, owner in pairs:
-            held |= Q(pk=run_id, lease_owner=owner)
-        expires = timezone.now() + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
-        return Run.objects.filter(held).update(lease_expires=expires)
+        return store.lease_renew(pairs)
 
 
 heartbeat = LeaseHeartbeat()
@@ -192,29 +186,10 @@ def sweep() -> dict[str, int]:
     )
     expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
     expiring = _warn_expiring(now)
-    idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
-    # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
-    # since its last release has been idle. A sent wake-up is stamped as an owner-less
-    # `lease_expires` ("woken until"), which claim() ignores.
-    unattended = Q(lease_expires__lt=now) | Q(
-        lease_owner__isnull=True, lease_expires__isnull=True, updated_at__lt=idle_since
-    )
-    idle = list(
-        Run.objects.filter(state__in=ADVANCING)
-        .filter(unattended)
-        .order_by("updated_at")
-        .values_list("pk", flat=True)[:SWEEP_BATCH]
-    )
     woken = 0
-    for pk in idle:
-        stamped = (
-            Run.objects.filter(pk=pk, state__in=ADVANCING)
-            .filter(unattended)
-            .update(lease_owner=None, lease_expires=now + dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS))
-        )
-        if stamped != 1:
-            # Another sweeper stamped it first (and sent the wake-up), or a worker took it.
-            continue
+    for pk in store.unattended_runs(now, SWEEP_BATCH):
+        if not store.stamp_wakeup(pk, now):
+            continue  # another sweeper stamped it first (and sent the wake-up), or a worker took it
         wake(pk)
         woken += 1
     if failed or woken or expired or expiring:
@@ -246,36 +221,21 @@ def _warn_expiring(now: dt.datetime) -> int:
 
 
 def _fail_late(run_id: int, owner: str) -> bool:
-    if not store.claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
-        return False  # a worker (or another sweeper) holds it and fails it itself
-    clean = False
-    try:
-        run = Run.objects.get(pk=run_id)
-        state = store.load(run)
+    """Fail a run past its deadline; False if a worker (or another sweeper) holds it and
+    fails it itself, or a reviewer or operator moved it first."""
+
+    def late(run: Run, state: engine.RunState) -> engine.Outcome | None:
         now = time.time()
         if state.state in states.TERMINAL:
             # Two sweepers in one process share an owner name, so both "held" the lease;
             # the other one failed the run between our claim and our load.
-            clean = True
-            return False
+            return None
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
-            outcome = engine.step(state, store.clock_only(run, now))
-        else:
-            outcome = engine.fail(state, limits.exceeded(state, now) or "deadline passed")
-        if outcome is None:
-            clean = True
-            return False
-        after, t = outcome
-        try:
-            store.commit(run, state, after, t, actor=owner, lease_owner=owner)
-        except store.StaleRun:
-            clean = True
-            return False  # a reviewer or operator answered first; their transition stands
-        clean = True
-        return True
-    finally:
-        store.release(run_id, owner, clean=clean)
+            return engine.step(state, store.clock_only(run, now))
+        return engine.fail(state, limits.exceeded(state, now) or "deadline passed")
+
+    return store.step_once(run_id, owner, late) is not None
 
 
 @shared_task(ignore_result=True)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Tracer
 
-    from agents.engine.step import RunState, Transition
+    from agents.engine.step import Move, RunState
     from agents.models import Run
 
 log = logging.getLogger("airlock.telemetry")
@@ -118,7 +118,7 @@ def _ids(traceparent: str) -> tuple[int, int] | None:
         return None
 
 
-def transition_committed(run: Run, before: RunState, after: RunState, t: Transition) -> None:
+def transition_committed(run: Run, before: RunState, after: RunState, t: Move) -> None:
     """The spans of one committed transition. A tracing problem never fails a run."""
     ids = _ids(run.trace_context)
     if ids is None:
@@ -133,7 +133,7 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1_000_000_000)
 
 
-def _spans(run: Run, ids: tuple[int, int], before: RunState, after: RunState, t: Transition) -> None:
+def _spans(run: Run, ids: tuple[int, int], before: RunState, after: RunState, t: Move) -> None:
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
     from opentelemetry.trace import set_span_in_context as in_context
 
@@ -200,10 +200,10 @@ def _approval(run: Run, key: str) -> dict[str, Any]:
 
 def _verdict(run: Run, call_id: str) -> dict[str, Any]:
     """The policy verdict of the transition that proposed this call."""
-    from agents.models import Transition as TransitionRow
+    from agents.models import Transition
 
     verdict = (
-        TransitionRow.objects.filter(run_id=run.pk, payload__call__id=call_id, payload__has_key="verdict")
+        Transition.objects.filter(run_id=run.pk, payload__call__id=call_id, payload__has_key="verdict")
         .order_by("-seq")
         .values_list("payload__verdict", flat=True)
         .first()
@@ -221,7 +221,7 @@ def _policy(verdict: dict[str, Any]) -> dict[str, Any]:
     return attributes
 
 
-def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Transition, call: dict[str, Any],
+def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Move, call: dict[str, Any],
                capture: bool) -> None:
     from agents.engine.step import proposed_call
 

@@ -25,7 +25,7 @@ from agents.actions import run_cancel as cancel_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.export import export_run
-from agents.forms import LaunchForm, RunFilterForm, launchable_profiles
+from agents.forms import LaunchForm, RunFilterForm
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
 
 LIST_PAGE = 50
@@ -268,7 +268,7 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_new(request: HttpRequest) -> HttpResponse:
     if not access.can_launch(request.user):
         raise PermissionDenied("only launchers start runs")
-    profiles = launchable_profiles()
+    profiles = list(AgentProfile.objects.launchable())
     form = LaunchForm(request.POST or None, profiles=profiles)
     if request.method == "POST" and form.is_valid():
         try:

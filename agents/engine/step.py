@@ -1,7 +1,7 @@
 """step(): advance a run by exactly one transition.
 
 The engine never continues on its own: the driver persists every transition before it
-asks for the next one. A step returns the new state and a `Transition` describing what
+asks for the next one. A step returns the new state and a `Move` describing what
 to write (the transition row, appended messages, journal and approval effects), or None
 when the run rests (terminal, or waiting for a human).
 """
@@ -100,7 +100,10 @@ class RunState:
 
 
 @dataclass
-class Transition:
+class Move:
+    """What one step did: the edge it took, and what the store writes for it (one
+    `Transition` row with its messages and effects)."""
+
     from_state: str
     to_state: str
     kind: str
@@ -120,7 +123,7 @@ class Transition:
 
 
 
-Outcome = tuple[RunState, Transition]
+Outcome = tuple[RunState, Move]
 # Computed once: dataclasses.fields() is slow enough to show in a profile per step.
 _STATE_FIELDS = frozenset(f.name for f in fields(RunState)) - {"messages"}
 
@@ -166,7 +169,7 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
     if state.state in TERMINAL:
         return None
     if state.state == QUEUED:
-        return _move(state.copy(), PLANNING, Transition(QUEUED, PLANNING, "pickup"))
+        return _move(state.copy(), PLANNING, Move(QUEUED, PLANNING, "pickup"))
     now = deps.now()
     if state.state == AWAITING_APPROVAL:
         # Only the clock moves a waiting run; decisions arrive through decide().
@@ -183,7 +186,7 @@ def step(state: RunState, deps: Deps) -> Outcome | None:
         if state.pending_calls:
             new = state.copy()
             call = proposed_call(new, new.pending_calls.pop(0))
-            return _propose(new, call, deps, Transition(PLANNING, PLANNING, "call"))
+            return _propose(new, call, deps, Move(PLANNING, PLANNING, "call"))
         if state.context_tokens:
             compacted = _compact(state, deps)
             if compacted is not None:
@@ -199,7 +202,7 @@ def fail(state: RunState, reason: str, *, kind: str = "fail", actor_state: str =
     new.pending_calls = []
     new.current_call = None
     new.approval = None
-    transition = Transition(state.state, actor_state, kind, {"reason": reason})
+    transition = Move(state.state, actor_state, kind, {"reason": reason})
     if state.state == AWAITING_APPROVAL:
         transition.approval_close = decisions.EXPIRED
         if kind == "expiry":
@@ -227,7 +230,7 @@ def expire(state: RunState) -> Outcome:
     new.approval = None
     new.current_call = None
     detail = {"reason": reason, "on_expiry": "reject", "call_id": call["id"], "tool": call["tool"]}
-    t = Transition(AWAITING_APPROVAL, PLANNING, "expiry", detail)
+    t = Move(AWAITING_APPROVAL, PLANNING, "expiry", detail)
     t.approval_close = decisions.EXPIRED
     t.messages.append(_tool_message(call, policy.not_permitted(reason)))
     return _move(new, PLANNING, t)
@@ -288,7 +291,7 @@ def decide(
         t.detail.update(detail)  # a decision like the others, on the record
         return after, t
     if decision in ("approve", "retry"):
-        t = Transition(AWAITING_APPROVAL, ACTING, "decision", detail)
+        t = Move(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
             t.intent = _intent(new, call, call_args(new, call))
             t.grant = grant_effect
@@ -296,7 +299,7 @@ def decide(
             t.journal_reset = call["key"]
         return _move(new, ACTING, t)
     new.current_call = None
-    t = Transition(AWAITING_APPROVAL, PLANNING, "decision", detail)
+    t = Move(AWAITING_APPROVAL, PLANNING, "decision", detail)
     if decision == "reject":
         reason = f"rejected by a human reviewer{f' ({by})' if by else ''}"
         result = policy.not_permitted(f"{reason}: {note}" if note else reason)
@@ -384,7 +387,7 @@ def revoke_grant(state: RunState, n: int, by: str = "") -> Outcome:
         raise LookupError(f"no active grant {n}")
     new = state.copy()
     new.grants = [{**g, "revoked": True} if g["n"] == n else g for g in new.grants]
-    t = Transition(state.state, state.state, "revoke", {"grant": {"n": n, "tool": grant["tool"]}, "by": by})
+    t = Move(state.state, state.state, "revoke", {"grant": {"n": n, "tool": grant["tool"]}, "by": by})
     t.grant_revoke = n
     return new, t
 
@@ -413,7 +416,7 @@ def _compact(state: RunState, deps: Deps) -> Outcome | None:
         "folded": plan.folded, "tokens_before": plan.tokens_before, "tokens_after": plan.tokens_after,
         "budget": state.context_tokens,
     }
-    return _move(new, PLANNING, Transition(PLANNING, PLANNING, "compact", detail))
+    return _move(new, PLANNING, Move(PLANNING, PLANNING, "compact", detail))
 
 
 def _call_model(state: RunState, deps: Deps) -> Outcome:
@@ -442,10 +445,10 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
         detail["renamed_ids"] = renamed
     if decision.final is not None:
         new.answer = decision.final
-        t = Transition(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
+        t = Move(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
         return _move(new, DONE, t)
     detail["calls"] = len(calls)
-    t = Transition(PLANNING, PLANNING, "model", detail, cost, tokens, duration, [message])
+    t = Move(PLANNING, PLANNING, "model", detail, cost, tokens, duration, [message])
     new.pending_calls = [c["id"] for c in calls[1:]]
     return _propose(new, calls[0], deps, t)
 
@@ -503,7 +506,7 @@ def _offered(state: RunState, deps: Deps) -> list[ToolSpec]:
     return list(deps.registry.subset(state.tools))
 
 
-def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Transition) -> Outcome:
+def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcome:
     """Validate, check repeats, apply policy: one proposed call, one transition."""
     tool, args = call["tool"], call["args"]
     spec = deps.registry.get(tool) if (new.tools is None or tool in new.tools) else None
@@ -575,7 +578,7 @@ def _verdict(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: s
     )
 
 
-def _fail_from(new: RunState, t: Transition, reason: str) -> Outcome:
+def _fail_from(new: RunState, t: Move, reason: str) -> Outcome:
     """Fail inside a transition that already carries a model reply."""
     new.error = reason
     new.pending_calls = []
@@ -601,7 +604,7 @@ def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
     }
 
 
-def _set_expiry(new: RunState, t: Transition, now: float) -> None:
+def _set_expiry(new: RunState, t: Move, now: float) -> None:
     """A policy approval expires after the run's approval timeout, never after the
     run's deadline (which fails the run first). No timeout: only the deadline."""
     timeout = new.policy.get("approval_timeout_seconds")
@@ -670,7 +673,7 @@ def _outcome_unknown(state: RunState, call: dict[str, Any], spec: ToolSpec, why:
     new = state.copy()
     reason = f"{OUTCOME_UNKNOWN}: {why} and is not safe to repeat"
     new.approval = {"kind": "outcome_unknown", "reason": reason}
-    t = Transition(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
+    t = Move(ACTING, AWAITING_APPROVAL, "outcome_unknown", {"call": {"id": call["id"], "tool": call["tool"]}, "reason": reason})
     t.approval = _approval_row(new, call, call_args(state, call), "outcome_unknown", reason, spec)
     return _move(new, AWAITING_APPROVAL, t)
 
@@ -704,7 +707,7 @@ def _record(
         new.tainted = True
         new.taint_source = {"call_id": call["id"], "tool": call["tool"], "key": call["key"], "step": state.steps}
         detail["tainted"] = True
-    t = Transition(ACTING, PLANNING, "tool", detail, duration_ms=outcome.duration_ms)
+    t = Move(ACTING, PLANNING, "tool", detail, duration_ms=outcome.duration_ms)
     t.messages.append(_tool_message(call, result))
     if stored is None:
         t.journal_result = {"key": call["key"], "fp": call["fp"], "status": "succeeded" if ok else "failed", "result": result}
@@ -749,7 +752,7 @@ def cap(text: str, limit: int = TRANSCRIPT_CAP) -> str:
     )
 
 
-def _move(new: RunState, to_state: str, t: Transition) -> Outcome:
+def _move(new: RunState, to_state: str, t: Move) -> Outcome:
     check_edge(t.from_state, to_state)
     new.state = to_state
     new.messages = [*new.messages, *t.messages]

@@ -1,4 +1,4 @@
-"""Model clients, one module each, found through CLIENTS by provider name."""
+"""Model clients, one module each, found through the `clients()` table by provider name."""
 
 from __future__ import annotations
 
@@ -14,16 +14,23 @@ from agents.engine.protocols import Decision, ModelClient, ModelError, ModelRequ
 # bearer token to a base URL of their choosing.
 API_KEY_ENV = re.compile(r"^[A-Z][A-Z0-9_]*_API_KEY$")
 
-# provider name -> factory(profile, run) -> client; the modules register themselves.
-CLIENTS: dict[str, Callable[[Any, Any], ModelClient]] = {}
+def clients() -> dict[str, Callable[[Any, Any], ModelClient]]:
+    """Provider name -> make_client(profile, run), one module each. Imported on first
+    use: the modules import this package, and the models import it for API_KEY_ENV."""
+    from . import anthropic, demo, openai, scripted
+
+    return {
+        "scripted": scripted.make_client,
+        "demo": demo.make_client,
+        "openai": openai.make_client,
+        "anthropic": anthropic.make_client,
+    }
 
 
 def client_for(profile: Any, run: Any) -> ModelClient:
     """The profile's client; a profile that cannot have one gets a client that fails the
     run's next model call with the reason, so the run records it instead of a crash."""
-    from . import anthropic, demo, openai, scripted  # noqa: F401  (each registers itself)
-
-    factory = CLIENTS.get(profile.provider)
+    factory = clients().get(profile.provider)
     if factory is None:
         return Unusable(f"no model client for provider {profile.provider!r}")
     try:

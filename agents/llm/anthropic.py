@@ -19,7 +19,7 @@ from django.conf import settings
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS, profile_key
+from . import profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -248,7 +248,7 @@ def describe_failure(exc: Failure, key_name: str = "ANTHROPIC_API_KEY") -> str:
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
-def _factory(profile: Any, run: Any) -> AnthropicClient:
+def make_client(profile: Any, run: Any) -> AnthropicClient:
     key_name, api_key = profile_key(profile, "ANTHROPIC_API_KEY")
     return AnthropicClient(
         model=profile.model_name,
@@ -258,6 +258,3 @@ def _factory(profile: Any, run: Any) -> AnthropicClient:
         max_tokens=settings.AIRLOCK_ANTHROPIC_MAX_TOKENS,
         options=HttpOptions.from_settings(),
     )
-
-
-CLIENTS[PROVIDER] = _factory

@@ -20,8 +20,6 @@ from typing import Any
 from agents import demo
 from agents.engine.protocols import Decision, ModelRequest, ProposedCall, Usage
 
-from . import CLIENTS
-
 REFUND_WORDS = re.compile(r"\b(refund|money back|reimburse|charged twice)\b", re.IGNORECASE)
 ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", re.IGNORECASE)
 DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
@@ -150,8 +148,5 @@ class DemoPlanner:
         return "I'm sorry, I could not find an answer in our knowledge base; a colleague will follow up with you."
 
 
-def _factory(profile: Any, run: Any) -> DemoPlanner:
+def make_client(profile: Any, run: Any) -> DemoPlanner:
     return DemoPlanner()
-
-
-CLIENTS["demo"] = _factory

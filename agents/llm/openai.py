@@ -23,7 +23,7 @@ from typing import Any
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import CLIENTS, profile_key
+from . import profile_key
 from .http import Failure, HttpOptions, error_message, exchange
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -192,7 +192,7 @@ def describe_failure(exc: Failure, key_name: str = "OPENAI_API_KEY") -> str:
     return f"{PROVIDER}: HTTP {exc.status}: {message}"
 
 
-def _factory(profile: Any, run: Any) -> OpenAIClient:
+def make_client(profile: Any, run: Any) -> OpenAIClient:
     key_name, api_key = profile_key(profile, "OPENAI_API_KEY")
     return OpenAIClient(
         model=profile.model_name,
@@ -201,6 +201,3 @@ def _factory(profile: Any, run: Any) -> OpenAIClient:
         base_url=profile.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         options=HttpOptions.from_settings(),
     )
-
-
-CLIENTS[PROVIDER] = _factory

@@ -6,8 +6,6 @@ from typing import Any
 
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 
-from . import CLIENTS
-
 
 class ScriptError(ValueError):
     """A script that does not have the documented shape."""
@@ -73,8 +71,5 @@ class ScriptedClient:
             raise ModelError(str(exc)) from None
 
 
-def _factory(profile: Any, run: Any) -> ScriptedClient:
+def make_client(profile: Any, run: Any) -> ScriptedClient:
     return ScriptedClient(run.script or [])
-
-
-CLIENTS["scripted"] = _factory

@@ -7,14 +7,22 @@ import importlib
 
 from django.conf import settings
 
-from agents.engine.registry import Registry
+from agents.engine.registry import Registry, ToolSpec
+
+
+def built_in() -> list[ToolSpec]:
+    """The tools every deployment offers, in the order models are shown them."""
+    from . import demo, http, mail
+
+    kb_search, refund = demo.TOOLS
+    return [kb_search, *http.TOOLS, *mail.TOOLS, refund]
 
 
 def registry() -> Registry:
-    from . import demo, diagnostic
+    from . import diagnostic
 
     reg = Registry()
-    for spec in demo.TOOLS:
+    for spec in built_in():
         reg.add(spec)
     if settings.AIRLOCK_ALLOW_SCRIPTED:
         for spec in diagnostic.TOOLS:

@@ -1,4 +1,4 @@
-"""The demo tools: http_get's allow-list and address checks, email deduplication."""
+"""The help desk's tools: http_get's allow-list and address checks, email deduplication, refunds."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from agents.demo import DEMO_HOST, PLANTED_INSTRUCTION
 from agents.engine.registry import ToolContext
 from agents.models import AgentProfile, LedgerEntry, ToolCall
-from agents.tools import demo as tools
-from agents.tools.demo import UrlRefused, fetch
+from agents.tools import demo, http, mail
+from agents.tools.http import UrlRefused, fetch
 from tests.helpers import call, final
 
 
@@ -49,8 +49,8 @@ def test_only_http_urls_are_fetched() -> None:
 
 def test_subdomain_entries_allow_the_domain_and_its_subdomains(settings) -> None:
     settings.AIRLOCK_HTTP_ALLOWED_HOSTS = [".example.com"]
-    assert tools.host_allowed("example.com") and tools.host_allowed("docs.example.com")
-    assert not tools.host_allowed("badexample.com")
+    assert http.host_allowed("example.com") and http.host_allowed("docs.example.com")
+    assert not http.host_allowed("badexample.com")
 
 
 @pytest.fixture
@@ -82,9 +82,9 @@ def web_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 def test_get_connects_to_the_checked_address_with_the_real_host_name(web_server) -> None:
     port, seen = web_server
-    status, _, text, _ = tools.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
+    status, _, text, _ = http.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
     assert status == 200 and seen == [{"path": "/a?b=1", "host": f"shop.example:{port}"}]
-    assert tools.html_text(text) == "Hello\npage text"
+    assert http.html_text(text) == "Hello\npage text"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -103,8 +103,8 @@ def test_send_email_sends_once_per_idempotency_key(defaults, launch, mailoutbox)
     run = launch([final()])
     ctx = ToolContext(run_id=str(run.pk), idempotency_key="k" * 64, timeout=5)
     args = {"to": "dana@example.com", "subject": "Hi", "body": "Hello"}
-    first = tools.send_email(args, ctx)
-    second = tools.send_email(args, ctx)
+    first = mail.send_email(args, ctx)
+    second = mail.send_email(args, ctx)
     assert first["sent"] is True and second == {**second, "sent": False, "duplicate": True}
     assert len(mailoutbox) == 1 and mailoutbox[0].to == ["dana@example.com"]
     assert LedgerEntry.objects.filter(idempotency_key="k" * 64).count() == 1
@@ -118,15 +118,15 @@ def test_failed_send_leaves_no_row_so_a_retry_sends(defaults, launch, settings, 
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 9  # nothing listens on the discard port
     with pytest.raises(OSError):
-        tools.send_email(args, ctx)
+        mail.send_email(args, ctx)
     assert not LedgerEntry.objects.exists()
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    assert tools.send_email(args, ctx)["sent"] is True and len(mailoutbox) == 1
+    assert mail.send_email(args, ctx)["sent"] is True and len(mailoutbox) == 1
 
 
 @pytest.mark.django_db(transaction=True)
 def test_refund_of_an_unknown_order_is_an_error(defaults, launch) -> None:
     run = launch([final()])
-    with pytest.raises(tools.UnknownOrder, match="no order '9999'"):
-        tools.refund({"order_id": "9999", "reason": "x"}, ToolContext(str(run.pk), "r" * 64, 5))
+    with pytest.raises(demo.UnknownOrder, match="no order '9999'"):
+        demo.refund({"order_id": "9999", "reason": "x"}, ToolContext(str(run.pk), "r" * 64, 5))
     assert not LedgerEntry.objects.exists()

@@ -15,7 +15,7 @@ from typing import Any
 from agents.engine.limits import Limits
 from agents.engine.protocols import Deps, JournalEntry, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, Transition, decide, new_run, step
+from agents.engine.step import Move, RunState, decide, new_run, step
 from agents.llm.scripted import ScriptedClient
 from agents.tools.diagnostic import TOOLS
 
@@ -44,7 +44,7 @@ class MemoryJournal:
         row["attempts"] += 1
         return True
 
-    def apply(self, t: Transition) -> None:
+    def apply(self, t: Move) -> None:
         """The journal effects the store writes in the transition's transaction."""
         if t.intent:
             self.rows.setdefault(t.intent["key"], {**t.intent, "status": "intended", "attempts": 0})
@@ -72,7 +72,7 @@ class Run:
 
     state: RunState
     deps: Deps
-    transitions: list[Transition] = field(default_factory=list)
+    transitions: list[Move] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[tuple[str | None, Any]] = field(default_factory=list)
 
@@ -86,7 +86,7 @@ class Run:
     def tool_messages(self) -> list[dict[str, Any]]:
         return [m for m in self.state.messages if m["role"] == "tool"]
 
-    def commit(self, t: Transition, after: RunState) -> None:
+    def commit(self, t: Move, after: RunState) -> None:
         self.journal.apply(t)
         if t.approval:
             self.approvals.append(dict(t.approval))

@@ -77,7 +77,7 @@ def deps(model: Model, now: float = T0) -> Deps:
 
 
 def waiting(amount: float = 100, *, timeout: int | None = None, on_expiry: str = "reject", deadline: int = 900,
-            model: Model | None = None) -> tuple[engine.RunState, Deps, engine.Transition]:
+            model: Model | None = None) -> tuple[engine.RunState, Deps, engine.Move]:
     """A run whose first call waits for reviewers."""
     pol = policy.snapshot(
         {"rules": RULES, "approval_timeout_seconds": timeout, "on_expiry": on_expiry, "separate_duties": False}

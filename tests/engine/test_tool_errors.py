@@ -35,7 +35,7 @@ def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:
     raise ToolError("mcp_transport_error", "connection closed", outcome_unknown=True)
 
 
-def advance_to_rest(retry_safety: str) -> tuple[engine.RunState, list[engine.Transition]]:
+def advance_to_rest(retry_safety: str) -> tuple[engine.RunState, list[engine.Move]]:
     spec = ToolSpec("charge", "", {"type": "object"}, "write", "internal", retry_safety, died_mid_call)  # type: ignore[arg-type]
     deps = Deps(model=OneCall(), registry=Registry([spec]), journal=Journal())
     state = engine.new_run("1", limits=Limits.from_dict({}), now=0.0, task="t")

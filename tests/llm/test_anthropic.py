@@ -8,9 +8,11 @@ from agents.engine.protocols import ModelError, ModelRequest
 from agents.llm.anthropic import AnthropicClient, wire_messages
 from agents.llm.http import HttpOptions
 from agents.models import AgentProfile
-from agents.tools.demo import TOOLS
+from agents.tools import built_in
 from tests.llm.provider import Reply
 from tests.llm.shapes import anthropic_error, anthropic_message
+
+TOOLS = built_in()
 
 KEY = "sk-ant-api03-test-0123456789"
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Refund order 1042 please."}]

@@ -10,9 +10,11 @@ from agents.engine.protocols import ModelError, ModelRequest
 from agents.llm.http import HttpOptions
 from agents.llm.openai import OpenAIClient, wire_messages
 from agents.models import AgentProfile, ToolCall
-from agents.tools.demo import TOOLS
+from agents.tools import built_in
 from tests.llm.provider import Reply
 from tests.llm.shapes import openai_completion, openai_error
+
+TOOLS = built_in()
 
 KEY = "sk-test-0123456789abcdef"
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How long is shipping to Canada?"}]

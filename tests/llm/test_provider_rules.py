@@ -14,7 +14,7 @@ from agents.llm.anthropic import AnthropicClient
 from agents.llm.http import HttpOptions
 from agents.llm.openai import OpenAIClient
 from agents.models import AgentProfile, ToolCall
-from agents.tools.demo import TOOLS
+from agents.tools import built_in
 from tests.llm.provider import ANTHROPIC_KEY, OPENAI_KEY, Reply
 from tests.llm.shapes import (
     anthropic_check,
@@ -25,6 +25,8 @@ from tests.llm.shapes import (
     openai_completion,
     openai_error,
 )
+
+TOOLS = built_in()
 
 TASK = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "How long is shipping to Canada?"}]
 

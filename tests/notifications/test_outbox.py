@@ -11,7 +11,7 @@ from django.db import transaction
 from agents import outbox, store
 from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
-from agents.engine.step import Transition
+from agents.engine.step import Move
 from agents.models import Approval, OutboxEvent, Run
 from tests.helpers import at_once, call, final, person, requires_postgres
 
@@ -111,22 +111,22 @@ def test_a_stale_commit_writes_no_event(commit_path, launch) -> None:
 @pytest.mark.parametrize(
     ("transition", "expected"),
     [
-        (Transition("queued", "planning", "pickup"), ()),
-        (Transition("planning", "acting", "model"), ()),
-        (Transition("acting", "planning", "tool"), ()),
-        (Transition("planning", "done", "model"), ("run.done",)),
-        (Transition("planning", "failed", "fail"), ("run.failed",)),
-        (Transition("planning", "cancelled", "cancel"), ("run.cancelled",)),
-        (Transition("planning", "planning", "call", approval={"status": "denied"}), ()),
-        (Transition("planning", "awaiting_approval", "call", approval={"status": "pending"}), ("approval.pending",)),
-        (Transition("awaiting_approval", "acting", "decision", {"decision": "approve"}), ("approval.decided",)),
+        (Move("queued", "planning", "pickup"), ()),
+        (Move("planning", "acting", "model"), ()),
+        (Move("acting", "planning", "tool"), ()),
+        (Move("planning", "done", "model"), ("run.done",)),
+        (Move("planning", "failed", "fail"), ("run.failed",)),
+        (Move("planning", "cancelled", "cancel"), ("run.cancelled",)),
+        (Move("planning", "planning", "call", approval={"status": "denied"}), ()),
+        (Move("planning", "awaiting_approval", "call", approval={"status": "pending"}), ("approval.pending",)),
+        (Move("awaiting_approval", "acting", "decision", {"decision": "approve"}), ("approval.decided",)),
         (
-            Transition("awaiting_approval", "failed", "fail", {"reason": "deadline"}, approval_close="expired"),
+            Move("awaiting_approval", "failed", "fail", {"reason": "deadline"}, approval_close="expired"),
             ("approval.expired", "run.failed"),
         ),
     ],
 )
-def test_events_for_a_transition(transition: Transition, expected: tuple[str, ...]) -> None:
+def test_events_for_a_transition(transition: Move, expected: tuple[str, ...]) -> None:
     assert tuple(e.type for e in outbox.events_for(transition)) == expected
 
 

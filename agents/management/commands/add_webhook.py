@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents import notify
 from agents.models import EVENT_TYPES, Webhook
-from agents.tools.demo import UrlRefused
+from agents.tools.http import UrlRefused
 
 
 class Command(BaseCommand):

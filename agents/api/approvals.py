@@ -1,0 +1,70 @@
+"""/api/approvals: list the approvals a caller may read and decide them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from django.http import HttpRequest
+from ninja import Router
+from pydantic import Field
+
+from agents import access, actions
+from agents.actions import ActionError
+from agents.api.errors import ERRORS, forbidden, plain
+from agents.api.schemas import ApprovalOut, DecisionIn, Error
+from agents.engine import decisions
+
+router = Router()
+
+
+@router.get("/approvals", response={200: list[ApprovalOut], ERRORS: Error}, summary="Approvals, oldest first")
+def approvals_list(
+    request: HttpRequest,
+    status: decisions.StatusName | None = None,
+    limit: Annotated[int, Field(ge=1, le=500)] = 100,
+) -> list[dict[str, Any]]:
+    """Approvals of the runs the caller may read, oldest first (the queue's order)."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not (access.reads_all_runs(user) or access.can_launch(user)):
+        raise forbidden("reading approvals needs the reviewer, operator or launcher role")
+    approvals = access.visible_approvals(user).select_related("decided_by").prefetch_related("votes")
+    if status:
+        approvals = approvals.filter(status=status)
+    return [dict(a.to_dict()) for a in approvals.order_by("created_at", "pk")[:limit]]
+
+
+@router.post(
+    "/approvals/{int:approval_id}/decision", response={200: ApprovalOut, ERRORS: Error}, summary="Decide an approval"
+)
+def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn) -> dict[str, Any]:
+    """The answer that decides wins. Repeating it (a retry, a second reviewer agreeing)
+    returns the recorded decision unchanged; a contradicting answer is a 409 naming who
+    decided. An approval that needs several votes answers with the votes so far; a
+    reviewer voting again gets their vote back (a 409 if they now answer otherwise)."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.can_decide(user):
+        raise forbidden("deciding approvals needs the reviewer role")
+    if not 0 < approval_id <= access.MAX_ID:
+        raise ActionError("not_found", f"no approval {approval_id}", status=404)
+    result = actions.approval_decide(
+        approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
+        remember=payload.remember,
+    )
+    approval = result.approval
+    if result.outcome == "late" and approval.decision != payload.decision:
+        who = approval.decided_by.get_username() if approval.decided_by else "the system"
+        recorded = approval.decision or approval.status
+        raise ActionError(
+            "already_decided",
+            {"message": f"already {approval.status} ({recorded}) by {who}", "approval": plain(approval.to_dict())},
+            status=409,
+        )
+    if result.outcome == "already_voted":
+        mine = next((v for v in approval.current_votes() if v.by_id == user.pk), None)
+        if mine is not None and mine.decision != payload.decision:
+            raise ActionError(
+                "already_voted",
+                {"message": f"you already voted {mine.decision}", "approval": plain(approval.to_dict())},
+                status=409,
+            )
+    return dict(approval.to_dict())

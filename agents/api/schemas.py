@@ -1,0 +1,127 @@
+"""The request and response shapes the API validates and documents (its OpenAPI schema)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field, StrictInt, StrictStr
+
+from agents.engine import decisions
+
+
+class Error(Schema):
+    error: str
+    detail: Any = None
+
+
+class Limits(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_steps: StrictInt | None = Field(None, ge=1)
+    max_cost_micros: StrictInt | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    deadline_seconds: StrictInt | None = Field(None, ge=1)
+    max_consecutive_errors: StrictInt | None = Field(None, ge=1)
+    max_identical_calls: StrictInt | None = Field(None, ge=1)
+
+
+class RunIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    agent: StrictStr = Field(
+        ..., min_length=1, max_length=64, pattern=r"^[-a-zA-Z0-9_]+$", description="an agent profile's name"
+    )
+    task: StrictStr = Field(..., max_length=100_000)
+    limits: Limits | None = Field(None, description="each may only tighten the profile's")
+    approver: Literal["human", "none"] = "human"
+    script: list[dict[str, Any]] | None = Field(None, description="decisions for the scripted agent")
+    # Any: the engine's validator checks it and names the bad field in a 400 invalid_policy.
+    policy: Any = Field(
+        None,
+        description='tightens the profile\'s policy for this run: {"rules": [ask/deny rules], '
+        '"irreversible_approvals": N, "separate_duties": true, "approval_timeout_seconds": N} (docs/policy.md)',
+    )
+
+
+class DecisionIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    decision: decisions.DecisionName = Field(
+        ..., description="approve or reject; an 'outcome unknown' approval takes happened, retry or fail"
+    )
+    note: StrictStr = Field("", max_length=10_000)
+    args: dict[str, Any] | None = Field(
+        None, description="with approve: run the call with these arguments instead (checked like the model's)"
+    )
+    remember: Literal["call", "tool"] | None = Field(
+        None, description="with approve: allow the same call (call) or any call of the tool (tool) for the rest of the run"
+    )
+
+
+class VoteOut(Schema):
+    by: str
+    decision: str
+    note: str
+    at: dt.datetime
+
+
+class ApprovalOut(Schema):
+    id: int
+    run: int
+    status: str
+    kind: str
+    tool: str
+    risk: str
+    args: Any = None
+    edited_args: Any = None
+    reason: str
+    taint_source: dict[str, Any] | None = None
+    rule: dict[str, Any] | None = None
+    required: int
+    votes: list[VoteOut]
+    decided_by: str | None = None
+    decided_at: dt.datetime | None = None
+    note: str
+    expires_at: dt.datetime | None = None
+    created_at: dt.datetime
+
+
+class GrantOut(Schema):
+    id: int
+    tool: str
+    args: Any = None
+    by: str | None = None
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None = None
+
+
+class RunOut(Schema):
+    id: int
+    agent: str
+    state: str
+    task: str
+    steps: int
+    cost_micros: int
+    tokens: int
+    answer: str | None = None
+    error: str | None = None
+    tainted: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    pending_approval: ApprovalOut | None = None
+    grants: list[GrantOut] = []
+
+
+class TransitionOut(Schema):
+    seq: int
+    from_state: str
+    to_state: str
+    kind: str
+    payload: dict[str, Any]
+    cost_micros: int
+    tokens: int
+    duration_ms: int
+    actor: str
+    created_at: dt.datetime

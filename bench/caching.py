@@ -33,7 +33,7 @@ def caching_bench(steps: int = STEPS) -> dict[str, Any]:
     from agents import store
     from agents.actions import run_launch
     from agents.models import AgentProfile
-    from tests.llm.conftest import FakeProvider, Reply
+    from tests.llm.provider import FakeProvider, Reply
     from tests.llm.shapes import AnthropicPromptCache, anthropic_check, anthropic_message
 
     fake = FakeProvider()

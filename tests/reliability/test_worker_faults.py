@@ -78,8 +78,13 @@ def test_forced_redeliveries_are_logged_no_ops(cluster: Cluster, own_redis, laun
         timeout=30,
         what="a redelivered message logged as a no-op",
     )
-    log = cluster.log("w1")
     run.refresh_from_db()
+    # The worker logs a commit just after it lands: the run reads `done` a moment before
+    # the last line is in the log.
+    wait_for(
+        lambda: f"committed run={run.pk} seq={run.version} " in cluster.log("w1"), timeout=30, what="the last commit's log line"
+    )
+    log = cluster.log("w1")
     assert seqs(run) == list(range(1, run.version + 1))
     for seq in range(2, run.version + 1):
         assert len(re.findall(rf"committed run={run.pk} seq={seq} ", log)) == 1, seq  # each seq written once

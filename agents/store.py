@@ -6,6 +6,7 @@ still the one the engine read (optimistic concurrency).
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import functools
 import json
@@ -24,7 +25,7 @@ from django.utils import timezone
 
 from agents import faults, outbox, telemetry
 from agents.engine import patch, states
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner, ToolOutcome
+from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.logs import bind_run
@@ -507,13 +508,24 @@ class StoreJournal:
                 self.counts[r["fp"]] = self.counts.get(r["fp"], 0) + 1
 
 
+# A tool that answers within this keeps the driver's connection; a longer wait gives it
+# back (checking a connection out of the pool again costs a round trip).
+QUICK_TOOL_SECONDS = 0.005
+
+
 class DjangoRunner(ThreadRunner):
     """Runs tools in a thread with its own database connection, closed afterwards;
-    the driver's thread gives its own connection back while it waits for the tool."""
+    the driver's thread gives its own connection back once the tool makes it wait."""
 
-    def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    def wait(self, future: concurrent.futures.Future[Any], timeout: float) -> Any:
+        started = time.monotonic()
+        try:
+            return future.result(timeout=min(QUICK_TOOL_SECONDS, timeout))
+        except concurrent.futures.TimeoutError:
+            if timeout <= QUICK_TOOL_SECONDS:
+                raise
         release_connection()
-        return super().run(spec, args, ctx)
+        return future.result(timeout=max(0.0, timeout - (time.monotonic() - started)))
 
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         try:

@@ -137,6 +137,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and AIRLOCK
         # web, a failed step the sweeper retries in a worker.
         "timeout": AIRLOCK_DB_POOL_TIMEOUT,
     }
+# The store's transition statement is prepared on the server (planned once per
+# connection). Off for a pooler that cannot keep prepared statements: docs/deployment.md.
+AIRLOCK_PREPARED_STATEMENTS = env_bool("AIRLOCK_PREPARED_STATEMENTS", True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and AIRLOCK_PREPARED_STATEMENTS:
+    # Django sets psycopg's prepare_threshold to None, which turns preparing off for the
+    # connection, an explicit `prepare=True` included. A threshold no query reaches keeps
+    # every other query unprepared and lets the store ask for its statement.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
@@ -210,9 +218,6 @@ AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
-# The one transition statement is prepared on the server (planned once per connection).
-# Off for a pooler that cannot keep prepared statements: docs/performance.md.
-AIRLOCK_PREPARED_STATEMENTS = env_bool("AIRLOCK_PREPARED_STATEMENTS", True)
 
 # LOG_FORMAT=json: one JSON object per line, with the run id and trace id where known.
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")

@@ -137,7 +137,7 @@ class ThreadRunner:
         worker = self._worker if self._worker is not None else _Worker()
         future = worker.submit(lambda: self.call(spec, args, ctx))
         try:
-            value = future.result(timeout=ctx.timeout)
+            value = self.wait(future, ctx.timeout)
         except concurrent.futures.TimeoutError:
             worker.abandon()
             self._worker = None
@@ -166,6 +166,10 @@ class ThreadRunner:
             )
         self._worker = worker
         return ToolOutcome(ok=True, value=value, duration_ms=_ms(started))
+
+    def wait(self, future: concurrent.futures.Future[Any], timeout: float) -> Any:
+        """The tool's value (or its exception); TimeoutError past `timeout` seconds."""
+        return future.result(timeout=timeout)
 
     def call(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> Any:
         return spec.func(args, ctx)

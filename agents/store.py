@@ -86,6 +86,23 @@ def clean(value: Any) -> Any:
     return clean(str(value))
 
 
+def clean_json(value: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """`clean(value)` with its JSON text. The text is checked first: the engine state
+    is almost always clean, and one json.dumps costs less than walking it."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = None
+    if text is not None and "\\u0000" not in text:  # json.dumps escapes NUL
+        try:
+            text.encode("utf-8")  # a lone surrogate cannot be encoded
+            return value, text
+        except UnicodeEncodeError:
+            pass
+    value = clean(value)
+    return value, json.dumps(value, ensure_ascii=False)
+
+
 def bounded_result(result: Any) -> tuple[Any, int, bool]:
     """The journal keeps up to AIRLOCK_JOURNAL_MAX_CHARS of a result's JSON."""
     result = clean(result)
@@ -122,19 +139,17 @@ def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[
     }
 
 
-def _message_rows(run: Run, seq: int, start: int, messages: list[dict[str, Any]]) -> list[Message]:
-    """Unsaved rows for appended messages (seq 0 until the transition's seq is known)."""
+def _message_rows(start: int, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fields of the rows for appended messages, but the run and seq."""
     return [
-        Message(
-            run=run,
-            index=start + i,
-            seq=seq,
-            role=m["role"],
-            content=clean(m.get("content") or ""),
-            tool_calls=clean(m.get("tool_calls")),
-            tool_call_id=m.get("tool_call_id", ""),
-            name=m.get("name", ""),
-        )
+        {
+            "index": start + i,
+            "role": m["role"],
+            "content": clean(m.get("content") or ""),
+            "tool_calls": clean(m.get("tool_calls")),
+            "tool_call_id": m.get("tool_call_id", ""),
+            "name": m.get("name", ""),
+        }
         for i, m in enumerate(messages)
     ]
 
@@ -168,7 +183,7 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
             run=run, seq=1, from_state="", to_state=state.state, kind="launch",
             payload={"patch": run.engine}, actor=actor,
         )
-        Message.objects.bulk_create(_message_rows(run, 1, 0, state.messages))
+        Message.objects.bulk_create([Message(run=run, seq=1, **m) for m in _message_rows(0, state.messages)])
     return run
 
 
@@ -180,17 +195,20 @@ def commit(
     *,
     actor: str,
     lease_owner: str | None = None,
+    claim: bool = False,
     user: Any = None,
 ) -> None:
     """Write one transition and its effects atomically, or raise StaleRun.
 
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
-    costs no extra commit to keep it. On PostgreSQL the whole transition is one
+    costs no extra commit to keep it. With `claim` the update also takes the lease, on
+    claim()'s terms (free, expired or ours), and raises StaleRun if someone else holds
+    it: a worker picking up a queued run needs no claim commit of its own. On PostgreSQL the whole transition is one
     statement (one round trip); elsewhere it is one ORM transaction. Both write the
     same rows. `user` is the person behind a grant or a revocation.
     """
     now = timezone.now()
-    engine = clean(after.engine_json())
+    engine, engine_text = clean_json(after.engine_json())
     cached = cache_fields(after, engine)
     if lease_owner is not None:
         # A run that ends gives its lease back in the same update: no release commit.
@@ -208,21 +226,22 @@ def commit(
         "payload": {"patch": patch.diff(run.engine, engine), **clean(t.detail)}, "cost_micros": t.cost_micros, "tokens": t.tokens,
         "duration_ms": t.duration_ms, "actor": actor,
     }
-    messages = _message_rows(run, 0, len(before.messages), t.messages)
+    messages = _message_rows(len(before.messages), t.messages)
     # Outbox rows go in the same transaction; most transitions cause no event.
     events = outbox.events_for(t)
     if t.intent is not None:
         faults.crash_point("before_intent_commit")
     # Grants are rare, human-paced transitions: they take the ORM path.
     one_statement = t.grant is None and t.grant_revoke is None
+    claimant = lease_owner if claim else None
     if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
-        seq = _commit_statement(run, cached, row, messages, t, now, events)
+        seq = _commit_statement(run, cached, engine_text, row, messages, t, now, events, claimant)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now, events, user)
+        seq = _commit_orm(run, cached, row, messages, t, now, events, claimant, user)
     if seq is None:
-        # Another worker (or a reviewer, or the sweeper) committed first; their
-        # transition stands and nothing of ours was written.
-        raise StaleRun(f"run {run.pk} moved past version {run.version}")
+        # Another worker (or a reviewer, or the sweeper) committed first, or holds the
+        # lease we meant to claim; their transition stands and nothing of ours was written.
+        raise StaleRun(f"run {run.pk} moved past version {run.version} or is driven by another worker")
     if events:
         # Right away when we are not inside an outer transaction (a worker), else when
         # the caller's (a decision's) commits.
@@ -245,21 +264,23 @@ def _commit_orm(
     run: Run,
     cached: dict[str, Any],
     row: dict[str, Any],
-    messages: list[Message],
+    messages: list[dict[str, Any]],
     t: Move,
     now: dt.datetime,
     events: Events,
+    claimant: str | None,
     user: Any = None,
 ) -> int | None:
     with transaction.atomic():
-        updated = Run.objects.filter(pk=run.pk, version=run.version).update(version=F("version") + 1, **cached)
+        current = Run.objects.filter(pk=run.pk, version=run.version)
+        if claimant is not None:
+            current = current.filter(_lease_free(claimant, now))
+        updated = current.update(version=F("version") + 1, **cached)
         if updated != 1:
             return None
         seq = run.version + 1
         Transition.objects.create(run=run, seq=seq, **row)
-        for m in messages:
-            m.seq = seq
-        Message.objects.bulk_create(messages)
+        Message.objects.bulk_create([Message(run=run, seq=seq, **m) for m in messages])
         _apply_effects(run, t, now, events, user)
     return seq
 
@@ -327,8 +348,8 @@ def _moment(epoch: float | None) -> dt.datetime | None:
 
 
 def _commit_statement(
-    run: Run, cached: dict[str, Any], row: dict[str, Any], messages: list[Message], t: Move, now: dt.datetime,
-    events: Events,
+    run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
+    now: dt.datetime, events: Events, claimant: str | None,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
@@ -336,10 +357,11 @@ def _commit_statement(
     moved the run first the update matches nothing and nothing else is written.
     """
     j = json.dumps
-    params: list[Any] = [j(v) if k == "engine" else v for k, v in cached.items()]
+    params: list[Any] = [engine_text if k == "engine" else v for k, v in cached.items()]
     sets = ", ".join(f'"{k}" = %s' + ("::jsonb" if k == "engine" else "") for k in cached)
-    sql = [f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets} WHERE "id" = %s AND "version" = %s RETURNING "id", "version")']
-    params += [run.pk, run.version]
+    claims = ' AND ("lease_owner" IS NULL OR "lease_expires" < %s OR "lease_owner" = %s)' if claimant else ""
+    sql = [f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets} WHERE "id" = %s AND "version" = %s{claims} RETURNING "id", "version")']
+    params += [run.pk, run.version, *((now, claimant) if claimant else ())]
     sql.append(
         ", t AS (INSERT INTO agents_transition (run_id, seq, from_state, to_state, kind, payload, cost_micros, tokens,"
         " duration_ms, actor, created_at) SELECT r.id, r.version, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s FROM r)"
@@ -355,7 +377,8 @@ def _commit_statement(
         )
         params.append(now)
         for m in messages:
-            params += [m.index, m.role, m.content, None if m.tool_calls is None else j(m.tool_calls), m.tool_call_id, m.name]
+            tool_calls = m["tool_calls"]
+            params += [m["index"], m["role"], m["content"], None if tool_calls is None else j(tool_calls), m["tool_call_id"], m["name"]]
     if t.intent is not None:
         f = _intent_fields(t.intent)
         sql.append(
@@ -467,6 +490,10 @@ class StoreJournal:
         self.known: dict[str, JournalEntry] = {}
         self.counts: dict[str, int] | None = None
 
+    def starts_empty(self) -> None:
+        """The run has not been picked up yet, so it has run no tool: nothing to count."""
+        self.counts = {}
+
     def get(self, key: str) -> JournalEntry | None:
         if key in self.known:
             return self.known[key]
@@ -572,13 +599,21 @@ def deps_for(run: Run) -> Deps:
 # -- leases and the driver -----------------------------------------------------------
 
 
-def claim(run_id: int, owner: str, seconds: float | None = None) -> bool:
-    """Take the run's lease by conditional update; True if we hold it now."""
+def _lease_free(owner: str, now: dt.datetime) -> Q:
+    """Nobody holds the lease (or their lease expired), or `owner` holds it already."""
+    return Q(lease_owner__isnull=True) | Q(lease_expires__lt=now) | Q(lease_owner=owner)
+
+
+def claim(run_id: int, owner: str, seconds: float | None = None, *, version: int | None = None) -> bool:
+    """Take the run's lease by conditional update; True if we hold it now. With
+    `version`, only while the run is still at that version (what the caller read)."""
     now = timezone.now()
     seconds = settings.AIRLOCK_LEASE_SECONDS if seconds is None else seconds
+    current = Run.objects.filter(pk=run_id, state__in=states.ACTIVE)
+    if version is not None:
+        current = current.filter(version=version)
     updated = (
-        Run.objects.filter(pk=run_id, state__in=states.ACTIVE)
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires__lt=now) | Q(lease_owner=owner))
+        current.filter(_lease_free(owner, now))
         .update(
             lease_owner=owner,
             lease_expires=now + dt.timedelta(seconds=seconds),
@@ -687,28 +722,50 @@ def poison_reason(claims: int) -> str | None:
     )
 
 
+def _claimed(run: Run, owner: str) -> Run | None:
+    """`run` under our lease, read again only if it moved since the caller read it;
+    None when someone else holds the lease or the run rests."""
+    if claim(run.pk, owner, version=run.version):
+        run.lease_owner = owner
+        run.claims_without_progress += 1
+        return run
+    if claim(run.pk, owner):  # it moved between the read and the claim
+        return Run.objects.select_related("profile").get(pk=run.pk)
+    return None
+
+
 def drive(
     run_id: int,
     *,
     max_transitions: int = 10_000,
     max_seconds: float | None = None,
     owner: str | None = None,
-    deps: Deps | None = None,
+    deps: Deps | Callable[[Run], Deps] | None = None,
 ) -> Run:
     """Step and persist until the run rests.
 
-    1. Claim the lease (a live lease held by someone else: return at once).
+    1. Read the run and claim the lease (a live lease held by someone else: return at
+       once). A queued run is claimed by its first commit, the pickup, instead.
     2. Load the state once; then per step call the model or tool outside any
        transaction and commit the transition with the version check.
     3. Stop at a terminal state, a wait for a human, a stale version, the budget of
        transitions or of seconds; release the lease (cleanly unless we raised).
 
     A run whose previous claims all died without progress is failed instead of stepped.
+    `deps` are the model, tools and journal to step with, or a function making them
+    from the run (by default `deps_for`).
     """
     owner = owner or worker_name()
-    if not claim(run_id, owner):
-        return Run.objects.get(pk=run_id)
     run = Run.objects.select_related("profile").get(pk=run_id)
+    # A queued run's first step is the pickup, which calls nothing: its commit takes
+    # the lease (one commit, not two). A claim that died before it is counted the
+    # usual way, so the poison count still sees it.
+    claiming = run.state == states.QUEUED and run.claims_without_progress == 0
+    if not claiming:
+        claimed = _claimed(run, owner)
+        if claimed is None:
+            return Run.objects.get(pk=run_id)
+        run = claimed
     clean_exit = ended = False
     started = time.monotonic()
     unbind = bind_run(run.pk, run.trace_context)  # log lines name the run and its trace
@@ -718,7 +775,9 @@ def drive(
         if reason is not None:
             _fail_poison(run, state, reason, owner)
         else:
-            deps = deps or deps_for(run)
+            deps = deps(run) if callable(deps) else deps or deps_for(run)
+            if state.state == states.QUEUED and isinstance(deps.journal, StoreJournal):
+                deps.journal.starts_empty()
             for _ in range(max_transitions):
                 if max_seconds is not None and time.monotonic() - started >= max_seconds:
                     break
@@ -727,18 +786,19 @@ def drive(
                     break
                 after, t = outcome
                 try:
-                    commit(run, state, after, t, actor=owner, lease_owner=owner)
+                    commit(run, state, after, t, actor=owner, lease_owner=owner, claim=claiming)
                     if isinstance(deps.journal, StoreJournal):
                         deps.journal.committed(t)
                 except StaleRun:
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
+                claiming = False
                 state = after
                 # The terminal commit released the lease and left `run` current.
                 ended = after.state in states.TERMINAL
         clean_exit = True
     finally:
-        if not ended:
+        if not ended and not claiming:
             release(run_id, owner, clean=clean_exit)
         # The tool thread ends with the drive (a worker drives thousands of runs).
         close = getattr(deps.runner, "close", None) if deps is not None else None

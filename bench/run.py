@@ -127,6 +127,7 @@ def bench_result(args: dict[str, Any], ctx: Any) -> str:
 
 
 def bench_deps(run: Any) -> Any:
+    """The store's deps for `run`, with the bench tool added to its registry."""
     from agents import store
     from agents.engine.registry import ToolSpec
 
@@ -143,9 +144,8 @@ def bench_deps(run: Any) -> Any:
 
 def drive(run: Any) -> Any:
     from agents import store
-    from agents.models import Run
 
-    return store.drive(run.pk, deps=bench_deps(Run.objects.select_related("profile").get(pk=run.pk)))
+    return store.drive(run.pk, deps=bench_deps)
 
 
 # The run's history only grows (append-only tables); the run row itself is rewritten

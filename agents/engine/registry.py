@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,7 +57,7 @@ class ToolSpec:
         assert self.risk in ("read", "write", "irreversible"), self.risk
         assert self.returns in ("internal", "external"), self.returns
         assert self.retry_safety in ("safe", "unsafe"), self.retry_safety
-        jsonschema.Draft202012Validator.check_schema(self.schema)
+        _check_schema(json.dumps(self.schema, sort_keys=True))
 
     def validate(self, args: Any) -> str | None:
         """A readable reason the arguments are invalid, or None."""
@@ -64,7 +66,7 @@ class ToolSpec:
             return f"arguments must be a JSON object, not this text: {args[:2000]}"
         if not isinstance(args, dict):
             return f"arguments must be a JSON object, not {type(args).__name__}"
-        validator = jsonschema.Draft202012Validator(self.schema)
+        validator = _validator(json.dumps(self.schema, sort_keys=True))
         errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
         if not errors:
             return None
@@ -74,6 +76,18 @@ class ToolSpec:
 
     def openapi(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.schema}
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_schema(text: str) -> None:
+    """Checking a schema against the meta-schema costs a millisecond, and a worker
+    builds its MCP tools' specs for every run: each distinct schema is checked once."""
+    jsonschema.Draft202012Validator.check_schema(json.loads(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(text: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads(text))
 
 
 class Registry:

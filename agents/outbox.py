@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import secrets
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -112,10 +114,45 @@ def wake_after_commit() -> None:
 
 
 def wake() -> None:
-    """Ask a worker to deliver now; never raises (the beat delivers anyway)."""
+    """Ask a worker to deliver now, from this process's waker thread: the committing
+    thread does not wait on the broker, and the wake-ups asked for while one is being
+    sent (a hundred runs ending at once) cost one more. Never raises: a lost wake-up
+    (the broker is down, the process exits first) is the beat's to cover."""
+    _waker.ask()
+
+
+def _send_wake() -> None:
     from agents.tasks import deliver_notifications
 
     try:
         deliver_notifications.apply_async(retry=False)
     except Exception as exc:  # noqa: BLE001 - any broker failure is the beat's job
         log.warning("delivery wake-up not sent (%s: %s); the beat will deliver", type(exc).__name__, exc)
+
+
+class _Waker:
+    """One daemon thread per process that sends wake-ups while any are asked for. A
+    delivery task works through every undelivered event, so asks that arrive while a
+    wake-up is on its way fold into the next one."""
+
+    def __init__(self) -> None:
+        self._asked = threading.Event()
+        self._lock = threading.Lock()
+        self._pid = 0  # the process whose thread runs (a forked child starts its own)
+
+    def ask(self) -> None:
+        self._asked.set()
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    threading.Thread(target=self._loop, name="airlock-wake", daemon=True).start()
+                    self._pid = os.getpid()
+
+    def _loop(self) -> None:
+        while True:
+            self._asked.wait()
+            self._asked.clear()
+            _send_wake()
+
+
+_waker = _Waker()

@@ -203,9 +203,10 @@ def commit(
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
     costs no extra commit to keep it. With `claim` the update also takes the lease, on
     claim()'s terms (free, expired or ours), and raises StaleRun if someone else holds
-    it: a worker picking up a queued run needs no claim commit of its own. On PostgreSQL the whole transition is one
-    statement (one round trip); elsewhere it is one ORM transaction. Both write the
-    same rows. `user` is the person behind a grant or a revocation.
+    it: a worker picking up a queued run needs no claim commit of its own. On
+    PostgreSQL the whole transition is one statement (one round trip); elsewhere it is
+    one ORM transaction. Both write the same rows. `user` is the person behind a grant
+    or a revocation.
     """
     now = timezone.now()
     engine, engine_text = clean_json(after.engine_json())

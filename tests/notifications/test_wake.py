@@ -1,0 +1,73 @@
+"""Delivery wake-ups leave from a waker thread: the committing thread never waits on
+the broker, and wake-ups asked for while one is on its way fold into one more."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from agents import outbox
+
+
+@pytest.fixture
+def sends(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], threading.Event]:
+    sent: list[float] = []
+    release = threading.Event()
+
+    def slow_send() -> None:
+        release.wait(5)  # a broker that takes its time
+        sent.append(time.monotonic())
+
+    monkeypatch.setattr(outbox, "_send_wake", slow_send)
+    monkeypatch.setattr(outbox, "_waker", outbox._Waker())
+    return sent, release
+
+
+def wait_for(predicate, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_asking_does_not_wait_for_the_broker_and_a_burst_costs_two_sends(sends) -> None:
+    sent, release = sends
+    for _ in range(100):
+        outbox.wake()
+    assert sent == []  # every ask returned while the send is still blocked
+    release.set()
+    wait_for(lambda: len(sent) >= 1)
+    time.sleep(0.2)  # room for any further (wrong) sends
+    # The first ask's send, then one for every ask that came while it was on its way.
+    assert 1 <= len(sent) <= 2
+
+
+def test_an_ask_after_a_send_sends_again(sends) -> None:
+    sent, release = sends
+    release.set()
+    outbox.wake()
+    wait_for(lambda: len(sent) == 1)
+    outbox.wake()
+    wait_for(lambda: len(sent) == 2)
+    assert len(sent) == 2
+
+
+def test_a_forked_child_starts_its_own_waker(sends) -> None:
+    sent, release = sends
+    release.set()
+    outbox.wake()  # the parent's thread, which a forked child does not inherit
+    wait_for(lambda: len(sent) == 1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own thread must send
+        try:
+            outbox.wake()
+            wait_for(lambda: len(sent) == 2)
+            os.write(write, str(len(sent)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 10) == b"2"

@@ -742,6 +742,7 @@ def drive(
     max_seconds: float | None = None,
     owner: str | None = None,
     deps: Deps | Callable[[Run], Deps] | None = None,
+    run: Run | None = None,
 ) -> Run:
     """Step and persist until the run rests.
 
@@ -754,10 +755,13 @@ def drive(
 
     A run whose previous claims all died without progress is failed instead of stepped.
     `deps` are the model, tools and journal to step with, or a function making them
-    from the run (by default `deps_for`).
+    from the run (by default `deps_for`). `run` is the run as the caller just read it
+    (with its profile), which saves reading it again; a run that moved since is read
+    again after the claim.
     """
     owner = owner or worker_name()
-    run = Run.objects.select_related("profile").get(pk=run_id)
+    if run is None:
+        run = Run.objects.select_related("profile").get(pk=run_id)
     # A queued run's first step is the pickup, which calls nothing: its commit takes
     # the lease (one commit, not two). A claim that died before it is counted the
     # usual way, so the poison count still sees it.

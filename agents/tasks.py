@@ -64,9 +64,10 @@ def advance_run(self: Any, run_id: int) -> None:
        run takes its turn behind the others instead of holding a worker.
     """
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-    current = Run.objects.filter(pk=run_id).values_list("state", flat=True).first()
-    if current not in ADVANCING:
-        log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, current, redelivered)
+    current = Run.objects.select_related("profile").filter(pk=run_id).first()
+    if current is None or current.state not in ADVANCING:
+        state = None if current is None else current.state
+        log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, state, redelivered)
         return
     owner = store.worker_name()
     with lease_heartbeat(run_id, owner):
@@ -75,6 +76,7 @@ def advance_run(self: Any, run_id: int) -> None:
             max_transitions=settings.AIRLOCK_TASK_TRANSITIONS,
             max_seconds=settings.AIRLOCK_TASK_SECONDS,
             owner=owner,
+            run=current,
         )
     if run.lease_owner not in (None, owner):
         # Another worker holds a live lease (a duplicate or redelivered wake-up): it

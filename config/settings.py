@@ -293,7 +293,10 @@ AIRLOCK_EMAIL_DIGEST_SECONDS = env_float("AIRLOCK_EMAIL_DIGEST_SECONDS", 60.0)
 REDIS_URL = env_str("REDIS_URL", "")
 AIRLOCK_SWEEP_SECONDS = env_float("AIRLOCK_SWEEP_SECONDS", 5.0)
 AIRLOCK_IDLE_SECONDS = env_float("AIRLOCK_IDLE_SECONDS", 10.0)
-AIRLOCK_TASK_TRANSITIONS = env_int("AIRLOCK_TASK_TRANSITIONS", 10)
+# A run's turn on a worker: this many transitions (or AIRLOCK_TASK_SECONDS), then it
+# goes to the back of the queue. Each turn costs a claim, a read of the run and its
+# transcript and a release; with quick tools 10 transitions took about as long.
+AIRLOCK_TASK_TRANSITIONS = env_int("AIRLOCK_TASK_TRANSITIONS", 100)
 AIRLOCK_TASK_SECONDS = env_float("AIRLOCK_TASK_SECONDS", 60.0)
 AIRLOCK_MAX_DEAD_CLAIMS = env_int("AIRLOCK_MAX_DEAD_CLAIMS", 3)
 # A task stops starting steps after AIRLOCK_TASK_SECONDS; one step may still take the

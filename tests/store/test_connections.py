@@ -12,6 +12,13 @@ from tests.helpers import call, final, requires_postgres
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres()]
 
 
+def forget_prepared() -> None:
+    """Start from a connection with nothing prepared (psycopg forgets its list too)."""
+    connection.ensure_connection()
+    with connection.cursor() as cur:
+        cur.execute("DEALLOCATE ALL")
+
+
 def prepared_transitions() -> list[str]:
     """The transition statements prepared on this thread's connection."""
     with connection.cursor() as cur:
@@ -27,6 +34,8 @@ def test_the_transition_statement_is_prepared_once_per_shape(settings, launch, d
     # Django turns psycopg's preparing off; a regression here silently re-plans every
     # transition (planning cost 4x the statement's execution).
     assert settings.AIRLOCK_PREPARED_STATEMENTS
+    forget_prepared()
+    # The echo tool answers at once, so the drive keeps this connection throughout.
     script = [call("echo", text="a"), call("echo", text="b"), final()]
     assert drive(launch(script)).state == "done"
     shapes = prepared_transitions()
@@ -38,10 +47,7 @@ def test_the_transition_statement_is_prepared_once_per_shape(settings, launch, d
 
 def test_the_statement_is_not_prepared_when_turned_off(settings, launch, drive) -> None:
     settings.AIRLOCK_PREPARED_STATEMENTS = False
-    connection.ensure_connection()
-    with connection.cursor() as cur:
-        cur.execute("DEALLOCATE ALL")  # psycopg forgets its own list too
-    # The echo tool answers at once, so the drive keeps this connection throughout.
+    forget_prepared()
     assert drive(launch([call("echo", text="a"), final()])).state == "done"
     assert prepared_transitions() == []
 

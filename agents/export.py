@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Approval, Run
+from agents.models import Approval, Message, Run
 
 FORMAT = "airlock-run/1"
 
@@ -110,5 +110,5 @@ def export_run(run: Run) -> dict[str, Any]:
             }
             for t in run.transitions.order_by("seq")
         ],
-        "messages": [m.to_engine() for m in run.messages.order_by("index")],
+        "messages": Message.engine_transcript(run),
     }

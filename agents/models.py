@@ -262,15 +262,25 @@ class Message(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "index"], name="message_run_index")]
         ordering = ["run", "index"]
 
-    def to_engine(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            data["tool_calls"] = self.tool_calls
-        if self.tool_call_id:
-            data["tool_call_id"] = self.tool_call_id
-        if self.name:
-            data["name"] = self.name
-        return data
+    # The columns the engine's message is made of, in `engine_message`'s order.
+    ENGINE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+    @classmethod
+    def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
+        """The run's transcript as the engine sees it, read without building models."""
+        rows = cls.objects.filter(run=run).order_by("index").values_list(*cls.ENGINE_FIELDS)
+        return [engine_message(*row) for row in rows]
+
+
+def engine_message(role: str, content: str, tool_calls: Any, tool_call_id: str, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        data["tool_calls"] = tool_calls
+    if tool_call_id:
+        data["tool_call_id"] = tool_call_id
+    if name:
+        data["name"] = name
+    return data
 
 
 class ToolCall(models.Model):

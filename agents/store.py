@@ -119,8 +119,7 @@ def bounded_result(result: Any) -> tuple[Any, int, bool]:
 
 
 def load(run: Run) -> RunState:
-    messages = [m.to_engine() for m in Message.objects.filter(run=run).order_by("index")]
-    return RunState.from_json(run.engine, messages)
+    return RunState.from_json(run.engine, Message.engine_transcript(run))
 
 
 def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[str, Any]:

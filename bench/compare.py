@@ -70,6 +70,11 @@ class LangGraphAgent:
         assert out["messages"][-1].content == "done"
 
 
+def timed_drive(run: Any, database: Any) -> None:
+    with database:
+        airlock_bench.drive(run)
+
+
 def measure(label: str, fn: Any, tables_bytes: Any) -> tuple[float, int, int]:
     disk, wal = tables_bytes(), airlock_bench.wal_lsn()
     start = time.perf_counter()
@@ -90,10 +95,11 @@ def main() -> None:
         for n in SIZES:
             totals = {"airlock": [0.0, 0, 0], "langgraph": [0.0, 0, 0]}
             runs = max(1, CALLS_PER_ROUND // n)
+            airlock_db = airlock_bench.DatabaseTime()
             for _ in range(runs):
                 # Interleaved: each engine's run sits next to the other's on the same machine.
                 launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-                a = measure("airlock", lambda r=launched: airlock_bench.drive(r), lambda: airlock_bench.table_bytes(airlock_tables))
+                a = measure("airlock", lambda r=launched: timed_drive(r, airlock_db), lambda: airlock_bench.table_bytes(airlock_tables))
                 b = measure("langgraph", lambda n=n: lg.run(n), lambda: airlock_bench.table_bytes(LG_TABLES))
                 for name, m in (("airlock", a), ("langgraph", b)):
                     totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]
@@ -106,6 +112,11 @@ def main() -> None:
                     "wal_bytes_per_step": wal / calls,
                 }
             sample["throughput_ratio"] = sample["airlock"]["steps_per_second"] / sample["langgraph"]["steps_per_second"]
+            # The ratio Airlock would reach if none of its time were Python: LangGraph's
+            # time per step over the time Airlock's SQL statements took.
+            sample["airlock"]["database_ms_per_step"] = 1000 * airlock_db.seconds / calls
+            sample["airlock"]["python_ms_per_step"] = 1000 * totals["airlock"][0] / calls - sample["airlock"]["database_ms_per_step"]
+            sample["ratio_without_python"] = (totals["langgraph"][0] / calls) / (airlock_db.seconds / calls)
             samples[n].append(sample)
     results: dict[str, Any] = {"rounds": rounds}
     for n, ss in samples.items():
@@ -113,6 +124,7 @@ def main() -> None:
         for name in ("airlock", "langgraph"):
             row[name] = {k: airlock_bench.spread([s[name][k] for s in ss])["median"] for k in ss[0][name]}
         row["throughput_ratio"] = airlock_bench.spread([s["throughput_ratio"] for s in ss])
+        row["ratio_without_python"] = airlock_bench.spread([s["ratio_without_python"] for s in ss])
         row["wal_bytes_ratio_langgraph_to_airlock"] = row["langgraph"]["wal_bytes_per_step"] / row["airlock"]["wal_bytes_per_step"]
         results[str(n)] = row
     for name in ("airlock", "langgraph"):
@@ -134,6 +146,11 @@ def main() -> None:
             print(f"{n:>4} {name:>10} {r['steps_per_second']:>9.1f} {r['disk_bytes_per_step']:>12.0f} {r['wal_bytes_per_step']:>11.0f}")
         ratio = results[str(n)]["throughput_ratio"]
         print(f"{n:>4} airlock/langgraph throughput {ratio['median']:.2f}x (rounds: {ratio['min']:.2f}-{ratio['max']:.2f})")
+        a, ceiling = results[str(n)]["airlock"], results[str(n)]["ratio_without_python"]
+        print(
+            f"{n:>4} airlock per step: {a['database_ms_per_step']:.2f} ms in SQL statements, {a['python_ms_per_step']:.2f} ms "
+            f"in Python; with no Python at all the ratio would be {ceiling['median']:.2f}x"
+        )
     print(
         f"WAL per step, N=200 vs N=10: airlock {results['airlock_wal_growth_200_to_10']:.2f}x, "
         f"langgraph {results['langgraph_wal_growth_200_to_10']:.2f}x"

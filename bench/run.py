@@ -107,6 +107,31 @@ class CommitCounter:
         connection._commit = self._orig
 
 
+class DatabaseTime:
+    """Wall time spent inside SQL statements (the client's share and the server's), so
+    a throughput figure can be split into time in the database and time in Python."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __enter__(self) -> DatabaseTime:
+        from django.db import connection
+
+        self._wrapper = connection.execute_wrapper(self._timed)
+        self._wrapper.__enter__()
+        return self
+
+    def _timed(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __exit__(self, *exc: Any) -> None:
+        self._wrapper.__exit__(*exc)
+
+
 def bench_profile() -> Any:
     from agents.models import AgentProfile
 

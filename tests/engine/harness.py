@@ -9,6 +9,7 @@ wiring (rows, transactions, sanitising).
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,18 +100,26 @@ class Run:
 
     def decide(self, decision: str, note: str = "", by: str = "rita") -> Run:
         """A reviewer's answer, committed as approval_decide commits it."""
-        after, t = decide(self.state, decision, note, by=by)
+        after, t = self.untouched(lambda: decide(self.state, decision, note, by=by))
         self.commit(t, after)
         return self
 
     def drive(self, max_transitions: int = 500) -> Run:
         """step() until the run rests, committing each transition; as store.drive does."""
         for _ in range(max_transitions):
-            out = step(self.state, self.deps)
+            out = self.untouched(lambda: step(self.state, self.deps))
             if out is None:
                 break
             self.commit(out[1], out[0])
         return self
+
+    def untouched(self, move: Any) -> Any:
+        """`move()`, checking it left the state it was given as it was: RunState.copy()
+        is shallow, so a step must replace nested values, never change them in place."""
+        before = json.dumps(vars(self.state), sort_keys=True, default=str)
+        out = move()
+        assert json.dumps(vars(self.state), sort_keys=True, default=str) == before, "a step changed its input state"
+        return out
 
 
 def registry(run: Run | None = None) -> Registry:

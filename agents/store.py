@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -437,28 +438,38 @@ def _commit_statement(
             + " UNION ALL ".join(selects) + ")"
         )
     sql.append(" SELECT version FROM r")
-    with _prepared_cursor() as cursor:
-        cursor.execute("".join(sql), params)
-        found = cursor.fetchone()
+    found = _fetch_prepared("".join(sql), params)
     return None if found is None else int(found[0])
 
 
-def _prepared_cursor() -> Any:
-    """A cursor whose statements are bound and prepared on the server.
+# One prepared-statement cursor per database connection, reused for every transition.
+_prepared_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _fetch_prepared(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """Run a statement bound and prepared on the server; its first row.
 
     Django binds parameters on the client, so PostgreSQL plans the transition statement
     afresh every time (planning cost 4x its execution). The statement text has a few
     shapes only (messages 1 or 2, with or without an intent...), so each shape is
     planned once per connection and reused. Only this statement is prepared: the rest of
     Django keeps client-side binding, and AIRLOCK_PREPARED_STATEMENTS=0 turns it off for
-    a pooler that cannot keep prepared statements (PgBouncer in transaction mode before
-    1.21, or without max_prepared_statements).
+    a pooler that cannot keep prepared statements (docs/deployment.md).
     """
     if not settings.AIRLOCK_PREPARED_STATEMENTS:
-        return connection.cursor()
+        with connection.cursor() as plain:
+            plain.execute(sql, params)
+            return cast("tuple[Any, ...] | None", plain.fetchone())
     connection.ensure_connection()
-    # Django's wrapper keeps its error translation, execute wrappers and query log.
-    return connection._prepare_cursor(_prepared_cursor_class()(connection.connection))
+    raw = connection.connection
+    cursor = _prepared_cursors.get(raw)
+    if cursor is None:
+        cursor = _prepared_cursors[raw] = _prepared_cursor_class()(raw)
+    # Django's wrapper keeps its error translation, execute wrappers and query log; it
+    # is not closed, so the cursor lives as long as its connection.
+    wrapped = connection._prepare_cursor(cursor)
+    wrapped.execute(sql, params)
+    return cast("tuple[Any, ...] | None", wrapped.fetchone())
 
 
 @functools.cache

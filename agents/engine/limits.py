@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -57,9 +58,22 @@ class Limits:
         return merged
 
 
+def of_run(limits: dict[str, Any] | None) -> Limits:
+    """A run's limits, parsed once per distinct set: every step checks them."""
+    try:
+        return _parsed(tuple(sorted((limits or {}).items())))
+    except TypeError:  # an unhashable value: let from_dict say what is wrong with it
+        return Limits.from_dict(limits)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(items: tuple[tuple[str, Any], ...]) -> Limits:
+    return Limits.from_dict(dict(items))
+
+
 def exceeded(state: Any, now: float) -> str | None:
     """The reason the run may not take another step, naming the limit, or None."""
-    limits = Limits.from_dict(state.limits)
+    limits = of_run(state.limits)
     if state.deadline and now >= state.deadline:
         return f"deadline passed ({limits.deadline_seconds} s after launch)"
     if state.steps >= limits.max_steps:

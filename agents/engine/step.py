@@ -529,7 +529,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
         return _move(new, PLANNING, t)
     assert spec is not None
     fp = fingerprint(tool, args)
-    lim = limits_mod.Limits.from_dict(new.limits)
+    lim = limits_mod.of_run(new.limits)
     times = deps.journal.executed(fp)
     streak = new.error_streak or {}
     if times >= lim.max_identical_calls:

@@ -208,7 +208,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
 
     from agents import verify
     from agents.actions import run_launch
-    from agents.models import Message, ToolCall, Transition
+    from agents.models import Message, Run, ToolCall, Transition
 
     profile = bench_profile()
     runs = [run_launch(agent=profile, task=f"bench {n}", script=script_of(n)) for _ in range(max(1, total // n))]
@@ -224,6 +224,8 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
             elapsed += time.perf_counter() - start
             assert done.state == "done", done.error
     connection.close()
+    # Every run replays from its transitions to exactly its cached state (verify_runs).
+    replayed = sum(not verify.verify_run(Run.objects.get(pk=r.pk)) for r in runs)
     # Launch rows (seq 1, first messages) were written before the measurement started.
     transitions = Transition.objects.count() - transitions_before
     rows = Transition.objects.count() + Message.objects.count() + ToolCall.objects.count() - rows_before
@@ -240,6 +242,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
         "disk_bytes_per_tool_call": (table_bytes() - disk_before) / calls,
         "history_disk_bytes_per_tool_call": (table_bytes(HISTORY_TABLES) - history_before) / calls,
         "wal_bytes_per_tool_call": (wal_lsn() - wal_before) / calls,
+        "runs_replayed_exactly": replayed / len(runs),
     }
 
 
@@ -325,6 +328,9 @@ def targets(r: dict[str, Any]) -> Targets:
     t.check("engine N=200, fraction of the raw commit rate (median)", e["200"]["fraction_of_raw_limit"], ">=", 0.15)
     # Two commits per tool call, plus a run's fixed ones (claim, pickup, final) amortized.
     t.check("commits per tool call, N=200", e["200"]["commits_per_tool_call"], "<=", 2.05)
+    # The lowest share over every size and round: one run that does not replay misses.
+    replayed = min(row["runs_replayed_exactly_min"] for row in e.values())
+    t.check("engine runs that verify_runs replays exactly (share)", replayed, ">=", 1.0)
     w = r.get("workers")
     if w:
         inproc = w["in_process"]["transitions_per_second"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from agents import access
@@ -160,6 +160,13 @@ def pending_count(user: Any) -> int:
     return access.visible_approvals(user).pending().count()
 
 
+def pending_by_tool(user: Any) -> dict[str, int]:
+    """The pending approvals `user` can see, counted per tool, by tool name: one scan
+    gives the queue page both its tool choices and (summed) its pending total."""
+    rows = access.visible_approvals(user).pending().values_list("tool").annotate(n=Count("pk")).order_by("tool")
+    return dict(rows)
+
+
 def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
     if filters.agent:
         qs = qs.filter(run__profile__name=filters.agent)
@@ -256,6 +263,7 @@ def queue(
     keep: Iterable[int] = (),
     shown: Iterable[int] = (),
     after: int | None = None,
+    matching: int | None = None,
 ) -> Page:
     """Pending cards in the chosen order, from the start or after the card `after`.
 
@@ -263,7 +271,8 @@ def queue(
     (pending there) and `keep` (decided there, to stay on screen); it gets as many cards
     as it shows, so cards appended by "Show more" stay. Those come back as stand-ins; a
     card shown as pending that someone else decided comes back not at all, so it leaves
-    the page. Raises BadCursor for an `after` the viewer cannot see.
+    the page. `matching` is the count of pending cards matching `filters`, when the
+    caller has it already. Raises BadCursor for an `after` the viewer cannot see.
     """
     visible = access.visible_approvals(user)
     pending = _filtered(visible.pending(), filters)
@@ -285,7 +294,8 @@ def queue(
         OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
         for a in approvals
     ]
-    matching = pending.count()
+    if matching is None:
+        matching = pending.count()
     # The rows are a prefix of the order: every pending card up to the last one is here.
     here = sum(1 for a in approvals if a.is_pending)
     ahead = pending.filter(beyond).count() if after is not None else matching
@@ -298,8 +308,8 @@ def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
     return build([approval], viewer=user, late=late)[0] if approval is not None else None
 
 
-def filter_choices(user: Any) -> dict[str, list[Any]]:
-    tools = access.visible_approvals(user).pending().order_by("tool").values_list("tool", flat=True).distinct()
+def filter_choices(tools: Iterable[str]) -> dict[str, list[Any]]:
+    """The filter form's options; `tools` are those with pending calls (pending_by_tool)."""
     return {
         "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
         "tools": list(tools),

@@ -8,14 +8,13 @@ same number of queries per page as a run of 3.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
-from agents.formatting import usd
+from agents.formatting import pretty_json, usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
@@ -119,15 +118,17 @@ class Entry:
         return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
 
 
+def cut_for_model(content: str | None) -> bool:
+    """True when the engine cut this tool result at the transcript cap."""
+    return TRUNCATION_MARK in (content or "")
+
+
 def args_diff(before: Any, after: Any) -> list[tuple[str, str]]:
     """(kind, line) pairs of a line diff of two argument objects as pretty JSON; kind is
     `del`, `add` or `same`."""
 
-    def lines(value: Any) -> list[str]:
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str).splitlines()
-
     out = []
-    for line in difflib.ndiff(lines(before), lines(after)):
+    for line in difflib.ndiff(pretty_json(before).splitlines(), pretty_json(after).splitlines()):
         tag, text = line[:1], line[2:]
         if tag == "?":
             continue
@@ -260,4 +261,4 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     return Chart(CHART_W, CHART_H, cost_line, token_line, cost, tokens, len(points), y_labels, x_labels, plot_cost)
 
 
-__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "page", "series"]
+__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "page", "series"]

@@ -148,7 +148,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "last_seq": last,
             "live_after": last,
             "poll": LIVE_POLL,
-            "transcript_cap": timeline.TRANSCRIPT_CAP,
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
@@ -165,7 +164,6 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "live_after": None if more else last,
         "chart": timeline.chart(points),
         "poll": LIVE_POLL,
-        "transcript_cap": timeline.TRANSCRIPT_CAP,
     }
     return render(request, "agents/run_detail.html", context)
 
@@ -205,7 +203,6 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
         "header_unchanged": _int(request.GET.get("seen")) == run.version,
         # Keep polling while rows remain to fetch, even if the run has just ended.
         "poll": LIVE_POLL if (not run.is_terminal or more) else None,
-        "transcript_cap": timeline.TRANSCRIPT_CAP,
     }
     return render(request, "agents/run_detail.html#live", context)
 

@@ -243,16 +243,22 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     max_seq = max(cum[-1][0], 2)
     min_seq = cum[0][0]
     max_cost, max_tokens = max(cost, 1), max(tokens, 1)
+    span, width, height = max(max_seq - min_seq, 1), right - left, bottom - top
 
     def x(seq: int) -> float:
-        return round(left + (seq - min_seq) / max(max_seq - min_seq, 1) * (right - left), 1)
+        return round(left + (seq - min_seq) / span * width, 1)
 
     def y(value: int, top_value: int) -> float:
-        return round(bottom - value / top_value * (bottom - top), 1)
+        return round(bottom - value / top_value * height, 1)
 
     plot_cost = cost > 0
-    cost_line = " ".join(f"{x(s)},{y(c, max_cost)}" for s, c, _ in cum)
-    token_line = " ".join(f"{x(s)},{y(t, max_tokens)}" for s, _, t in cum)
+    # x() and y() inlined over the points, each x once for both lines, and ":.1f" for
+    # str(round(v, 1)) (the same digits in this range): 1,600 calls to round() were a
+    # millisecond of the page.
+    xs = [f"{left + (s - min_seq) / span * width:.1f}," for s, _, _ in cum]
+    on_x = list(zip(xs, cum, strict=True))
+    cost_line = " ".join([f"{px}{bottom - c / max_cost * height:.1f}" for px, (_, c, _) in on_x])
+    token_line = " ".join([f"{px}{bottom - t / max_tokens * height:.1f}" for px, (_, _, t) in on_x])
     if plot_cost:
         y_labels = [(y(0, max_cost), "$0"), (y(max_cost // 2, max_cost), usd(max_cost // 2)), (float(top), usd(cost))]
     else:

@@ -11,6 +11,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import prefetch_related_objects
+
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
@@ -141,10 +143,22 @@ def series(run: Run) -> list[tuple[int, int, int]]:
     return list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
 
 
+def run_approvals(run: Run) -> list[Approval]:
+    """Every approval of the run, oldest first: the header lists them, the entries name them."""
+    return list(run.approvals.select_related("decided_by", "edited_by").order_by("created_at", "pk"))
+
+
 def page(
-    run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int, int, int]] | None = None
+    run: Run,
+    *,
+    after: int = 0,
+    limit: int = PAGE,
+    points: list[tuple[int, int, int]] | None = None,
+    approvals: list[Approval] | None = None,
 ) -> tuple[list[Entry], bool]:
-    """Transitions with seq > `after`, at most `limit`, and whether more follow."""
+    """Transitions with seq > `after`, at most `limit`, and whether more follow.
+
+    `points` (series()) and `approvals` (run_approvals()) when the caller has them."""
     rows = list(run.transitions.filter(seq__gt=after).order_by("seq")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
@@ -170,17 +184,16 @@ def page(
         if call_ids
         else {}
     )
+    if approvals is None:
+        approvals = (
+            list(Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by", "edited_by"))
+            if call_ids
+            else []
+        )
     # One call can have two approvals (policy, then "outcome unknown" after a crash).
-    approvals = (
-        {
-            (a.call_id, a.kind): a
-            for a in Approval.objects.filter(run=run, call_id__in=call_ids)
-            .select_related("decided_by", "edited_by")
-            .prefetch_related("votes")
-        }
-        if call_ids
-        else {}
-    )
+    by_call = {(a.call_id, a.kind): a for a in approvals if a.call_id in call_ids}
+    # An entry lists the votes of a pending approval only, and a run has at most one.
+    prefetch_related_objects([a for a in by_call.values() if a.is_pending], "votes")
     for e in entries:
         if not e.call_id:
             continue
@@ -193,7 +206,7 @@ def page(
                 or e.payload.get("decision") in decisions.KIND_DECISIONS[decisions.OUTCOME_UNKNOWN]
                 else decisions.POLICY
             )
-            e.approval = approvals.get((e.call_id, kind))
+            e.approval = by_call.get((e.call_id, kind))
     return entries, more
 
 
@@ -268,4 +281,4 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     return Chart(CHART_W, CHART_H, cost_line, token_line, cost, tokens, len(points), y_labels, x_labels, plot_cost)
 
 
-__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "page", "series"]
+__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "page", "run_approvals", "series"]

@@ -152,10 +152,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
     points = timeline.series(run)
-    entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
+    header = _header(request, run)
+    entries, more = timeline.page(run, after=max(after or 0, 0), points=points, approvals=header["approvals"])
     last = entries[-1].t.seq if entries else 0
     context = {
-        **_header(request, run),
+        **header,
         "entries": entries,
         "more": more,
         "last_seq": last,
@@ -170,7 +171,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
     """What the run's header shows: its approvals and its grants."""
-    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
+    approvals = timeline.run_approvals(run)
     return {
         "run": run,
         "approvals": approvals,
@@ -192,10 +193,15 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     # rows are left alone and the answer is the header alone.
     changed = after < 0 or run.version > after
     points = timeline.series(run) if changed else []
-    entries, more = timeline.page(run, after=after, points=points) if changed and after >= 0 else ([], False)
+    header = _header(request, run)
+    entries, more = (
+        timeline.page(run, after=after, points=points, approvals=header["approvals"])
+        if changed and after >= 0
+        else ([], False)
+    )
     last = entries[-1].t.seq if entries else after
     context = {
-        **_header(request, run),
+        **header,
         "entries": entries,
         "live_after": last if after >= 0 else -1,
         "chart": timeline.chart(points) if changed else None,

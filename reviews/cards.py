@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
 from agents import access
@@ -179,6 +179,10 @@ def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
 
 def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = False) -> list[Card]:
     approvals = list(approvals)
+    # Who decided or edited, in one query, and only when a card names someone: pending
+    # cards rarely do, and joining the users cost the queue's query a fifth of its time.
+    if any(a.decided_by_id or a.edited_by_id for a in approvals):
+        prefetch_related_objects(approvals, "decided_by", "edited_by")
     keys = [a.taint_source["key"] for a in approvals if isinstance(a.taint_source, dict) and a.taint_source.get("key")]
     journal = {
         c.idempotency_key: c
@@ -215,9 +219,9 @@ def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
     # The run's engine state and script can be large; a card needs neither (but the
     # policy, read from the engine state, when the viewer launched the run). Of the
     # profile it shows the name alone: building 25 profiles with their JSON fields cost
-    # the queue more than its query.
+    # the queue more than its query. Who decided or edited: see build().
     return (
-        qs.select_related("run", "decided_by", "edited_by")
+        qs.select_related("run")
         .annotate(agent_name=F("run__profile__name"))
         .prefetch_related("votes")
         .defer("run__engine", "run__script")

@@ -183,6 +183,12 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.state in states.TERMINAL
 
+    @property
+    def has_grants(self) -> bool:
+        """Whether the run ever granted a call: the engine state lists every grant, revoked
+        ones too, and the store writes each Grant row in the commit that adds it there."""
+        return bool((self.engine or {}).get("grants"))
+
     def policy(self) -> dict[str, Any]:
         """The run's policy snapshot, always with all five keys.
 

@@ -176,7 +176,8 @@ def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
         "run": run,
         "approvals": approvals,
         "pending": next((a for a in approvals if a.is_pending), None),
-        "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")),
+        # Most runs grant nothing, and the run row says so: no query for them.
+        "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")) if run.has_grants else [],
         "can_revoke": access.can_decide(request.user) and not run.is_terminal,
     }
 

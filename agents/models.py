@@ -413,6 +413,13 @@ class Approval(models.Model):
     def decided_label(self) -> str:
         return decisions.label(self.decision, self.status)
 
+    @property
+    def may_have_votes(self) -> bool:
+        """False for a pending approval that needs one vote: the first vote of a round
+        decides it, in the transaction that records the vote, so outside that
+        transaction it has none in its round."""
+        return not (self.is_pending and self.required <= 1)
+
     def current_votes(self) -> list[ApprovalVote]:
         """This round's votes, oldest first (prefetched `votes` are used when present)."""
         return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))

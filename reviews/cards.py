@@ -60,7 +60,7 @@ class Quorum:
     @classmethod
     def of(cls, a: Approval) -> Quorum | None:
         """None for an approval that needs one vote and has none: no counter to show."""
-        votes = a.current_votes()
+        votes = _votes(a)
         if a.required <= 1 and not votes:
             return None
         count = decisions.tally([v.to_dict() for v in votes], a.required).approvals
@@ -179,10 +179,6 @@ def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
 
 def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = False) -> list[Card]:
     approvals = list(approvals)
-    # Who decided or edited, in one query, and only when a card names someone: pending
-    # cards rarely do, and joining the users cost the queue's query a fifth of its time.
-    if any(a.decided_by_id or a.edited_by_id for a in approvals):
-        prefetch_related_objects(approvals, "decided_by", "edited_by")
     keys = [a.taint_source["key"] for a in approvals if isinstance(a.taint_source, dict) and a.taint_source.get("key")]
     journal = {
         c.idempotency_key: c
@@ -199,7 +195,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 taint = untrusted(call.tool, source.get("step", call.step), call.result)
             else:
                 taint = Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
-        votes = a.current_votes()
+        votes = _votes(a)
         cards.append(
             Card(
                 approval=a,
@@ -219,13 +215,26 @@ def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
     # The run's engine state and script can be large; a card needs neither (but the
     # policy, read from the engine state, when the viewer launched the run). Of the
     # profile it shows the name alone: building 25 profiles with their JSON fields cost
-    # the queue more than its query. Who decided or edited: see build().
-    return (
-        qs.select_related("run")
-        .annotate(agent_name=F("run__profile__name"))
-        .prefetch_related("votes")
-        .defer("run__engine", "run__script")
-    )
+    # the queue more than its query. Votes and people: see _load().
+    return qs.select_related("run").annotate(agent_name=F("run__profile__name")).defer("run__engine", "run__script")
+
+
+def _load(qs: QuerySet[Approval]) -> list[Approval]:
+    """The approvals of `qs` (a _select()), with their votes and who decided or edited,
+    read only for the cards that can have them: pending cards needing one vote (nearly
+    all) have neither, and the users' joins and the votes' query were a third of the
+    queue's reading."""
+    approvals = list(qs)
+    prefetch_related_objects([a for a in approvals if a.may_have_votes], "votes")  # see _votes()
+    if any(a.decided_by_id or a.edited_by_id for a in approvals):
+        prefetch_related_objects(approvals, "decided_by", "edited_by")
+    return approvals
+
+
+def _votes(a: Approval) -> list[ApprovalVote]:
+    """The votes of this round, without a query for an approval that cannot have any
+    (those _load() leaves out)."""
+    return a.current_votes() if a.may_have_votes else []
 
 
 @dataclass
@@ -295,7 +304,7 @@ def queue(
         beyond = _beyond(anchor, filters.sort)
     order = SORTS.get(filters.sort, SORTS[""])[1]
     limit = min(max(PAGE, len(shown)), LOADED_MAX)
-    approvals = list(_select(rows.filter(beyond)).order_by(*order)[: limit + len(keep)])
+    approvals = _load(_select(rows.filter(beyond)).order_by(*order)[: limit + len(keep)])
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
     items: list[Card | OnScreen] = [
         OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
@@ -311,8 +320,8 @@ def queue(
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
-    approval = _select(access.visible_approvals(user).filter(pk=approval_id)).first()
-    return build([approval], viewer=user, late=late)[0] if approval is not None else None
+    approvals = _load(_select(access.visible_approvals(user).filter(pk=approval_id)))
+    return build(approvals, viewer=user, late=late)[0] if approvals else None
 
 
 def filter_choices(tools: Iterable[str]) -> dict[str, list[Any]]:

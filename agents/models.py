@@ -171,12 +171,10 @@ class Run(models.Model):
     def cache_tokens(self) -> dict[str, int]:
         """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
         provider's cache, summed over the transitions' recorded usage in one query."""
-        def total(key: str) -> Sum:
-            return Sum(Cast(KT(f"payload__usage__{key}"), models.BigIntegerField()))
+        def total(name: str) -> Sum:
+            return Sum(Cast(Transition.cache_usage(name), models.BigIntegerField()))
 
-        sums = self.transitions.filter(kind="model").aggregate(
-            read=total("cached_input_tokens"), write=total("cache_write_tokens")
-        )
+        sums = self.transitions.filter(kind="model").aggregate(**{name: total(name) for name in Transition.CACHE_USAGE})
         return {k: v or 0 for k, v in sums.items()}
 
     @property
@@ -249,6 +247,15 @@ class Transition(models.Model):
         if self.pk is not None:
             raise RuntimeError("transitions are immutable")
         super().save(*args, **kwargs)
+
+    # The prompt-cache tokens a model call reports in its usage: read from and written
+    # to the provider's cache.
+    CACHE_USAGE = {"read": "cached_input_tokens", "write": "cache_write_tokens"}
+
+    @classmethod
+    def cache_usage(cls, name: str) -> KT:
+        """CACHE_USAGE[name] of a (model) transition's recorded usage, as text."""
+        return KT(f"payload__usage__{cls.CACHE_USAGE[name]}")
 
 
 class Message(models.Model):

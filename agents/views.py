@@ -151,8 +151,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
-    points = timeline.series(run)
-    header = _header(request, run)
+    points, cache = timeline.series_and_cache(run)
+    header = _header(request, run, cache=cache)
     entries, more = timeline.page(run, after=max(after or 0, 0), points=points, approvals=header["approvals"])
     last = entries[-1].t.seq if entries else 0
     context = {
@@ -169,11 +169,14 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "agents/run_detail.html", context)
 
 
-def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
-    """What the run's header shows: its approvals and its grants."""
+def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = None) -> dict[str, Any]:
+    """What the run's header shows: its approvals, its grants and its prompt-cache tokens
+    (`cache`, when the caller summed them already)."""
     approvals = timeline.run_approvals(run)
     return {
         "run": run,
+        # Otherwise the template calls the method, and only if it renders the header.
+        "cache_tokens": run.cache_tokens if cache is None else cache,
         "approvals": approvals,
         "pending": next((a for a in approvals if a.is_pending), None),
         # Most runs grant nothing, and the run row says so: no query for them.
@@ -193,8 +196,8 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     # Most polls find nothing new (a run waiting for a human): then the chart and the
     # rows are left alone and the answer is the header alone.
     changed = after < 0 or run.version > after
-    points = timeline.series(run) if changed else []
-    header = _header(request, run)
+    points, cache = timeline.series_and_cache(run) if changed else ([], None)
+    header = _header(request, run, cache=cache)
     entries, more = (
         timeline.page(run, after=after, points=points, approvals=header["approvals"])
         if changed and after >= 0

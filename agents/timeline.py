@@ -162,7 +162,9 @@ def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, in
 
 def run_approvals(run: Run) -> list[Approval]:
     """Every approval of the run, oldest first: the header lists them, the entries name them."""
-    return list(run.approvals.select_related("decided_by", "edited_by").order_by("created_at", "pk"))
+    approvals = list(run.approvals.order_by("created_at", "pk"))
+    Approval.prefetch_people(approvals)
+    return approvals
 
 
 def page(
@@ -202,11 +204,7 @@ def page(
         else {}
     )
     if approvals is None:
-        approvals = (
-            list(Approval.objects.filter(run=run, call_id__in=call_ids).select_related("decided_by", "edited_by"))
-            if call_ids
-            else []
-        )
+        approvals = run_approvals(run) if call_ids else []
     # One call can have two approvals (policy, then "outcome unknown" after a crash).
     by_call = {(a.call_id, a.kind): a for a in approvals if a.call_id in call_ids}
     # An entry lists the votes of a pending approval only, and a run has at most one.

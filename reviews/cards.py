@@ -221,13 +221,12 @@ def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
 
 def _load(qs: QuerySet[Approval]) -> list[Approval]:
     """The approvals of `qs` (a _select()), with their votes and who decided or edited,
-    read only for the cards that can have them: pending cards needing one vote (nearly
-    all) have neither, and the users' joins and the votes' query were a third of the
-    queue's reading."""
+    read only for the cards that can have them (Approval.prefetch_people): pending cards
+    needing one vote (nearly all) have neither, and the users' joins and the votes'
+    query were a third of the queue's reading."""
     approvals = list(qs)
     prefetch_related_objects([a for a in approvals if a.may_have_votes], "votes")  # see _votes()
-    if any(a.decided_by_id or a.edited_by_id for a in approvals):
-        prefetch_related_objects(approvals, "decided_by", "edited_by")
+    Approval.prefetch_people(approvals)
     return approvals
 
 

@@ -10,6 +10,7 @@ which escapes it as the template's autoescape did: it stays inert text. The page
 
 from __future__ import annotations
 
+from datetime import datetime, tzinfo
 from typing import Any
 
 from django.utils import timezone
@@ -29,9 +30,9 @@ def _get(value: Any, key: str) -> Any:
     return value.get(key, "") if isinstance(value, dict) else ""
 
 
-def _time(value: Any) -> str:
-    """A <time> with its ISO datetime, showing hours, minutes and seconds."""
-    local = timezone.localtime(value)
+def _time(value: datetime, tz: tzinfo) -> str:
+    """A <time> with its ISO datetime, showing hours, minutes and seconds in `tz`."""
+    local = value.astimezone(tz)
     return f'<time datetime="{local.isoformat()}">{local:%H:%M:%S}</time>'
 
 
@@ -82,13 +83,13 @@ def _message(m: Any) -> str:
     return f'<div class="msg msg-{esc(m.role)}"><span class="role">{role}</span><pre>{esc(m.content)}</pre></div>'
 
 
-def _decision(e: Entry, decision: dict[str, Any]) -> str:
+def _decision(e: Entry, decision: dict[str, Any], tz: tzinfo) -> str:
     line = (
         f'<p class="decision">Reviewer decision <strong>{esc(decision["decision"])}</strong> on '
         f'<code>{esc(decision["tool"])}</code> by <strong class="who">{esc(decision["by"] or "unknown")}</strong>'
     )
     if e.approval is not None and e.approval.decided_at:
-        line += f" at {_time(e.approval.decided_at)}"
+        line += f" at {_time(e.approval.decided_at, tz)}"
     if decision["note"]:
         line += f": “{esc(decision['note'])}”"
     line += "</p>"
@@ -144,7 +145,7 @@ def _journal(j: Any) -> str:
     )
 
 
-def _approval(e: Entry) -> str:
+def _approval(e: Entry, tz: tzinfo) -> str:
     a = e.approval
     assert a is not None
     if a.status == "denied":
@@ -160,7 +161,7 @@ def _approval(e: Entry) -> str:
     if a.required > 1:
         line += f", needing {a.required} votes"
     if a.expires_at:
-        line += f", expiring at {_time(a.expires_at)}"
+        line += f", expiring at {_time(a.expires_at, tz)}"
     line += "; the answer is recorded as its own step."
     if a.status == "pending":
         votes = a.current_votes()
@@ -174,7 +175,7 @@ def _approval(e: Entry) -> str:
     return line + "</p>"
 
 
-def _body(e: Entry) -> list[str]:
+def _body(e: Entry, tz: tzinfo) -> list[str]:
     """The entry's notes, each a line of the step body, in the order the page shows them."""
     t, payload = e.t, e.payload
     call = e.call
@@ -198,7 +199,7 @@ def _body(e: Entry) -> list[str]:
         out.append(f'<p class="flag flag-error">{esc(_get(invalid, "error"))}: {esc(_get(invalid, "detail"))}</p>')
     decision = e.decision
     if decision:
-        out.append(_decision(e, decision))
+        out.append(_decision(e, decision, tz))
     grant = e.grant
     if t.kind == "revoke" and grant:
         out.append(
@@ -227,11 +228,18 @@ def _body(e: Entry) -> list[str]:
     if e.journal is not None:
         out.append(_journal(e.journal))
     if e.approval is not None:
-        out.append(_approval(e))
+        out.append(_approval(e, tz))
     return out
 
 
-def entry(e: Entry) -> SafeString:
+def entries(items: list[Entry]) -> SafeString:
+    """The entries of a page, a live answer or a "load more", in order."""
+    # The current time zone once for all, as the `date` filter shows times in it.
+    tz = timezone.get_current_timezone()
+    return mark_safe("".join(_entry(e, tz) for e in items))
+
+
+def _entry(e: Entry, tz: tzinfo) -> str:
     t = e.t
     kind, seq = esc(t.kind), t.seq
     classes = f"step kind-{kind}{' is-tainted' if e.tainted else ''}{' is-failed' if t.to_state == 'failed' else ''}"
@@ -243,15 +251,15 @@ def entry(e: Entry) -> SafeString:
     if _get(usage, "cache_write_tokens"):
         tokens += f", {number(usage['cache_write_tokens'])} cache writes"
     unknown = ' <span class="hint">cost unknown</span>' if e.cost_unknown else ""
-    body = "\n    ".join(_body(e))
-    return mark_safe(
+    body = "\n    ".join(_body(e, tz))
+    return (
         f'\n<li class="{classes}" id="t{seq}" data-seq="{seq}">\n'
         '  <div class="step-head">\n'
         f'    <span class="seq">#{seq}</span>\n'
         f'    <span class="moves">{moves} <span class="state state-{esc(t.to_state)}">{esc(t.to_state)}</span></span>\n'
         f'    <span class="kind">{kind}</span>\n'
         '    <span class="meta">\n'
-        f"      {_time(t.created_at)}\n"
+        f"      {_time(t.created_at, tz)}\n"
         f'      <span title="time spent in this step">{esc(ms(t.duration_ms))}</span>\n'
         f'      <span title="cost of this step">{esc(usd(t.cost_micros))}{unknown}</span>\n'
         f'      <span title="tokens in this step">{esc(tokens)}</span>\n'

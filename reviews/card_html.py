@@ -13,7 +13,8 @@ calls this through the `review_card` tag, so an htmx decision still renders
 from __future__ import annotations
 
 import functools
-from typing import Any
+import unicodedata
+from datetime import datetime
 
 from django.conf import settings
 from django.template import Context
@@ -26,7 +27,7 @@ from django.utils.text import Truncator
 from agents.engine.decisions import DECISIONS
 from agents.markup import esc, plural
 
-from .cards import Card, Quorum
+from .cards import Card, OnScreen, Quorum
 from .untrusted import Untrusted
 
 TASK_CHARS = 600  # a longer task is cut on the card; the run's timeline shows it whole
@@ -35,8 +36,39 @@ TASK_CHARS = 600  # a longer task is cut on the card; the run's timeline shows i
 _MARK = "987654321987654"
 
 
-def _iso(value: Any) -> str:
-    return timezone.localtime(value).isoformat()
+class _Shared:
+    """What every card of one answer shares, worked out once rather than per card."""
+
+    def __init__(self, context: Context, *, preserve: bool) -> None:
+        self.context = context
+        self.can_decide = bool(context.get("can_decide"))  # the viewer may answer
+        self.preserve = preserve  # hx-preserve: in the list, not in a decision's answer
+        self.tz = timezone.get_current_timezone()  # as the `date` filter shows times
+
+    @functools.cached_property
+    def hidden(self) -> str:
+        """The queue's filters as hidden inputs: a decision keeps them."""
+        filters = self.context.get("filters")
+        return "".join(
+            f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
+            for name, value in (filters.query().items() if filters else ())
+        )
+
+    @functools.cached_property
+    def csrf(self) -> str:
+        return CsrfTokenNode().render(self.context)
+
+    def local(self, value: datetime) -> datetime:
+        return value.astimezone(self.tz)
+
+    def iso(self, value: datetime) -> str:
+        return value.astimezone(self.tz).isoformat()
+
+
+def _task(text: str) -> str:
+    """The task as `truncatechars` cuts it (NFC-normalised, as Truncator returns it)."""
+    text = unicodedata.normalize("NFC", text)
+    return text if len(text) <= TASK_CHARS else Truncator(text).chars(TASK_CHARS)
 
 
 @functools.lru_cache(maxsize=16)
@@ -91,17 +123,12 @@ def _untrusted(t: Untrusted, pk: int) -> str:
     )
 
 
-def _form(card: Card, context: Context) -> str:
+def _form(card: Card, shared: _Shared) -> str:
     """The answers a reviewer may give: approve, reject, edit, grant; or, for a call whose
     outcome is unknown, whether it happened."""
     a = card.approval
     pk = a.pk
     urls = _urls(pk)
-    filters = context.get("filters")
-    hidden = "".join(
-        f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
-        for name, value in (filters.query().items() if filters else ())
-    )
     if card.outcome_unknown:
         happened, retry, fail = urls["happened"], urls["retry"], urls["fail"]
         fields = (
@@ -149,14 +176,14 @@ def _form(card: Card, context: Context) -> str:
     return (
         f'<form class="decide" method="post" action="{urls["approve"]}" hx-target="closest article" '
         'hx-swap="outerHTML" hx-sync="closest .queue-list:queue first" hx-disabled-elt="closest fieldset">\n'
-        f"{CsrfTokenNode().render(context)}\n{hidden}\n<fieldset>\n{fields}\n</fieldset>\n</form>"
+        f"{shared.csrf}\n{shared.hidden}\n<fieldset>\n{fields}\n</fieldset>\n</form>"
     )
 
 
-def _pending(card: Card, context: Context) -> str:
+def _pending(card: Card, shared: _Shared) -> str:
     """What a pending card offers the viewer: the answers, or why they cannot give one."""
     shown = f'<input type="hidden" name="shown" value="{card.approval.pk}">'
-    if not context.get("can_decide"):
+    if not shared.can_decide:
         return shown
     if card.separated:
         return (
@@ -167,15 +194,15 @@ def _pending(card: Card, context: Context) -> str:
         missing = card.missing
         waiting = f"; waiting for {missing} more approval{plural(missing)} from other reviewers" if missing else ""
         return f'{shown}\n<p class="notice voted">You already voted ({esc(card.my_vote.decision)}){waiting}.</p>'
-    return f"{shown}\n{_form(card, context)}"
+    return f"{shown}\n{_form(card, shared)}"
 
 
-def _decided(card: Card) -> str:
+def _decided(card: Card, shared: _Shared) -> str:
     a = card.approval
     by = f' by <strong class="who">{esc(card.decided_by)}</strong>' if card.decided_by else ""
     at = ""
     if a.decided_at:
-        local = timezone.localtime(a.decided_at)
+        local = shared.local(a.decided_at)
         at = f' at <time datetime="{local.isoformat()}">{local:%Y-%m-%d %H:%M:%S} UTC</time>'
     note = f'\n<p class="decision-note"><span class="label">Note</span>{esc(a.note)}</p>' if a.note else ""
     late = f'\n<p class="late" role="alert">{esc(card.message)}</p>' if card.late and card.message else ""
@@ -189,6 +216,29 @@ def _decided(card: Card) -> str:
 def card(card: Card, context: Context) -> SafeString:
     """The card of one approval; `context` gives the viewer's rights (`can_decide`), the
     queue's `filters` (kept through a decision), `preserve` and the CSRF token."""
+    return mark_safe(_card(card, _Shared(context, preserve=bool(context.get("preserve")))))
+
+
+def cards(items: list[Card | OnScreen], context: Context) -> SafeString:
+    """The list's cards, each kept by the page when it is there (hx-preserve); a card
+    the polling page already shows comes as an empty stand-in, with its vote counter
+    out of band."""
+    shared = _Shared(context, preserve=True)
+    out = []
+    for item in items:
+        if isinstance(item, OnScreen):
+            out.append(
+                f'<article class="card" id="approval-{item.pk}" data-approval-id="{item.pk}" hx-preserve="true">'
+                "</article>"
+            )
+            if item.quorum:
+                out.append(quorum(item.quorum, oob=True))
+        else:
+            out.append(_card(item, shared))
+    return mark_safe("".join(out))
+
+
+def _card(card: Card, shared: _Shared) -> str:
     a = card.approval
     run = a.run
     pk = a.pk
@@ -201,7 +251,7 @@ def card(card: Card, context: Context) -> SafeString:
         until = int(a.expires_at.timestamp())
         expires = (
             f'<span class="expires{" expiring" if card.expiring else ""}" data-until="{until}" '
-            f'data-total="{card.timeout_seconds}">expires in <time datetime="{_iso(a.expires_at)}">'
+            f'data-total="{card.timeout_seconds}">expires in <time datetime="{shared.iso(a.expires_at)}">'
             f"{esc(card.time_left)}</time></span>"
         )
     rule = f'<span class="rule">{esc(a.rule_label)}</span>: ' if a.rule_label else ""
@@ -224,11 +274,11 @@ def card(card: Card, context: Context) -> SafeString:
     tainted = (
         '<span class="tainted" title="the run has read external content">tainted run</span>' if run.tainted else ""
     )
-    preserve = ' hx-preserve="true"' if context.get("preserve") else ""
+    preserve = ' hx-preserve="true"' if shared.preserve else ""
     message = ""
     if pending and card.message and not card.edit_error:
         message = f'<p class="vote-recorded" role="status">{esc(card.message)}</p>'
-    return mark_safe(
+    return (
         f'\n<article class="{classes}" id="approval-{pk}" data-approval-id="{pk}" data-status="{esc(a.status)}"'
         f'{preserve} tabindex="-1" aria-labelledby="approval-{pk}-title">\n'
         '<header class="card-head">\n'
@@ -237,7 +287,7 @@ def card(card: Card, context: Context) -> SafeString:
         f"{kind}\n"
         f"{tainted}\n"
         '<span class="spacer"></span>\n'
-        f'<span class="waited">{"waiting" if pending else "waited"} <time datetime="{_iso(a.created_at)}" '
+        f'<span class="waited">{"waiting" if pending else "waited"} <time datetime="{shared.iso(a.created_at)}" '
         f'data-since="{int(a.created_at.timestamp())}">{esc(card.waited)}</time></span>\n'
         f"{expires}\n"
         "</header>\n"
@@ -245,7 +295,7 @@ def card(card: Card, context: Context) -> SafeString:
         f'<div class="reason"><dt>Why asked</dt><dd>{rule}{esc(a.reason)}{needed}</dd></div>\n'
         f'<div><dt>Run</dt><dd><a href="/runs/{run.pk}/">#{run.pk} timeline</a> <span class="muted">· agent '
         f"{esc(a.agent_name)} · step {a.step}</span></dd></div>\n"
-        f'<div class="task"><dt>Task</dt><dd>{esc(Truncator(run.task).chars(TASK_CHARS))}</dd></div>\n'
+        f'<div class="task"><dt>Task</dt><dd>{esc(_task(run.task))}</dd></div>\n'
         "</dl>\n"
         '<section class="args">\n'
         f'<h3>Arguments <span class="muted">{which}</span></h3>\n'
@@ -254,7 +304,7 @@ def card(card: Card, context: Context) -> SafeString:
         f"{edit}\n"
         f"{quorum(q) if q else ''}\n"
         f"{_untrusted(card.taint, pk) if card.taint else ''}\n"
-        f"{_pending(card, context) if pending else _decided(card)}\n"
+        f"{_pending(card, shared) if pending else _decided(card, shared)}\n"
         f"{message}\n"
         "</article>\n"
     )

@@ -81,8 +81,6 @@ class Card:
     edit_error: str = ""  # why the reviewer's edited arguments were refused
     edit_text: str = ""  # those arguments, as typed, to correct
 
-    placeholder = False
-
     @property
     def pending(self) -> bool:
         return self.approval.is_pending
@@ -244,7 +242,6 @@ class OnScreen:
     pk: int
     # The vote counter goes out of band: the card stays, its count follows other reviewers.
     quorum: Quorum | None = None
-    placeholder: bool = True
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Template filters for the run pages: formatting (agents/formatting.py), JSON, and a
-timeline entry (agents/timeline_html.py)."""
+page of timeline entries (agents/timeline_html.py)."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ register.filter("ms", formatting.ms)
 register.filter("since", formatting.since)
 register.filter("number", formatting.number)
 register.filter("pretty_json", formatting.pretty_json)
-register.filter("timeline_entry", timeline_html.entry)
+register.filter("timeline_entries", timeline_html.entries)

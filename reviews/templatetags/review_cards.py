@@ -1,4 +1,4 @@
-"""The queue's cards and vote counters, built in Python (reviews/card_html.py)."""
+"""The queue's cards, built in Python (reviews/card_html.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.template import Context
 from django.utils.safestring import SafeString
 
 from reviews import card_html
-from reviews.cards import Card, Quorum
+from reviews.cards import Card, OnScreen
 
 register = template.Library()
 
@@ -17,6 +17,7 @@ def review_card(context: Context, card: Card) -> SafeString:
     return card_html.card(card, context)
 
 
-@register.simple_tag
-def quorum(q: Quorum, oob: bool = False) -> SafeString:
-    return card_html.quorum(q, oob=oob)
+@register.simple_tag(takes_context=True)
+def review_cards(context: Context, items: list[Card | OnScreen]) -> SafeString:
+    return card_html.cards(items, context)
+

@@ -209,12 +209,20 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
     return cards
 
 
+# What a card reads of its run. Not the engine state or the script, which can be large
+# (but the policy, read from the engine state, when the viewer launched the run), nor the
+# counters and times: reading all of the run's columns cost the queue 0.4 ms.
+CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile")
+
+
 def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:
-    # The run's engine state and script can be large; a card needs neither (but the
-    # policy, read from the engine state, when the viewer launched the run). Of the
-    # profile it shows the name alone: building 25 profiles with their JSON fields cost
-    # the queue more than its query. Votes and people: see _load().
-    return qs.select_related("run").annotate(agent_name=F("run__profile__name")).defer("run__engine", "run__script")
+    # Of the profile a card shows the name alone: building 25 profiles with their JSON
+    # fields cost the queue more than its query. Votes and people: see _load().
+    return (
+        qs.select_related("run")
+        .annotate(agent_name=F("run__profile__name"))
+        .only(*(f.name for f in Approval._meta.concrete_fields), *(f"run__{f}" for f in CARD_RUN_FIELDS))
+    )
 
 
 def _load(qs: QuerySet[Approval]) -> list[Approval]:

@@ -198,8 +198,9 @@ def page(
     entries = [Entry(r, *cumulative.get(r.seq, (0, 0)), messages.get(r.seq, [])) for r in rows]
     call_ids = {e.call_id for e in entries if e.call_id}
     # An entry shows the journal row's status and sizes, not the call or its result.
+    shown = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
     journal = (
-        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result", "args")}
+        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).only(*shown)}
         if call_ids
         else {}
     )

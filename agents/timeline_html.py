@@ -1,11 +1,12 @@
-"""One timeline entry as HTML: the timeline page's repeated fragment, built in Python.
+"""Timeline entries as HTML: the timeline page's repeated fragment, built in Python.
 
 A page shows 50 entries; through the template engine each cost about 170 µs (every
 variable, filter and `{% if %}` is a node to resolve), which made the entries most of
-the page's time. Here an entry is a few string joins. Everything a model, a tool or a
-reviewer produced (payloads, messages, notes, names) goes through `esc` (agents/markup.py),
-which escapes it as the template's autoescape did: it stays inert text. The page around the entries
-(header, chart, poller) stays in agents/run_detail.html, whose `entry` partial calls this.
+the page's time. Here an entry is a few string joins, about 20 µs. Everything a model,
+a tool or a reviewer produced (payloads, messages, notes, names) goes through `esc`
+(agents/markup.py), which escapes it as the template's autoescape did: it stays inert
+text. The page around the entries (header, chart, poller) stays in
+agents/run_detail.html, whose `more` and `live` partials call `entries`.
 """
 
 from __future__ import annotations

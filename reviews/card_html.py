@@ -2,7 +2,7 @@
 
 The queue shows 25 cards; through the template engine each cost about 250 µs (every
 variable, filter, `{% if %}` and `{% url %}` is a node to resolve), most of the page's
-time. Here a card is a few string joins, about 55 µs. Everything a model, a tool or a
+time. Here a card is a few string joins, about 16 µs. Everything a model, a tool or a
 person produced (the task, arguments, reasons, fetched text, notes, names) goes through
 `esc` (agents/markup.py), which escapes it as the template's autoescape did: it stays
 inert text. The page around the cards stays in reviews/queue.html, whose `card` partial

@@ -1,4 +1,4 @@
-"""Money and durations as people read them: plain functions, no Django.
+"""Money, durations and JSON as people read them: plain functions, no Django.
 
 The template filters (agents/templatetags/airlock.py), the timeline's chart labels and
 the review cards all format through here, so a cost or a wait reads the same on every
@@ -8,6 +8,8 @@ page (reviews.js formats waiting times the same way as `short_duration`).
 from __future__ import annotations
 
 import datetime as dt
+import json
+from typing import Any
 
 
 def usd(micros: int | None) -> str:
@@ -66,3 +68,8 @@ def short_duration(total: float) -> str:
 
 def number(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
+
+
+def pretty_json(value: Any) -> str:
+    """JSON indented, keys sorted, for reading (arguments, grants, edits)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, URLValidator
 from django.db import models
-from django.db.models import Sum
+from django.db.models import Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -171,17 +171,21 @@ class Run(models.Model):
     def cache_tokens(self) -> dict[str, int]:
         """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
         provider's cache, summed over the transitions' recorded usage in one query."""
-        def total(key: str) -> Sum:
-            return Sum(Cast(KT(f"payload__usage__{key}"), models.BigIntegerField()))
+        def total(name: str) -> Sum:
+            return Sum(Cast(Transition.cache_usage(name), models.BigIntegerField()))
 
-        sums = self.transitions.filter(kind="model").aggregate(
-            read=total("cached_input_tokens"), write=total("cache_write_tokens")
-        )
+        sums = self.transitions.filter(kind="model").aggregate(**{name: total(name) for name in Transition.CACHE_USAGE})
         return {k: v or 0 for k, v in sums.items()}
 
     @property
     def is_terminal(self) -> bool:
         return self.state in states.TERMINAL
+
+    @property
+    def has_grants(self) -> bool:
+        """Whether the run ever granted a call: the engine state lists every grant, revoked
+        ones too, and the store writes each Grant row in the commit that adds it there."""
+        return bool((self.engine or {}).get("grants"))
 
     def policy(self) -> dict[str, Any]:
         """The run's policy snapshot, always with all five keys.
@@ -243,6 +247,15 @@ class Transition(models.Model):
         if self.pk is not None:
             raise RuntimeError("transitions are immutable")
         super().save(*args, **kwargs)
+
+    # The prompt-cache tokens a model call reports in its usage: read from and written
+    # to the provider's cache.
+    CACHE_USAGE = {"read": "cached_input_tokens", "write": "cache_write_tokens"}
+
+    @classmethod
+    def cache_usage(cls, name: str) -> KT:
+        """CACHE_USAGE[name] of a (model) transition's recorded usage, as text."""
+        return KT(f"payload__usage__{cls.CACHE_USAGE[name]}")
 
 
 class Message(models.Model):
@@ -416,6 +429,21 @@ class Approval(models.Model):
     @property
     def decided_label(self) -> str:
         return decisions.label(self.decision, self.status)
+
+    @staticmethod
+    def prefetch_people(approvals: list[Approval]) -> None:
+        """Read who decided or edited `approvals` in one query, and only if one of them
+        names someone: most are pending and unedited, and joining the users table twice
+        for them cost a page more than the rest of reading them."""
+        if any(a.decided_by_id or a.edited_by_id for a in approvals):
+            prefetch_related_objects(approvals, "decided_by", "edited_by")
+
+    @property
+    def may_have_votes(self) -> bool:
+        """False for a pending approval that needs one vote: the first vote of a round
+        decides it, in the transaction that records the vote, so outside that
+        transaction it has none in its round."""
+        return not (self.is_pending and self.required <= 1)
 
     def current_votes(self) -> list[ApprovalVote]:
         """This round's votes, oldest first (prefetched `votes` are used when present)."""

@@ -8,14 +8,15 @@ same number of queries per page as a run of 3.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db.models import Case, When, prefetch_related_objects
 
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
-from agents.formatting import usd
+from agents.formatting import pretty_json, usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
@@ -24,12 +25,21 @@ CHART_W, CHART_H, CHART_PAD = 640, 160, 28
 CHART_POINTS = 400
 
 
+# What an entry shows of its transition and of the messages it appended, read as rows
+# (named tuples with these attributes) rather than model instances: building 50
+# transitions and their messages as models was a fifth of reading them.
+TRANSITION_FIELDS = (
+    "seq", "from_state", "to_state", "kind", "payload", "cost_micros", "tokens", "duration_ms", "actor", "created_at",
+)
+MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name")
+
+
 @dataclass
 class Entry:
-    t: Transition
+    t: Any  # the transition's TRANSITION_FIELDS
     cumulative_cost: int
     cumulative_tokens: int
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)  # their MESSAGE_FIELDS, in order
     journal: ToolCall | None = None
     approval: Approval | None = None
 
@@ -119,15 +129,17 @@ class Entry:
         return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
 
 
+def cut_for_model(content: str | None) -> bool:
+    """True when the engine cut this tool result at the transcript cap."""
+    return TRUNCATION_MARK in (content or "")
+
+
 def args_diff(before: Any, after: Any) -> list[tuple[str, str]]:
     """(kind, line) pairs of a line diff of two argument objects as pretty JSON; kind is
     `del`, `add` or `same`."""
 
-    def lines(value: Any) -> list[str]:
-        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str).splitlines()
-
     out = []
-    for line in difflib.ndiff(lines(before), lines(after)):
+    for line in difflib.ndiff(pretty_json(before).splitlines(), pretty_json(after).splitlines()):
         tag, text = line[:1], line[2:]
         if tag == "?":
             continue
@@ -140,11 +152,43 @@ def series(run: Run) -> list[tuple[int, int, int]]:
     return list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
 
 
+def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, int]]:
+    """series(), and Run.cache_tokens() summed from the same rows: the page's chart and
+    its header in one query (the two were a millisecond apart, most of it ORM work)."""
+    # The usage figures come as text, summed here: a numeric expression would make the
+    # ORM convert two values on every one of the run's rows.
+    usage = {name: Case(When(kind="model", then=Transition.cache_usage(name))) for name in Transition.CACHE_USAGE}
+    rows = run.transitions.order_by("seq").annotate(**usage).values_list("seq", "cost_micros", "tokens", *usage)
+    points, read, write = [], 0, 0
+    for seq, cost, tokens, r, w in rows:
+        points.append((seq, cost, tokens))
+        if r:
+            read += int(r)
+        if w:
+            write += int(w)
+    return points, {"read": read, "write": write}
+
+
+def run_approvals(run: Run) -> list[Approval]:
+    """Every approval of the run, oldest first: the header lists them, the entries name them."""
+    approvals = list(run.approvals.order_by("created_at", "pk"))
+    Approval.prefetch_people(approvals)
+    return approvals
+
+
 def page(
-    run: Run, *, after: int = 0, limit: int = PAGE, points: list[tuple[int, int, int]] | None = None
+    run: Run,
+    *,
+    after: int = 0,
+    limit: int = PAGE,
+    points: list[tuple[int, int, int]] | None = None,
+    approvals: list[Approval] | None = None,
 ) -> tuple[list[Entry], bool]:
-    """Transitions with seq > `after`, at most `limit`, and whether more follow."""
-    rows = list(run.transitions.filter(seq__gt=after).order_by("seq")[: limit + 1])
+    """Transitions with seq > `after`, at most `limit`, and whether more follow.
+
+    `points` (series()) and `approvals` (run_approvals()) when the caller has them."""
+    window = run.transitions.filter(seq__gt=after).order_by("seq")
+    rows = list(window.values_list(*TRANSITION_FIELDS, named=True)[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
@@ -158,27 +202,25 @@ def page(
         cum_tokens += tokens
         if first <= seq <= last:
             cumulative[seq] = (cum_cost, cum_tokens)
-    messages: dict[int, list[Message]] = {}
-    for m in Message.objects.filter(run=run, seq__gte=first, seq__lte=last).order_by("index"):
+    messages: dict[int, list[Any]] = {}
+    appended = Message.objects.filter(run=run, seq__gte=first, seq__lte=last).order_by("index")
+    for m in appended.values_list(*MESSAGE_FIELDS, named=True):
         messages.setdefault(m.seq, []).append(m)
     entries = [Entry(r, *cumulative.get(r.seq, (0, 0)), messages.get(r.seq, [])) for r in rows]
     call_ids = {e.call_id for e in entries if e.call_id}
+    # An entry shows the journal row's status and sizes, not the call or its result.
+    shown = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
     journal = (
-        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).defer("result")}
+        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).only(*shown)}
         if call_ids
         else {}
     )
+    if approvals is None:
+        approvals = run_approvals(run) if call_ids else []
     # One call can have two approvals (policy, then "outcome unknown" after a crash).
-    approvals = (
-        {
-            (a.call_id, a.kind): a
-            for a in Approval.objects.filter(run=run, call_id__in=call_ids)
-            .select_related("decided_by", "edited_by")
-            .prefetch_related("votes")
-        }
-        if call_ids
-        else {}
-    )
+    by_call = {(a.call_id, a.kind): a for a in approvals if a.call_id in call_ids}
+    # An entry lists the votes of a pending approval only, and a run has at most one.
+    prefetch_related_objects([a for a in by_call.values() if a.is_pending], "votes")
     for e in entries:
         if not e.call_id:
             continue
@@ -191,7 +233,7 @@ def page(
                 or e.payload.get("decision") in decisions.KIND_DECISIONS[decisions.OUTCOME_UNKNOWN]
                 else decisions.POLICY
             )
-            e.approval = approvals.get((e.call_id, kind))
+            e.approval = by_call.get((e.call_id, kind))
     return entries, more
 
 
@@ -242,16 +284,22 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     max_seq = max(cum[-1][0], 2)
     min_seq = cum[0][0]
     max_cost, max_tokens = max(cost, 1), max(tokens, 1)
+    span, width, height = max(max_seq - min_seq, 1), right - left, bottom - top
 
     def x(seq: int) -> float:
-        return round(left + (seq - min_seq) / max(max_seq - min_seq, 1) * (right - left), 1)
+        return round(left + (seq - min_seq) / span * width, 1)
 
     def y(value: int, top_value: int) -> float:
-        return round(bottom - value / top_value * (bottom - top), 1)
+        return round(bottom - value / top_value * height, 1)
 
     plot_cost = cost > 0
-    cost_line = " ".join(f"{x(s)},{y(c, max_cost)}" for s, c, _ in cum)
-    token_line = " ".join(f"{x(s)},{y(t, max_tokens)}" for s, _, t in cum)
+    # x() and y() inlined over the points, each x once for both lines, and ":.1f" for
+    # str(round(v, 1)) (the same digits in this range): 1,600 calls to round() were a
+    # millisecond of the page.
+    xs = [f"{left + (s - min_seq) / span * width:.1f}," for s, _, _ in cum]
+    on_x = list(zip(xs, cum, strict=True))
+    cost_line = " ".join([f"{px}{bottom - c / max_cost * height:.1f}" for px, (_, c, _) in on_x])
+    token_line = " ".join([f"{px}{bottom - t / max_tokens * height:.1f}" for px, (_, _, t) in on_x])
     if plot_cost:
         y_labels = [(y(0, max_cost), "$0"), (y(max_cost // 2, max_cost), usd(max_cost // 2)), (float(top), usd(cost))]
     else:
@@ -260,4 +308,7 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     return Chart(CHART_W, CHART_H, cost_line, token_line, cost, tokens, len(points), y_labels, x_labels, plot_cost)
 
 
-__all__ = ["PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "page", "series"]
+__all__ = [
+    "PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "page", "run_approvals", "series",
+    "series_and_cache",
+]

@@ -148,15 +148,15 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "last_seq": last,
             "live_after": last,
             "poll": LIVE_POLL,
-            "transcript_cap": timeline.TRANSCRIPT_CAP,
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
-    points = timeline.series(run)
-    entries, more = timeline.page(run, after=max(after or 0, 0), points=points)
+    points, cache = timeline.series_and_cache(run)
+    header = _header(request, run, cache=cache)
+    entries, more = timeline.page(run, after=max(after or 0, 0), points=points, approvals=header["approvals"])
     last = entries[-1].t.seq if entries else 0
     context = {
-        **_header(request, run),
+        **header,
         "entries": entries,
         "more": more,
         "last_seq": last,
@@ -165,19 +165,22 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "live_after": None if more else last,
         "chart": timeline.chart(points),
         "poll": LIVE_POLL,
-        "transcript_cap": timeline.TRANSCRIPT_CAP,
     }
     return render(request, "agents/run_detail.html", context)
 
 
-def _header(request: HttpRequest, run: Run) -> dict[str, Any]:
-    """What the run's header shows: its approvals and its grants."""
-    approvals = list(run.approvals.select_related("decided_by").order_by("created_at", "pk"))
+def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = None) -> dict[str, Any]:
+    """What the run's header shows: its approvals, its grants and its prompt-cache tokens
+    (`cache`, when the caller summed them already)."""
+    approvals = timeline.run_approvals(run)
     return {
         "run": run,
+        # Otherwise the template calls the method, and only if it renders the header.
+        "cache_tokens": run.cache_tokens if cache is None else cache,
         "approvals": approvals,
         "pending": next((a for a in approvals if a.is_pending), None),
-        "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")),
+        # Most runs grant nothing, and the run row says so: no query for them.
+        "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")) if run.has_grants else [],
         "can_revoke": access.can_decide(request.user) and not run.is_terminal,
     }
 
@@ -193,11 +196,16 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
     # Most polls find nothing new (a run waiting for a human): then the chart and the
     # rows are left alone and the answer is the header alone.
     changed = after < 0 or run.version > after
-    points = timeline.series(run) if changed else []
-    entries, more = timeline.page(run, after=after, points=points) if changed and after >= 0 else ([], False)
+    points, cache = timeline.series_and_cache(run) if changed else ([], None)
+    header = _header(request, run, cache=cache)
+    entries, more = (
+        timeline.page(run, after=after, points=points, approvals=header["approvals"])
+        if changed and after >= 0
+        else ([], False)
+    )
     last = entries[-1].t.seq if entries else after
     context = {
-        **_header(request, run),
+        **header,
         "entries": entries,
         "live_after": last if after >= 0 else -1,
         "chart": timeline.chart(points) if changed else None,
@@ -205,7 +213,6 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
         "header_unchanged": _int(request.GET.get("seen")) == run.version,
         # Keep polling while rows remain to fetch, even if the run has just ended.
         "poll": LIVE_POLL if (not run.is_terminal or more) else None,
-        "transcript_cap": timeline.TRANSCRIPT_CAP,
     }
     return render(request, "agents/run_detail.html#live", context)
 

@@ -28,15 +28,20 @@ def _cursor(request: HttpRequest) -> int | None:
     return int(value) if value else None
 
 
-def _queue_context(request: HttpRequest) -> dict[str, Any]:
+def _queue_context(request: HttpRequest, *, pending_total: int | None = None) -> dict[str, Any]:
+    """`pending_total`: every pending call the user can see, when the caller counted them."""
     filters = FilterForm(request.GET).filters()
     after = _cursor(request)
+    if pending_total is None and filters.active:
+        pending_total = cards.pending_count(request.user)
     page = cards.queue(
         request.user,
         filters,
         keep=keep_ids(request.GET.getlist("keep")),
         shown=keep_ids(request.GET.getlist("shown")),
         after=after,
+        # Unfiltered, the matching count is the pending total: one COUNT, not two.
+        matching=None if filters.active else pending_total,
     )
     # How many cards the page holds once this answer is in: an htmx "more" answer adds to
     # them (the same form sent without htmx opens a page of its own).
@@ -55,8 +60,7 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "filters": filters,
         "filter_query": urlencode(filters.query()),
         "list_query": urlencode({**filters.query(), **({"after": after} if after is not None else {})}),
-        # Unfiltered, the matching count is the pending total: one COUNT, not two.
-        "pending_total": cards.pending_count(request.user) if filters.active else page.matching,
+        "pending_total": page.matching if pending_total is None else pending_total,
     }
 
 
@@ -69,11 +73,13 @@ def _bad_cursor(exc: cards.BadCursor) -> HttpResponse:
 def queue(request: HttpRequest) -> HttpResponse:
     """The queue page; `?after=<id>` is the page after that card (the "more" form
     without htmx)."""
+    # One scan of the pending calls counts them and names their tools for the filter.
+    by_tool = cards.pending_by_tool(request.user)
     try:
-        context = _queue_context(request)
+        context = _queue_context(request, pending_total=sum(by_tool.values()))
     except cards.BadCursor as exc:
         return _bad_cursor(exc)
-    context["choices"] = cards.filter_choices(request.user)
+    context["choices"] = cards.filter_choices(by_tool)
     return render(request, "reviews/queue.html", context)
 
 

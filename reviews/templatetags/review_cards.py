@@ -1,0 +1,23 @@
+"""The queue's cards, built in Python (reviews/card_html.py)."""
+
+from __future__ import annotations
+
+from django import template
+from django.template import Context
+from django.utils.safestring import SafeString
+
+from reviews import card_html
+from reviews.cards import Card, OnScreen
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def review_card(context: Context, card: Card) -> SafeString:
+    return card_html.card(card, context)
+
+
+@register.simple_tag(takes_context=True)
+def review_cards(context: Context, items: list[Card | OnScreen]) -> SafeString:
+    return card_html.cards(items, context)
+

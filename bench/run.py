@@ -376,14 +376,15 @@ def print_table(r: dict[str, Any]) -> None:
             f"--pool solo, phases {w['order']}"
         )
         print(
-            f"{'procs':>5} {'runs/s':>8} {'trans/s':>8} {'CPU ms/tr':>9} {'RSS start':>10} {'RSS 10%':>8} {'RSS end':>8} {'max RSS':>8}"
+            f"{'procs':>5} {'runs/s':>8} {'trans/s':>8} {'CPU ms/tr':>9} {'machine CPU':>11} {'RSS start':>10} {'RSS 10%':>8} "
+            f"{'RSS end':>8} {'max RSS':>8}"
         )
         for key in ("workers_1", "workers_2"):
             x = w[key]
             mb = 1024 * 1024
             print(
                 f"{key[-1]:>5} {x['runs_per_second']:>8.1f} {x['transitions_per_second']:>8.0f} "
-                f"{x['worker_cpu_ms_per_transition']:>9.2f} {x['rss_start_bytes'] / mb:>8.1f}MB "
+                f"{x['worker_cpu_ms_per_transition']:>9.2f} {x['machine_cpu_busy']:>10.0%} {x['rss_start_bytes'] / mb:>8.1f}MB "
                 f"{x['rss_early_bytes'] / mb:>6.1f}MB {x['rss_end_bytes'] / mb:>6.1f}MB {x['max_rss_bytes'] / mb:>6.1f}MB"
             )
         print(f"2 workers / 1 worker: {w['scaling_2_to_1']:.2f}x")

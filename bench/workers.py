@@ -173,6 +173,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs so far, from /proc/stat."""
+    values = [int(v) for v in pathlib.Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
 def worker_phase(agent: Any, count: int, runs: int, calls: int) -> dict[str, Any]:
     """`runs` runs through `count` fresh solo workers; timed from the launch commit to
     the last run's finish (worker start-up and a warm-up batch are not timed)."""
@@ -198,8 +205,10 @@ def worker_phase(agent: Any, count: int, runs: int, calls: int) -> dict[str, Any
                 early.update({name: proc_memory(pid) for name, pid in pids.items()})
 
         load = os.getloadavg()[0]
+        busy_before, total_before = machine_cpu()
         ids, committed = launch_batch(agent, echo_script(calls), runs)
         wait_done(ids, timeout=600, progress=sample_early)
+        busy_after, total_after = machine_cpu()
         at_end = {name: proc_memory(pid) for name, pid in pids.items()}
         cpu = sum(cpu_seconds(pid) for pid in pids.values()) - cpu_start
         finished = Run.objects.filter(pk__in=ids).aggregate(last=Max("finished_at"))["last"]
@@ -213,6 +222,9 @@ def worker_phase(agent: Any, count: int, runs: int, calls: int) -> dict[str, Any
         "transitions": transitions,
         "worker_cpu_seconds": cpu,
         "load_before": load,
+        # The whole machine's CPU (workers, PostgreSQL, Redis, this process): near 1.0
+        # means the cores, not Airlock, bound the phase.
+        "machine_cpu_busy": (busy_after - busy_before) / max(1, total_after - total_before),
         "rss_start": sum(m["rss"] for m in at_start.values()) / count,
         "rss_early": sum(m["rss"] for m in (early or at_start).values()) / count,
         "rss_end": sum(m["rss"] for m in at_end.values()) / count,
@@ -242,6 +254,7 @@ def worker_throughput(runs: int = 500, calls: int = CALLS_PER_RUN, order: tuple[
             "transitions": transitions,
             "worker_cpu_ms_per_transition": 1000 * sum(p["worker_cpu_seconds"] for p in mine) / transitions,
             "load_before": [p["load_before"] for p in mine],
+            "machine_cpu_busy": sum(p["machine_cpu_busy"] for p in mine) / len(mine),
             # Memory of the last phase's workers: after start-up and warm-up, after a
             # tenth of the runs, at the end, and the peak (VmHWM).
             "rss_start_bytes": mine[-1]["rss_start"],

@@ -57,7 +57,7 @@ class ToolSpec:
         assert self.risk in ("read", "write", "irreversible"), self.risk
         assert self.returns in ("internal", "external"), self.returns
         assert self.retry_safety in ("safe", "unsafe"), self.retry_safety
-        _check_schema(json.dumps(self.schema, sort_keys=True))
+        _check_schema(self._schema_key)
 
     def validate(self, args: Any) -> str | None:
         """A readable reason the arguments are invalid, or None."""
@@ -66,13 +66,19 @@ class ToolSpec:
             return f"arguments must be a JSON object, not this text: {args[:2000]}"
         if not isinstance(args, dict):
             return f"arguments must be a JSON object, not {type(args).__name__}"
-        validator = _validator(json.dumps(self.schema, sort_keys=True))
+        validator = _validator(self._schema_key)
         errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
         if not errors:
             return None
         first = errors[0]
         where = "/".join(str(p) for p in first.path) or "(root)"
         return f"{where}: {first.message}"
+
+    @functools.cached_property
+    def _schema_key(self) -> str:
+        """The schema as canonical JSON, once per spec: the caches' key, and a model's
+        every call is validated."""
+        return json.dumps(self.schema, sort_keys=True)
 
     def openapi(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.schema}

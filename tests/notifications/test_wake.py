@@ -54,6 +54,25 @@ def test_an_ask_after_a_send_sends_again(sends) -> None:
     assert len(sent) == 2
 
 
+def test_a_stream_of_asks_sends_at_most_one_wake_up_per_interval(sends, monkeypatch) -> None:
+    """Runs ending one after another (a busy worker) ask for a wake-up each; the waker
+    sends one per WAKE_INTERVAL_SECONDS at most, and the last ask still gets its send."""
+    sent, release = sends
+    release.set()
+    monkeypatch.setattr(outbox, "WAKE_INTERVAL_SECONDS", 0.2)
+    started = time.monotonic()
+    for _ in range(40):
+        outbox.wake()
+        time.sleep(0.01)
+    asked_for = time.monotonic() - started
+    wait_for(lambda: sent and sent[-1] > started + asked_for)  # the send after the last ask
+    # One send at the first ask, then at most one per interval; a slow machine only
+    # stretches the gaps, which lowers the count.
+    assert 2 <= len(sent) <= 2 + int(asked_for / 0.2)
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert min(gaps) >= 0.2
+
+
 def test_a_forked_child_starts_its_own_waker(sends) -> None:
     sent, release = sends
     release.set()

@@ -4,17 +4,19 @@ tool-call journal, approvals and the diagnostic side-effect ledger."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator, URLValidator
-from django.db import models
+from django.db import connection, models
 from django.db.models import Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from agents import rows
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, Limits
@@ -280,9 +282,18 @@ class Message(models.Model):
 
     @classmethod
     def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
-        """The run's transcript as the engine sees it, read without building models."""
-        rows = cls.objects.filter(run=run).order_by("index").values_list(*cls.ENGINE_FIELDS)
-        return [engine_message(*row) for row in rows]
+        """The run's transcript as the engine sees it, read without building models (or
+        a queryset: every drive reads it, see agents/rows.py)."""
+        sql, columns = _transcript_read()
+        return [engine_message(*columns.values(row)) for row in rows.fetch(sql, [run.pk])]
+
+
+@functools.cache
+def _transcript_read() -> tuple[str, rows.Columns]:
+    columns = rows.Columns(Message, "m", Message.ENGINE_FIELDS)
+    order = connection.ops.quote_name("index")
+    sql = f"SELECT {columns.sql} FROM {Message._meta.db_table} m WHERE m.run_id = %s ORDER BY m.{order}"
+    return sql, columns
 
 
 def engine_message(role: str, content: str, tool_calls: Any, tool_call_id: str, name: str) -> dict[str, Any]:

@@ -24,13 +24,13 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from agents import faults, outbox, telemetry
+from agents import faults, outbox, rows, telemetry
 from agents.engine import patch, states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.logs import bind_run
-from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.models import AgentProfile, Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
 
 log = logging.getLogger("airlock.store")
 
@@ -121,6 +121,28 @@ def bounded_result(result: Any) -> tuple[Any, int, bool]:
 
 def load(run: Run) -> RunState:
     return RunState.from_json(run.engine, Message.engine_transcript(run))
+
+
+@functools.cache
+def _run_read() -> tuple[str, rows.Columns, rows.Columns]:
+    run, profile = rows.Columns(Run, "r"), rows.Columns(AgentProfile, "p")
+    sql = (
+        f"SELECT {run.sql}, {profile.sql} FROM {Run._meta.db_table} r"
+        f" JOIN {AgentProfile._meta.db_table} p ON p.id = r.profile_id WHERE r.id = %s"
+    )
+    return sql, run, profile
+
+
+def read_run(run_id: int) -> Run | None:
+    """The run with its profile (what a driver needs), or None if there is no such run:
+    `Run.objects.select_related("profile").get()` without building the query each time."""
+    sql, run_columns, profile_columns = _run_read()
+    found = rows.fetch(sql, [run_id])
+    if not found:
+        return None
+    run: Run = run_columns.instance(found[0])
+    Run.profile.field.set_cached_value(run, profile_columns.instance(found[0][run_columns.width :]))
+    return run
 
 
 def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -741,7 +763,7 @@ def _claimed(run: Run, owner: str) -> Run | None:
         run.claims_without_progress += 1
         return run
     if claim(run.pk, owner):  # it moved between the read and the claim
-        return Run.objects.select_related("profile").get(pk=run.pk)
+        return read_run(run.pk)
     return None
 
 
@@ -771,7 +793,9 @@ def drive(
     """
     owner = owner or worker_name()
     if run is None:
-        run = Run.objects.select_related("profile").get(pk=run_id)
+        run = read_run(run_id)
+        if run is None:
+            raise Run.DoesNotExist(f"no run {run_id}")
     # A queued run's first step is the pickup, which calls nothing: its commit takes
     # the lease (one commit, not two). A claim that died before it is counted the
     # usual way, so the poison count still sees it.

@@ -64,7 +64,7 @@ def advance_run(self: Any, run_id: int) -> None:
        run takes its turn behind the others instead of holding a worker.
     """
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-    current = Run.objects.select_related("profile").filter(pk=run_id).first()
+    current = store.read_run(run_id)
     if current is None or current.state not in ADVANCING:
         state = None if current is None else current.state
         log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, state, redelivered)

@@ -8,6 +8,7 @@ the admin; `specs()` is what `agents.tools.registry()` offers.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from agents import rows
 from agents.engine.registry import ToolContext, ToolError, ToolSpec
 from agents.models import McpServer, McpTool
 
@@ -253,11 +255,33 @@ def _spec(tool: McpTool) -> ToolSpec:
     )
 
 
-def specs() -> list[ToolSpec]:
-    """The MCP tools on offer: active, switched on, of an enabled server."""
+@functools.cache
+def _offered_read() -> tuple[str, rows.Columns, rows.Columns]:
+    tool, server = rows.Columns(McpTool, "t"), rows.Columns(McpServer, "s")
+    sql = (
+        f"SELECT {tool.sql}, {server.sql} FROM {McpTool._meta.db_table} t"
+        f" JOIN {McpServer._meta.db_table} s ON s.id = t.server_id"
+        " WHERE t.status = 'active' AND t.enabled = %s AND s.enabled = %s ORDER BY t.id"
+    )
+    return sql, tool, server
+
+
+def offered_tools() -> list[McpTool]:
+    """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
+    true, in SQL. Every drive asks, so the query is written out once (agents/rows.py)."""
+    sql, tool_columns, server_columns = _offered_read()
     found = []
-    rows = McpTool.objects.filter(status="active", enabled=True, server__enabled=True).select_related("server")
-    for tool in rows:
+    for row in rows.fetch(sql, [True, True]):
+        tool = tool_columns.instance(row)
+        McpTool.server.field.set_cached_value(tool, server_columns.instance(row[tool_columns.width :]))
+        found.append(tool)
+    return found
+
+
+def specs() -> list[ToolSpec]:
+    """The ToolSpecs of the `offered_tools()`."""
+    found = []
+    for tool in offered_tools():
         try:
             found.append(_spec(tool))
         except Exception:  # noqa: BLE001 - one bad row must not take the registry down

@@ -28,7 +28,11 @@ LOGS = ROOT / "var" / "bench"
 CALLS_PER_RUN = 10  # tool calls per run in the worker figures
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.1) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition", every: float = 0.1
+) -> Any:
+    """Poll `predicate()` every `every` seconds until it is truthy (for at most about
+    `timeout` seconds); returns its value. The test suite waits with this one too."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

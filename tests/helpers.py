@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +15,9 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
+
+# Waiting is shared with the bench (tests may import bench code, not the reverse).
+from bench.workers import wait_for as wait_for
 
 PASSWORD = "correct horse battery"
 
@@ -102,18 +104,6 @@ def counts() -> dict[str, int]:
         "pending": Approval.objects.filter(status="pending").count(),
         "ledger": LedgerEntry.objects.count(),
     }
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy (bounded); returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:

@@ -16,7 +16,8 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
-# Waiting is shared with the bench (tests may import bench code, not the reverse).
+# Waiting and free ports are shared with the bench (tests may import bench code, not the reverse).
+from bench.workers import free_port as free_port
 from bench.workers import wait_for as wait_for
 
 PASSWORD = "correct horse battery"

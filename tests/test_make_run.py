@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,16 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.worker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def copy_project(dest: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 
 from config.celery import beat_argv, worker_argv
-from tests.helpers import requires_postgres, wait_for
+from tests.helpers import free_port, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
@@ -148,12 +148,6 @@ def cluster(transactional_db: None, defaults: None, tmp_path: Path, broker_url: 
     finally:
         c.stop_all()
         purge_broker(broker_url)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -19,6 +19,9 @@ from django.test import Client
 # Waiting and free ports are shared with the bench (tests may import bench code, not the reverse).
 from bench.workers import free_port as free_port
 from bench.workers import wait_for as wait_for
+
+if TYPE_CHECKING:
+    from agents.models import Run
 
 PASSWORD = "correct horse battery"
 
@@ -105,6 +108,18 @@ def counts() -> dict[str, int]:
         "pending": Approval.objects.filter(status="pending").count(),
         "ledger": LedgerEntry.objects.count(),
     }
+
+
+def state_of(run_id: int) -> str:
+    """The run's state as committed now."""
+    from agents.models import Run
+
+    return Run.objects.values_list("state", flat=True).get(pk=run_id)
+
+
+def seqs(run: Run) -> list[int]:
+    """The run's transition numbers, in order."""
+    return list(run.transitions.order_by("seq").values_list("seq", flat=True))
 
 
 def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:

@@ -21,12 +21,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from config.celery import worker_argv
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench"
 CALLS_PER_RUN = 10  # tool calls per run in the worker figures
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, every: float = 0.1) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition", every: float = 0.1
+) -> Any:
+    """Poll `predicate()` every `every` seconds until it is truthy (for at most about
+    `timeout` seconds); returns its value. The test suite waits with this one too."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -94,12 +100,7 @@ class Processes:
         return proc
 
     def worker(self, name: str, *, pool: str = "solo", env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        argv = [
-            sys.executable, "-m", "celery", "-A", "config", "worker",
-            "--pool", pool, "--queues", "airlock", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--hostname", f"{name}-{uuid.uuid4().hex[:6]}@%h",
-        ]  # fmt: skip
+        argv = worker_argv(hostname=f"{name}-{uuid.uuid4().hex[:6]}@%h", pool=pool, queues="airlock", heartbeat=False)
         proc = self.spawn(name, argv, env)
         wait_for(lambda: " ready." in self.log(name) or proc.poll() is not None, timeout=90, what=f"{name} ready")
         if proc.poll() is not None:

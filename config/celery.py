@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -14,6 +16,36 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def worker_argv(
+    *,
+    hostname: str,
+    pool: str | None = None,
+    concurrency: int | None = None,
+    queues: str | None = None,
+    heartbeat: bool = True,
+) -> list[str]:
+    """The command line of a worker on this app, for every launcher that starts one
+    (`make run`, the test cluster, `make chaos`, `make bench`). Without `pool` and
+    `concurrency` they come from settings (AIRLOCK_WORKER_POOL, _CONCURRENCY); note
+    that Celery replaces `--pool prefork` with the configured pool. `heartbeat=False`
+    turns off Celery's worker heartbeat events, not the lease heartbeat."""
+    return [
+        sys.executable, "-m", "celery", "-A", "config", "worker",
+        *(["--pool", pool] if pool is not None else []),
+        *(["--queues", queues] if queues is not None else []),
+        "--loglevel", "INFO",
+        *(["--concurrency", str(concurrency)] if concurrency is not None else []),
+        "--without-gossip", "--without-mingle",
+        *([] if heartbeat else ["--without-heartbeat"]),
+        "--hostname", hostname,
+    ]  # fmt: skip
+
+
+def beat_argv(*, schedule: Path) -> list[str]:
+    """The command line of the beat scheduler on this app, keeping its state in `schedule`."""
+    return [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
 
 
 # -- database connections (measured by `make bench`) -----------------------------------

@@ -45,6 +45,7 @@ from agents.actions import approval_decide, run_launch  # noqa: E402
 from agents.engine import states  # noqa: E402
 from agents.models import Approval, LedgerEntry, Run  # noqa: E402
 from agents.verify import verify_run  # noqa: E402
+from config.celery import beat_argv, worker_argv  # noqa: E402
 
 
 class Fleet:
@@ -59,22 +60,14 @@ class Fleet:
 
     def start(self, name: str) -> None:
         if name == "beat":
-            argv = ["beat", "--schedule", str(self.logdir / f"beat-{uuid.uuid4().hex[:6]}")]
+            argv = beat_argv(schedule=self.logdir / f"beat-{uuid.uuid4().hex[:6]}")
         else:
             # The pool goes through the setting: Celery swaps `--pool prefork` for it.
-            sized = [] if self.concurrency is None else ["--concurrency", str(self.concurrency)]
-            argv = [
-                "worker",
-                *sized,
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--hostname",
-                f"{name}-{uuid.uuid4().hex[:6]}@%h",
-            ]
+            hostname = f"{name}-{uuid.uuid4().hex[:6]}@%h"
+            argv = worker_argv(hostname=hostname, concurrency=self.concurrency, heartbeat=False)
         with (self.logdir / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "config", *argv, "--loglevel", "INFO"],
+                argv,
                 cwd=BASE,
                 env={**os.environ, "AIRLOCK_WORKER_POOL": self.pool},
                 stdout=out,

@@ -18,41 +18,20 @@ import time
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE))
 GRACE_SECONDS = 10.0
+
+from config.celery import beat_argv, worker_argv  # noqa: E402
 
 
 def commands(port: str, var_dir: Path) -> dict[str, list[str]]:
     py = sys.executable
     return {
         "web": [py, "manage.py", "runserver", f"127.0.0.1:{port}"],
-        "worker": [
-            py,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "INFO",
-            # The pool and its size come from settings: threads, AIRLOCK_WORKER_CONCURRENCY
-            # (32) runs in flight; AIRLOCK_WORKER_POOL=prefork for CPU-bound tools.
-            "--without-gossip",
-            "--without-mingle",
-            "--hostname",
-            "airlock-worker@%h",
-        ],
-        "beat": [
-            py,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            str(var_dir / "celerybeat-schedule"),
-        ],
+        # The pool and its size come from settings: threads, AIRLOCK_WORKER_CONCURRENCY
+        # (32) runs in flight; AIRLOCK_WORKER_POOL=prefork for CPU-bound tools.
+        "worker": worker_argv(hostname="airlock-worker@%h"),
+        "beat": beat_argv(schedule=var_dir / "celerybeat-schedule"),
     }
 
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
+
+# Waiting and free ports are shared with the bench (tests may import bench code, not the reverse).
+from bench.workers import free_port as free_port
+from bench.workers import wait_for as wait_for
+
+if TYPE_CHECKING:
+    from agents.models import Run
 
 PASSWORD = "correct horse battery"
 
@@ -104,16 +110,16 @@ def counts() -> dict[str, int]:
     }
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll until `predicate()` is truthy (bounded); returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+def state_of(run_id: int) -> str:
+    """The run's state as committed now."""
+    from agents.models import Run
+
+    return Run.objects.values_list("state", flat=True).get(pk=run_id)
+
+
+def seqs(run: Run) -> list[int]:
+    """The run's transition numbers, in order."""
+    return list(run.transitions.order_by("seq").values_list("seq", flat=True))
 
 
 def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:

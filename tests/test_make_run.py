@@ -8,23 +8,19 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.helpers import free_port, wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.worker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def copy_project(dest: Path) -> None:
@@ -35,17 +31,16 @@ def copy_project(dest: Path) -> None:
         shutil.copy2(ROOT / name, target)
 
 
-def wait_for(predicate, seconds: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def served(predicate: Callable[[], Any]) -> Callable[[], Any]:
+    """`predicate`, answering None while the server does not listen yet."""
+
+    def attempt() -> Any:
         try:
-            value = predicate()
+            return predicate()
         except httpx.TransportError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+            return None
+
+    return attempt
 
 
 def test_make_run_serves_the_dashboard_and_its_worker_advances_runs(tmp_path: Path) -> None:
@@ -61,7 +56,10 @@ def test_make_run_serves_the_dashboard_and_its_worker_advances_runs(tmp_path: Pa
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        login = wait_for(lambda: (r := httpx.get(f"{base}/login/")).status_code == 200 and r, 120, "/login/")
+        login = wait_for(
+            served(lambda: (r := httpx.get(f"{base}/login/")).status_code == 200 and r),
+            timeout=120, what="/login/", every=0.5,
+        )
         assert "Log in to Airlock" in login.text
         for src in re.findall(r'(?:src|href)="(/static/[^"]+)"', login.text):
             assert httpx.get(base + src).status_code == 200, src
@@ -78,9 +76,11 @@ def test_make_run_serves_the_dashboard_and_its_worker_advances_runs(tmp_path: Pa
         run_id = launched.json()["id"]
         # Only the worker advances this run: the web process just commits the launch.
         run = wait_for(
-            lambda: (r := httpx.get(f"{base}/api/runs/{run_id}", headers=headers).json())["state"]
-            == "awaiting_approval" and r,
-            60, "the worker to bring the run to awaiting_approval",
+            served(
+                lambda: (r := httpx.get(f"{base}/api/runs/{run_id}", headers=headers).json())["state"]
+                == "awaiting_approval" and r
+            ),
+            timeout=60, what="the worker to bring the run to awaiting_approval", every=0.5,
         )
         assert run["pending_approval"]["tool"] == "refund"
     finally:

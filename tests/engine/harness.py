@@ -56,6 +56,24 @@ class MemoryJournal:
             row.update(status=t.journal_result["status"], result=t.journal_result["result"])
 
 
+class BlankJournal:
+    """A journal that has seen no call, so every call may start: for tests that call
+    step() themselves without applying each transition's journal effects."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, JournalEntry] = {}
+
+    def get(self, key: str) -> JournalEntry | None:
+        return self.rows.get(key)
+
+    def executed(self, fingerprint: str) -> int:
+        return 0
+
+    def begin(self, key: str) -> bool:
+        self.rows[key] = JournalEntry("started")
+        return True
+
+
 class InlineRunner:
     """Runs a tool in the calling thread; an exception is an error result."""
 

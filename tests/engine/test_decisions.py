@@ -14,8 +14,9 @@ import pytest
 from agents.engine import decisions, limits, policy
 from agents.engine import step as engine
 from agents.engine.fingerprints import idempotency_key
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome
+from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
+from tests.engine.harness import BlankJournal
 
 T0 = 1_000_000.0
 TRANSFER_SCHEMA = {
@@ -31,21 +32,6 @@ RULES = [
      "reason": "transfers over 500 need three people"},
     {"tool": "transfer", "then": "ask", "approvals": 2, "reason": "transfers need two people"},
 ]
-
-
-class Journal:
-    def __init__(self) -> None:
-        self.rows: dict[str, JournalEntry] = {}
-
-    def get(self, key: str) -> JournalEntry | None:
-        return self.rows.get(key)
-
-    def executed(self, fingerprint: str) -> int:
-        return 0
-
-    def begin(self, key: str) -> bool:
-        self.rows[key] = JournalEntry("started")
-        return True
 
 
 class Runner:
@@ -73,7 +59,7 @@ def transfer(amount: float, to: str = "ACME") -> Decision:
 
 def deps(model: Model, now: float = T0) -> Deps:
     spec = ToolSpec("transfer", "pay someone", TRANSFER_SCHEMA, "write", "internal", "safe", lambda a, c: None)
-    return Deps(model=model, registry=Registry([spec]), journal=Journal(), runner=Runner(), now=lambda: now)
+    return Deps(model=model, registry=Registry([spec]), journal=BlankJournal(), runner=Runner(), now=lambda: now)
 
 
 def waiting(amount: float = 100, *, timeout: int | None = None, on_expiry: str = "reject", deadline: int = 900,

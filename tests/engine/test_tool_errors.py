@@ -7,28 +7,14 @@ from typing import Any
 
 from agents.engine import step as engine
 from agents.engine.limits import Limits
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall
+from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall
 from agents.engine.registry import Registry, ToolContext, ToolError, ToolSpec
+from tests.engine.harness import BlankJournal
 
 
 class OneCall:
     def decide(self, request: ModelRequest) -> Decision:
         return Decision(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
-
-
-class Journal:
-    def __init__(self) -> None:
-        self.entries: dict[str, JournalEntry] = {}
-
-    def get(self, key: str) -> JournalEntry | None:
-        return self.entries.get(key)
-
-    def executed(self, fingerprint: str) -> int:
-        return 0
-
-    def begin(self, key: str) -> bool:
-        self.entries[key] = JournalEntry("started")
-        return True
 
 
 def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:
@@ -37,7 +23,7 @@ def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:
 
 def advance_to_rest(retry_safety: str) -> tuple[engine.RunState, list[engine.Move]]:
     spec = ToolSpec("charge", "", {"type": "object"}, "write", "internal", retry_safety, died_mid_call)  # type: ignore[arg-type]
-    deps = Deps(model=OneCall(), registry=Registry([spec]), journal=Journal())
+    deps = Deps(model=OneCall(), registry=Registry([spec]), journal=BlankJournal())
     state = engine.new_run("1", limits=Limits.from_dict({}), now=0.0, task="t")
     deps.now = lambda: 1.0
     transitions = []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import wait_for
-from tests.workers.cluster import BASE, Cluster, free_port
+from tests.helpers import free_port, wait_for
+from tests.workers.cluster import BASE, Cluster
 
 
 def _pg_bin() -> Path:

@@ -8,19 +8,11 @@ import signal
 
 from agents.models import AgentProfile, LedgerEntry, Run, ToolCall
 from agents.verify import verify_run
-from tests.helpers import call, final, wait_for
+from tests.helpers import call, final, seqs, state_of, wait_for
 from tests.reliability import fault_tools
 from tests.workers.cluster import LEASE_SECONDS, MARKS, Cluster
 
 pytestmark = MARKS
-
-
-def state_of(run_id: int) -> str:
-    return Run.objects.values_list("state", flat=True).get(pk=run_id)
-
-
-def seqs(run: Run) -> list[int]:
-    return list(run.transitions.order_by("seq").values_list("seq", flat=True))
 
 
 def test_a_frozen_worker_resumed_after_a_takeover_has_its_commit_refused(cluster: Cluster, launch) -> None:

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.helpers import requires_postgres, wait_for
+from config.celery import beat_argv, worker_argv
+from tests.helpers import free_port, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
@@ -86,24 +86,8 @@ class Cluster:
         the test asks otherwise. The pool goes through AIRLOCK_WORKER_POOL because
         Celery replaces `--pool prefork` with the configured pool."""
         self.started[name] = {"concurrency": concurrency, "pool": pool, **extra}
-        sized = [] if concurrency is None else ["--concurrency", str(concurrency)]
         extra = {"AIRLOCK_WORKER_POOL": pool, **extra}
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--loglevel",
-            "INFO",
-            *sized,
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--hostname",
-            f"{name}-{uuid.uuid4().hex[:6]}@%h",
-        ]
+        argv = worker_argv(hostname=f"{name}-{uuid.uuid4().hex[:6]}@%h", concurrency=concurrency, heartbeat=False)
         proc = self._spawn(name, argv, self.env(**extra))
         wait_for(lambda: "ready." in self.log(name) or proc.poll() is not None, timeout=60, what=f"{name} ready")
         assert proc.poll() is None, f"{name} exited:\n{self.log(name)[-3000:]}"
@@ -119,18 +103,7 @@ class Cluster:
             self.start_worker(name, **self.started[name])
 
     def start_beat(self, **extra: str) -> subprocess.Popen[bytes]:
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            str(self.tmp / f"beat-{uuid.uuid4().hex[:6]}"),
-        ]
+        argv = beat_argv(schedule=self.tmp / f"beat-{uuid.uuid4().hex[:6]}")
         return self._spawn("beat", argv, self.env(**extra))
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -175,12 +148,6 @@ def cluster(transactional_db: None, defaults: None, tmp_path: Path, broker_url: 
     finally:
         c.stop_all()
         purge_broker(broker_url)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 
 from agents.defaults import DIAGNOSTIC_TOOLS
-from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from tests.helpers import call, final, wait_for
+from agents.models import AgentProfile, Approval, LedgerEntry
+from tests.helpers import call, final, state_of, wait_for
 from tests.workers.cluster import MARKS, Cluster
 
 pytestmark = MARKS
 
 ASK = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 SCRIPT = [call("ledger_write", entry="pay ACME 100"), final("told the customer we could not pay yet")]
-
-
-def state(run_id: int) -> str:
-    return Run.objects.values_list("state", flat=True).get(pk=run_id)
 
 
 def test_an_unanswered_approval_expires_and_the_agent_goes_on(cluster: Cluster, launch, drive) -> None:
@@ -27,7 +23,7 @@ def test_an_unanswered_approval_expires_and_the_agent_goes_on(cluster: Cluster, 
     assert approval.expires_at is not None
     cluster.start_worker("w1")
     cluster.start_beat()
-    wait_for(lambda: state(run.pk) == "done", what="the sweeper to expire the approval and a worker to finish")
+    wait_for(lambda: state_of(run.pk) == "done", what="the sweeper to expire the approval and a worker to finish")
     run.refresh_from_db()
     approval.refresh_from_db()
     assert approval.status == "expired" and approval.decided_by is None
@@ -51,7 +47,7 @@ def test_an_unanswered_approval_fails_the_run_when_the_policy_says_so(cluster: C
     assert run.state == "awaiting_approval"
     cluster.start_worker("w1")
     cluster.start_beat()
-    wait_for(lambda: state(run.pk) == "failed", what="the sweeper to fail the run")
+    wait_for(lambda: state_of(run.pk) == "failed", what="the sweeper to fail the run")
     run.refresh_from_db()
     assert run.error == "no reviewer answered within 2 s"
     assert Approval.objects.get(run=run).status == "expired"

@@ -15,18 +15,10 @@ from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.tasks import advance_run
 from agents.verify import verify_run
-from tests.helpers import call, final, wait_for
+from tests.helpers import call, final, seqs, state_of, wait_for
 from tests.workers.cluster import BASE, MARKS, Cluster
 
 pytestmark = MARKS
-
-
-def run_state(run_id: int) -> str:
-    return Run.objects.values_list("state", flat=True).get(pk=run_id)
-
-
-def seqs(run: Run) -> list[int]:
-    return list(run.transitions.order_by("seq").values_list("seq", flat=True))
 
 
 def test_fifty_runs_launched_at_once_all_finish_on_two_workers(cluster: Cluster, launch) -> None:
@@ -60,7 +52,7 @@ def test_ten_deliveries_of_the_same_run_commit_each_transition_once(cluster: Clu
     run = launch(script)
     for _ in range(10):
         advance_run.delay(run.pk)
-    wait_for(lambda: run_state(run.pk) == "done", timeout=60, what="run done")
+    wait_for(lambda: state_of(run.pk) == "done", timeout=60, what="run done")
     run.refresh_from_db()
     # launch, pickup, (call -> acting, tool -> planning) x 5, final
     assert seqs(run) == list(range(1, 14))
@@ -78,7 +70,7 @@ def test_worker_killed_during_a_sleep_another_worker_finishes_after_the_lease(cl
     cluster.start_beat()
     run = launch([call("sleep", seconds=5), call("ledger_write", entry="after the nap"), final("rested")])
     wait_for(
-        lambda: ToolCall.objects.filter(run=run, tool="sleep").exists() and run_state(run.pk) == "acting",
+        lambda: ToolCall.objects.filter(run=run, tool="sleep").exists() and state_of(run.pk) == "acting",
         what="the sleep to start",
     )
     time.sleep(0.5)  # let the tool thread get into its sleep
@@ -86,7 +78,7 @@ def test_worker_killed_during_a_sleep_another_worker_finishes_after_the_lease(cl
     died_holding = Run.objects.values_list("lease_owner", flat=True).get(pk=run.pk)
     assert died_holding and died_holding.startswith("worker:")
     cluster.start_worker("w2")
-    wait_for(lambda: run_state(run.pk) == "done", timeout=60, what="run done by w2")
+    wait_for(lambda: state_of(run.pk) == "done", timeout=60, what="run done by w2")
     run.refresh_from_db()
     assert run.answer == "rested" and verify_run(run) == []
     slept = run.transitions.get(kind="tool", payload__call__tool="sleep")
@@ -100,7 +92,7 @@ def crash_after_tool(cluster: Cluster, launch, tool: str) -> Run:
     run = launch([call(tool, entry="pay supplier 42"), final("paid")])
     wait_for(lambda: LedgerEntry.objects.filter(run=run).exists(), what=f"{tool} to run once")
     cluster.kill("w1")
-    assert run_state(run.pk) == "acting"
+    assert state_of(run.pk) == "acting"
     cluster.start_worker("w2")
     cluster.start_beat()
     return run
@@ -108,7 +100,7 @@ def crash_after_tool(cluster: Cluster, launch, tool: str) -> Run:
 
 def test_safe_write_interrupted_before_its_result_is_recorded_once(cluster: Cluster, launch) -> None:
     run = crash_after_tool(cluster, launch, "ledger_write")
-    wait_for(lambda: run_state(run.pk) == "done", what="run done")
+    wait_for(lambda: state_of(run.pk) == "done", what="run done")
     run.refresh_from_db()
     assert LedgerEntry.objects.filter(run=run).count() == 1
     assert verify_run(run) == []
@@ -118,13 +110,13 @@ def test_unsafe_write_interrupted_waits_for_a_human_with_outcome_unknown(cluster
     from django.contrib.auth.models import User
 
     run = crash_after_tool(cluster, launch, "ledger_write_unsafe")
-    wait_for(lambda: run_state(run.pk) == "awaiting_approval", what="run awaiting approval")
+    wait_for(lambda: state_of(run.pk) == "awaiting_approval", what="run awaiting approval")
     approval = Approval.objects.get(run=run, status="pending")
     assert approval.kind == "outcome_unknown" and "outcome unknown" in approval.reason
     assert LedgerEntry.objects.filter(run=run).count() == 1
     reviewer = User.objects.create_user("rita")
     approval_decide(approval_id=approval.pk, user=reviewer, decision="happened", note="I see the payment")
-    wait_for(lambda: run_state(run.pk) == "done", what="run done after the decision")
+    wait_for(lambda: state_of(run.pk) == "done", what="run done after the decision")
     assert LedgerEntry.objects.filter(run=run).count() == 1  # not run again
     assert verify_run(Run.objects.get(pk=run.pk)) == []
 
@@ -143,13 +135,13 @@ def test_workers_killed_at_random_points_of_a_long_run(cluster: Cluster, launch)
     cluster.start_beat()
     run = launch(script)
     kills = 0
-    while kills < 5 and run_state(run.pk) != "done":
+    while kills < 5 and state_of(run.pk) != "done":
         time.sleep(rng.uniform(0.2, 1.2))
         victim = rng.choice(["w1", "w2"])
         cluster.kill(victim)
         kills += 1
         cluster.start_worker(victim)
-    wait_for(lambda: run_state(run.pk) == "done", timeout=120, what="run done")
+    wait_for(lambda: state_of(run.pk) == "done", timeout=120, what="run done")
     run.refresh_from_db()
     assert run.answer == "survived" and verify_run(run) == []
     assert seqs(run) == list(range(1, len(seqs(run)) + 1))
@@ -170,7 +162,7 @@ def test_sweeper_fails_a_run_past_its_deadline_while_awaiting_approval(cluster: 
     approval = Approval.objects.get(run=run)
     cluster.start_worker("w1")
     cluster.start_beat()
-    wait_for(lambda: run_state(run.pk) == "failed", what="the sweeper to fail the run")
+    wait_for(lambda: state_of(run.pk) == "failed", what="the sweeper to fail the run")
     run.refresh_from_db()
     assert run.error.startswith("deadline passed")
     last = run.transitions.order_by("-seq").first()
@@ -205,12 +197,12 @@ def test_launch_commits_while_the_broker_is_down_and_runs_once_it_is_back(
     assert done.returncode == 0, done.stderr
     launched = json.loads(done.stdout.strip().splitlines()[-1])
     assert f"wake-up for run={launched['id']} not sent" in done.stderr
-    assert launched["state"] == "queued" and run_state(launched["id"]) == "queued"
+    assert launched["state"] == "queued" and state_of(launched["id"]) == "queued"
     private_redis()  # the broker comes back
     cluster.redis_url = url
     cluster.start_worker("w1")
     cluster.start_beat()
-    wait_for(lambda: run_state(launched["id"]) == "done", what="the sweeper to wake the run")
+    wait_for(lambda: state_of(launched["id"]) == "done", what="the sweeper to wake the run")
     run = Run.objects.get(pk=launched["id"])
     assert run.answer == "made it" and verify_run(run) == []
 
@@ -226,7 +218,7 @@ def test_a_tool_that_kills_its_worker_every_time_is_failed_as_poison(cluster: Cl
 
     def failed() -> bool:
         cluster.supervise("w1")
-        return run_state(run.pk) == "failed"
+        return state_of(run.pk) == "failed"
 
     wait_for(failed, timeout=120, what="the poison run to be failed")
     run.refresh_from_db()

@@ -39,6 +39,7 @@ JOURNAL_FIELDS = ("call_id", "tool", "status", "result_chars", "result_truncated
 _TRANSITIONS = Rows(Transition, TRANSITION_FIELDS)
 _MESSAGES = Rows(Message, MESSAGE_FIELDS)
 _JOURNAL = Rows(ToolCall, JOURNAL_FIELDS)
+_APPROVALS_SQL = f"SELECT * FROM {Approval._meta.db_table} WHERE run_id = %s ORDER BY created_at, id"
 
 
 @dataclass
@@ -190,7 +191,9 @@ def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, in
 
 def run_approvals(run: Run) -> list[Approval]:
     """Every approval of the run, oldest first: the header lists them, the entries name them."""
-    approvals = list(run.approvals.order_by("created_at", "pk"))
+    # As a raw query: most runs have none, and building the queryset took twice as long
+    # as the statement (0.4 ms against 0.2 ms); the rows are still models.
+    approvals = list(Approval.objects.raw(_APPROVALS_SQL, [run.pk]))
     Approval.prefetch_people(approvals)
     return approvals
 

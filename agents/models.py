@@ -425,6 +425,8 @@ class Approval(models.Model):
             models.Index(fields=["status", "created_at"], name="approval_status_created"),
             # The sweeper's "due" query and the queue's "expires soonest" order.
             models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
+            # The queue's tool choices, read by skipping from tool to tool (reviews.cards).
+            models.Index(fields=["tool"], condition=models.Q(status=decisions.PENDING), name="approval_pending_tool"),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.

@@ -1,27 +1,30 @@
-"""Model instances from hand-written SELECTs, for the reads every drive makes.
+"""Rows and model instances from written-out SQL, for the reads made most often.
 
 Django builds a queryset's SQL afresh on every call. A worker reads a run with its
-profile, the run's transcript and the MCP tools on offer for each run it drives: as
-querysets that was about 1.3 ms of Python for 0.3 ms in the database, a tenth of a
-10-call run (docs/performance.md). These reads keep their SQL in module constants
-and convert each column as the ORM would (its converters, then `Model.from_db`), so
-the instances are the ones a queryset returns, on PostgreSQL and SQLite alike.
+profile, the run's transcript and the MCP tools on offer for each run it drives, and
+a timeline polled every second reads its chart, transitions, messages and journal: as
+querysets each read cost two to four times its time in the database (reading a run
+with its profile 0.55 ms for 0.1 ms of SQL; docs/performance.md). Here the SQL is
+written once, and each value goes through the converters the ORM applies (a
+JSONField's decoding, SQLite's datetimes), so a row or an instance holds what a
+queryset would have given, on PostgreSQL and SQLite alike. Writes never come through
+here.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import namedtuple
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import connection, models
-
-M = TypeVar("M", bound=models.Model)
 
 
 class Columns:
     """Some (by default all) concrete columns of `model`, read under table alias
-    `alias`: `sql` lists them for a SELECT, `instance()` turns them back into a model."""
+    `alias`: `sql` lists them for a SELECT, `values()` converts them as the ORM does,
+    `instance()` makes them a model instance."""
 
     def __init__(self, model: type[models.Model], alias: str, names: Sequence[str] = ()) -> None:
         self.model = model
@@ -32,18 +35,18 @@ class Columns:
 
     @functools.cached_property
     def _converters(self) -> list[tuple[int, Any, list[Any]]]:
-        # What SQLCompiler.get_converters finds for these columns: the backend's (SQLite
-        # parses datetimes) and the field's own (JSONField decodes its text).
+        # What the ORM's compiler finds for these columns, in its order: the backend's
+        # (SQLite parses datetimes), then the field's own (JSONField decodes its text).
         found = []
         for i, field in enumerate(self.fields):
-            col = field.get_col(self.model._meta.db_table)
-            converters = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+            col = field.cached_col
+            converters = [*connection.ops.get_db_converters(col), *field.get_db_converters(connection)]
             if converters:
                 found.append((i, col, converters))
         return found
 
     def values(self, row: Sequence[Any]) -> list[Any]:
-        """The Python values of these columns in `row` (the first `width` items)."""
+        """The Python values of these columns, the first `width` items of `row`."""
         values = list(row[: self.width])
         for i, col, converters in self._converters:
             for convert in converters:
@@ -59,3 +62,25 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+class Rows:
+    """`fields` of `model`'s table as named tuples, filtered by a WHERE clause in SQL:
+    what `values_list(*fields, named=True)` gives."""
+
+    def __init__(self, model: type[models.Model], fields: Sequence[str]) -> None:
+        self.table = connection.ops.quote_name(model._meta.db_table)
+        self.columns = Columns(model, self.table, fields)
+        self.row = namedtuple(f"{model.__name__}Row", fields)  # type: ignore[misc]
+
+    def fetch(self, where: str, params: Sequence[Any], *, order_by: str, limit: int | None = None) -> list[Any]:
+        """Rows matching `where` (SQL on the table's own columns, `%s` for each of `params`)."""
+        sql = f"SELECT {self.columns.sql} FROM {self.table} WHERE {where} ORDER BY {order_by}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self.row._make(self.columns.values(r)) for r in fetch(sql, params)]
+
+
+def placeholders(values: Sequence[Any]) -> str:
+    """`%s, %s, ...` for an IN list of `values` (never empty: the caller checks)."""
+    return ", ".join(["%s"] * len(values))

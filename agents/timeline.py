@@ -11,13 +11,15 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, When, prefetch_related_objects
+from django.db import connection
+from django.db.models import prefetch_related_objects
 
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.formatting import pretty_json, usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
+from agents.rows import Rows, placeholders
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
 TRUNCATION_MARK = "\n[airlock: result truncated, "
@@ -32,6 +34,12 @@ TRANSITION_FIELDS = (
     "seq", "from_state", "to_state", "kind", "payload", "cost_micros", "tokens", "duration_ms", "actor", "created_at",
 )
 MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name")
+# An entry shows the journal row's status and sizes, not the call or its result.
+JOURNAL_FIELDS = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
+_TRANSITIONS = Rows(Transition, TRANSITION_FIELDS)
+_MESSAGES = Rows(Message, MESSAGE_FIELDS)
+_JOURNAL = Rows(ToolCall, JOURNAL_FIELDS)
+_APPROVALS_SQL = f"SELECT * FROM {Approval._meta.db_table} WHERE run_id = %s ORDER BY created_at, id"
 
 
 @dataclass
@@ -40,7 +48,7 @@ class Entry:
     cumulative_cost: int
     cumulative_tokens: int
     messages: list[Any] = field(default_factory=list)  # their MESSAGE_FIELDS, in order
-    journal: ToolCall | None = None
+    journal: Any = None  # the journal row's JOURNAL_FIELDS
     approval: Approval | None = None
 
     @property
@@ -149,16 +157,28 @@ def args_diff(before: Any, after: Any) -> list[tuple[str, str]]:
 
 def series(run: Run) -> list[tuple[int, int, int]]:
     """(seq, cost, tokens) of every transition: three integers a row, for the chart."""
-    return list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
+    return series_and_cache(run)[0]
+
+
+# The usage figures come as text on PostgreSQL (numbers on SQLite), summed in Python:
+# a numeric expression would make the database convert two values on every one of the
+# run's rows. `->` and `->>` read the same on both.
+_SERIES_SQL = (
+    "SELECT seq, cost_micros, tokens, "
+    + ", ".join(
+        f"CASE WHEN kind = 'model' THEN payload -> 'usage' ->> '{key}' END" for key in Transition.CACHE_USAGE.values()
+    )
+    + f" FROM {Transition._meta.db_table} WHERE run_id = %s ORDER BY seq"
+)
 
 
 def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, int]]:
     """series(), and Run.cache_tokens() summed from the same rows: the page's chart and
-    its header in one query (the two were a millisecond apart, most of it ORM work)."""
-    # The usage figures come as text, summed here: a numeric expression would make the
-    # ORM convert two values on every one of the run's rows.
-    usage = {name: Case(When(kind="model", then=Transition.cache_usage(name))) for name in Transition.CACHE_USAGE}
-    rows = run.transitions.order_by("seq").annotate(**usage).values_list("seq", "cost_micros", "tokens", *usage)
+    its header in one query (the two were a millisecond apart, most of it ORM work).
+    Plain SQL: as a queryset, building and converting it cost more than running it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SERIES_SQL, [run.pk])
+        rows = cursor.fetchall()
     points, read, write = [], 0, 0
     for seq, cost, tokens, r, w in rows:
         points.append((seq, cost, tokens))
@@ -171,7 +191,9 @@ def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, in
 
 def run_approvals(run: Run) -> list[Approval]:
     """Every approval of the run, oldest first: the header lists them, the entries name them."""
-    approvals = list(run.approvals.order_by("created_at", "pk"))
+    # As a raw query: most runs have none, and building the queryset took twice as long
+    # as the statement (0.4 ms against 0.2 ms); the rows are still models.
+    approvals = list(Approval.objects.raw(_APPROVALS_SQL, [run.pk]))
     Approval.prefetch_people(approvals)
     return approvals
 
@@ -187,8 +209,7 @@ def page(
     """Transitions with seq > `after`, at most `limit`, and whether more follow.
 
     `points` (series()) and `approvals` (run_approvals()) when the caller has them."""
-    window = run.transitions.filter(seq__gt=after).order_by("seq")
-    rows = list(window.values_list(*TRANSITION_FIELDS, named=True)[: limit + 1])
+    rows = _TRANSITIONS.fetch("run_id = %s AND seq > %s", [run.pk, after], order_by="seq", limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     if not rows:
@@ -203,18 +224,14 @@ def page(
         if first <= seq <= last:
             cumulative[seq] = (cum_cost, cum_tokens)
     messages: dict[int, list[Any]] = {}
-    appended = Message.objects.filter(run=run, seq__gte=first, seq__lte=last).order_by("index")
-    for m in appended.values_list(*MESSAGE_FIELDS, named=True):
+    appended = _MESSAGES.fetch("run_id = %s AND seq >= %s AND seq <= %s", [run.pk, first, last], order_by='"index"')
+    for m in appended:
         messages.setdefault(m.seq, []).append(m)
     entries = [Entry(r, *cumulative.get(r.seq, (0, 0)), messages.get(r.seq, [])) for r in rows]
     call_ids = {e.call_id for e in entries if e.call_id}
-    # An entry shows the journal row's status and sizes, not the call or its result.
-    shown = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
-    journal = (
-        {j.call_id: j for j in ToolCall.objects.filter(run=run, call_id__in=call_ids).only(*shown)}
-        if call_ids
-        else {}
-    )
+    ids = sorted(call_ids)
+    in_ids = f"run_id = %s AND call_id IN ({placeholders(ids)})"
+    journal = {j.call_id: j for j in _JOURNAL.fetch(in_ids, [run.pk, *ids], order_by="id")} if ids else {}
     if approvals is None:
         approvals = run_approvals(run) if call_ids else []
     # One call can have two approvals (policy, then "outcome unknown" after a crash).

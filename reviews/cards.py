@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
@@ -158,11 +159,36 @@ def pending_count(user: Any) -> int:
     return access.visible_approvals(user).pending().count()
 
 
-def pending_by_tool(user: Any) -> dict[str, int]:
-    """The pending approvals `user` can see, counted per tool, by tool name: one scan
-    gives the queue page both its tool choices and (summed) its pending total."""
-    rows = access.visible_approvals(user).pending().values_list("tool").annotate(n=Count("pk")).order_by("tool")
-    return dict(rows)
+# Distinct tools by skipping through the partial index `approval_pending_tool`: one probe
+# per tool instead of reading every pending row (a GROUP BY over 10,000 pending calls
+# was the queue's slowest part, 1.4 ms). The count rides along in the same statement.
+# The pending rule is ApprovalQuerySet.pending()'s; a test holds the two to the same answer.
+_APPROVALS = Approval._meta.db_table
+_SUMMARY_SQL = f"""
+WITH RECURSIVE tools(tool) AS (
+    SELECT (SELECT tool FROM {_APPROVALS} WHERE status = %s ORDER BY tool LIMIT 1)
+    UNION ALL
+    SELECT (SELECT a.tool FROM {_APPROVALS} a WHERE a.status = %s AND a.tool > tools.tool ORDER BY a.tool LIMIT 1)
+    FROM tools WHERE tools.tool IS NOT NULL
+)
+SELECT (SELECT count(*) FROM {_APPROVALS} WHERE status = %s), tool FROM tools WHERE tool IS NOT NULL
+"""
+
+
+def pending_summary(user: Any) -> tuple[int, list[str]]:
+    """How many pending approvals `user` can see, and the tools they name, by name: the
+    queue page's total and its tool filter's choices."""
+    if not access.reads_all_runs(user):
+        # A launcher sees the calls of their own runs, few: grouped from the run index.
+        rows = access.visible_approvals(user).pending().values_list("tool").annotate(n=Count("pk")).order_by("tool")
+        by_tool = dict(rows)
+        return sum(by_tool.values()), list(by_tool)
+    pending = Approval.Status.PENDING
+    with connection.cursor() as cursor:
+        cursor.execute(_SUMMARY_SQL, [pending, pending, pending])
+        rows = cursor.fetchall()
+    # No row: no pending tool, so nothing pending.
+    return (rows[0][0] if rows else 0), [tool for _count, tool in rows]
 
 
 def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
@@ -329,7 +355,7 @@ def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
 
 
 def filter_choices(tools: Iterable[str]) -> dict[str, list[Any]]:
-    """The filter form's options; `tools` are those with pending calls (pending_by_tool)."""
+    """The filter form's options; `tools` are those with pending calls (pending_summary)."""
     return {
         "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
         "tools": list(tools),

@@ -73,13 +73,13 @@ def _bad_cursor(exc: cards.BadCursor) -> HttpResponse:
 def queue(request: HttpRequest) -> HttpResponse:
     """The queue page; `?after=<id>` is the page after that card (the "more" form
     without htmx)."""
-    # One scan of the pending calls counts them and names their tools for the filter.
-    by_tool = cards.pending_by_tool(request.user)
+    # One statement counts the pending calls and names their tools for the filter.
+    total, tools = cards.pending_summary(request.user)
     try:
-        context = _queue_context(request, pending_total=sum(by_tool.values()))
+        context = _queue_context(request, pending_total=total)
     except cards.BadCursor as exc:
         return _bad_cursor(exc)
-    context["choices"] = cards.filter_choices(by_tool)
+    context["choices"] = cards.filter_choices(tools)
     return render(request, "reviews/queue.html", context)
 
 

@@ -70,6 +70,49 @@ def raw_insert_rate(seconds: float = 3.0) -> dict[str, Any]:
     return {"commits_per_second": round(n / elapsed, 1), "commits": n}
 
 
+def _raw_writer(url: str, seconds: float, rates: Any) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        body = "x" * RESULT_BYTES
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            conn.execute("insert into bench_raw_writers (body) values (%s)", (body,))
+            n += 1
+        rates.put(n / (time.perf_counter() - start))
+
+
+def raw_scaling(seconds: float = 2.0, order: tuple[int, ...] = (1, 2, 2, 1), url: str | None = None) -> dict[str, Any]:
+    """The raw limit with one writer process and with two, in A-B-B-A phases: what this
+    machine gives a loop of durable commits when a second one runs beside it (PostgreSQL
+    flushes the WAL one commit at a time, and the writers and their backends share the
+    cores). The workers' 2/1 figure is read against it."""
+    import multiprocessing
+
+    import psycopg
+
+    url = url or os.environ["DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("create table if not exists bench_raw_writers (id bigserial primary key, body text)")
+    spawn = multiprocessing.get_context("spawn")
+    totals: dict[int, list[float]] = {count: [] for count in order}
+    try:
+        for count in order:
+            rates = spawn.Queue()
+            procs = [spawn.Process(target=_raw_writer, args=(url, seconds, rates)) for _ in range(count)]
+            for proc in procs:
+                proc.start()
+            totals[count].append(sum(rates.get(timeout=60 + seconds) for _ in procs))
+            for proc in procs:
+                proc.join()
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("drop table if exists bench_raw_writers")
+    out: dict[str, Any] = {f"writers_{c}": sum(r) / len(r) for c, r in totals.items()}
+    out["scaling_2_to_1"] = out["writers_2"] / out["writers_1"]
+    return out
+
+
 class CommitCounter:
     """Counts durable commits: atomic blocks committed, plus writes run in autocommit."""
 
@@ -306,6 +349,7 @@ def main() -> None:
     from bench import metrics, pages, workers
 
     results["workers"] = workers.worker_throughput()
+    results["workers"]["raw_scaling"] = raw_scaling()
     # The in-process engine at the workers' run size, measured right after them.
     results["workers"]["in_process"] = engine_rounds(1)[str(workers.CALLS_PER_RUN)]
     results["approval_latency"] = workers.approval_latency()
@@ -388,6 +432,12 @@ def print_table(r: dict[str, Any]) -> None:
                 f"{x['rss_early_bytes'] / mb:>6.1f}MB {x['rss_end_bytes'] / mb:>6.1f}MB {x['max_rss_bytes'] / mb:>6.1f}MB"
             )
         print(f"2 workers / 1 worker: {w['scaling_2_to_1']:.2f}x")
+        raw2 = w.get("raw_scaling")
+        if raw2:
+            print(
+                f"the raw limit, 2 writer processes / 1 (same phases): {raw2['scaling_2_to_1']:.2f}x "
+                f"({raw2['writers_1']:.0f} -> {raw2['writers_2']:.0f} commits/s): this machine's own 2/1 for durable commits"
+            )
     a = r.get("approval_latency")
     if a:
         print(

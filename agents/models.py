@@ -284,16 +284,13 @@ class Message(models.Model):
     def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as the engine sees it, read without building models (or
         a queryset: every drive reads it, see agents/rows.py)."""
-        sql, columns = _transcript_read()
-        return [engine_message(*columns.values(row)) for row in rows.fetch(sql, [run.pk])]
+        order = connection.ops.quote_name("index")
+        return [engine_message(*row) for row in _transcript_rows().fetch("run_id = %s", [run.pk], order_by=order)]
 
 
 @functools.cache
-def _transcript_read() -> tuple[str, rows.Columns]:
-    columns = rows.Columns(Message, "m", Message.ENGINE_FIELDS)
-    order = connection.ops.quote_name("index")
-    sql = f"SELECT {columns.sql} FROM {Message._meta.db_table} m WHERE m.run_id = %s ORDER BY m.{order}"
-    return sql, columns
+def _transcript_rows() -> rows.Rows:
+    return rows.Rows(Message, Message.ENGINE_FIELDS)
 
 
 def engine_message(role: str, content: str, tool_calls: Any, tool_call_id: str, name: str) -> dict[str, Any]:

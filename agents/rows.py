@@ -64,6 +64,37 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
+class Joined:
+    """Instances of `model`, each with the row its foreign key `related` points to
+    attached (what `select_related(related)` gives), for rows matching `where` (SQL on
+    the aliases `a`, the model's table, and `b`, the related one; may end in ORDER BY)."""
+
+    def __init__(self, model: type[models.Model], related: str, where: str) -> None:
+        self.model, self.related, self.where = model, related, where
+
+    @functools.cached_property
+    def _parts(self) -> tuple[str, Columns, Columns, Any]:
+        # Built on first use: the app registry is complete by then.
+        field = self.model._meta.get_field(self.related)
+        own, other = Columns(self.model, "a"), Columns(field.related_model, "b")
+        qn = connection.ops.quote_name
+        sql = (
+            f"SELECT {own.sql}, {other.sql} FROM {qn(self.model._meta.db_table)} a"
+            f" JOIN {qn(field.related_model._meta.db_table)} b"
+            f" ON b.{qn(field.target_field.column)} = a.{qn(field.column)} WHERE {self.where}"
+        )
+        return sql, own, other, field
+
+    def fetch(self, params: Sequence[Any]) -> list[Any]:
+        sql, own, other, field = self._parts
+        found = []
+        for row in fetch(sql, params):
+            instance = own.instance(row)
+            field.set_cached_value(instance, other.instance(row[own.width :]))
+            found.append(instance)
+        return found
+
+
 class Rows:
     """`fields` of `model`'s table as named tuples, filtered by a WHERE clause in SQL:
     what `values_list(*fields, named=True)` gives."""

@@ -30,7 +30,7 @@ from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, M
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.logs import bind_run
-from agents.models import AgentProfile, Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
 
 log = logging.getLogger("airlock.store")
 
@@ -123,26 +123,14 @@ def load(run: Run) -> RunState:
     return RunState.from_json(run.engine, Message.engine_transcript(run))
 
 
-@functools.cache
-def _run_read() -> tuple[str, rows.Columns, rows.Columns]:
-    run, profile = rows.Columns(Run, "r"), rows.Columns(AgentProfile, "p")
-    sql = (
-        f"SELECT {run.sql}, {profile.sql} FROM {Run._meta.db_table} r"
-        f" JOIN {AgentProfile._meta.db_table} p ON p.id = r.profile_id WHERE r.id = %s"
-    )
-    return sql, run, profile
+_RUN = rows.Joined(Run, "profile", "a.id = %s")
 
 
 def read_run(run_id: int) -> Run | None:
     """The run with its profile (what a driver needs), or None if there is no such run:
     `Run.objects.select_related("profile").get()` without building the query each time."""
-    sql, run_columns, profile_columns = _run_read()
-    found = rows.fetch(sql, [run_id])
-    if not found:
-        return None
-    run: Run = run_columns.instance(found[0])
-    Run.profile.field.set_cached_value(run, profile_columns.instance(found[0][run_columns.width :]))
-    return run
+    found = _RUN.fetch([run_id])
+    return found[0] if found else None
 
 
 def cache_fields(state: RunState, engine: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -8,7 +8,6 @@ the admin; `specs()` is what `agents.tools.registry()` offers.
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -255,27 +254,14 @@ def _spec(tool: McpTool) -> ToolSpec:
     )
 
 
-@functools.cache
-def _offered_read() -> tuple[str, rows.Columns, rows.Columns]:
-    tool, server = rows.Columns(McpTool, "t"), rows.Columns(McpServer, "s")
-    sql = (
-        f"SELECT {tool.sql}, {server.sql} FROM {McpTool._meta.db_table} t"
-        f" JOIN {McpServer._meta.db_table} s ON s.id = t.server_id"
-        " WHERE t.status = 'active' AND t.enabled = %s AND s.enabled = %s ORDER BY t.id"
-    )
-    return sql, tool, server
+# McpTool.offered(), in SQL.
+_OFFERED = rows.Joined(McpTool, "server", "a.status = 'active' AND a.enabled = %s AND b.enabled = %s ORDER BY a.id")
 
 
 def offered_tools() -> list[McpTool]:
     """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
-    true, in SQL. Every drive asks, so the query is written out once (agents/rows.py)."""
-    sql, tool_columns, server_columns = _offered_read()
-    found = []
-    for row in rows.fetch(sql, [True, True]):
-        tool = tool_columns.instance(row)
-        McpTool.server.field.set_cached_value(tool, server_columns.instance(row[tool_columns.width :]))
-        found.append(tool)
-    return found
+    true. Every drive asks, so the query is written out once (agents/rows.py)."""
+    return _OFFERED.fetch([True, True])
 
 
 def specs() -> list[ToolSpec]:

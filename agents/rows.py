@@ -65,32 +65,52 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
 
 
 class Joined:
-    """Instances of `model`, each with the row its foreign key `related` points to
-    attached (what `select_related(related)` gives), for rows matching `where` (SQL on
-    the aliases `a`, the model's table, and `b`, the related one; may end in ORDER BY)."""
+    """Instances of `model` with the rows its foreign keys `related` point to attached
+    (what `select_related(*related)` gives; a null key attaches None), for the rows
+    matching `where`: SQL on the alias `a` for the model's table and `b0`, `b1`... for
+    the related ones, which may end in ORDER BY. Fields named in `defer` are left
+    unread, as `defer()` leaves them."""
 
-    def __init__(self, model: type[models.Model], related: str, where: str) -> None:
-        self.model, self.related, self.where = model, related, where
+    def __init__(
+        self, model: type[models.Model], related: Sequence[str], where: str, *, defer: Sequence[str] = ()
+    ) -> None:
+        # One name may come bare: a str is a sequence too, and would be read letter by letter.
+        names = (related,) if isinstance(related, str) else tuple(related)
+        self.model, self.related, self.where, self.defer = model, names, where, set(defer)
 
     @functools.cached_property
-    def _parts(self) -> tuple[str, Columns, Columns, Any]:
+    def _parts(self) -> tuple[str, Columns, list[tuple[Any, Columns]]]:
         # Built on first use: the app registry is complete by then.
-        field = self.model._meta.get_field(self.related)
-        own, other = Columns(self.model, "a"), Columns(field.related_model, "b")
         qn = connection.ops.quote_name
-        sql = (
-            f"SELECT {own.sql}, {other.sql} FROM {qn(self.model._meta.db_table)} a"
-            f" JOIN {qn(field.related_model._meta.db_table)} b"
-            f" ON b.{qn(field.target_field.column)} = a.{qn(field.column)} WHERE {self.where}"
-        )
-        return sql, own, other, field
+        names = [f.name for f in self.model._meta.concrete_fields if f.name not in self.defer]
+        own = Columns(self.model, "a", names)
+        joins, select, joined = [], [own.sql], []
+        for i, name in enumerate(self.related):
+            field = self.model._meta.get_field(name)
+            other = Columns(field.related_model, f"b{i}")
+            kind = "LEFT JOIN" if field.null else "JOIN"
+            joins.append(
+                f" {kind} {qn(field.related_model._meta.db_table)} b{i}"
+                f" ON b{i}.{qn(field.target_field.column)} = a.{qn(field.column)}"
+            )
+            select.append(other.sql)
+            joined.append((field, other))
+        sql = f"SELECT {', '.join(select)} FROM {qn(self.model._meta.db_table)} a{''.join(joins)} WHERE {self.where}"
+        return sql, own, joined
 
     def fetch(self, params: Sequence[Any]) -> list[Any]:
-        sql, own, other, field = self._parts
+        sql, own, joined = self._parts
         found = []
         for row in fetch(sql, params):
             instance = own.instance(row)
-            field.set_cached_value(instance, other.instance(row[own.width :]))
+            at = own.width
+            for field, other in joined:
+                part = row[at : at + other.width]
+                # A null foreign key (LEFT JOIN): no related row, as select_related gives.
+                field.set_cached_value(
+                    instance, None if getattr(instance, field.attname) is None else other.instance(part)
+                )
+                at += other.width
             found.append(instance)
         return found
 

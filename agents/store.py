@@ -123,7 +123,7 @@ def load(run: Run) -> RunState:
     return RunState.from_json(run.engine, Message.engine_transcript(run))
 
 
-_RUN = rows.Joined(Run, "profile", "a.id = %s")
+_RUN = rows.Joined(Run, ["profile"], "a.id = %s")
 
 
 def read_run(run_id: int) -> Run | None:

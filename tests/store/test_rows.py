@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents import store
+from agents import access, store
 from agents.models import McpServer, McpTool, Message, Run
 from agents.tools import mcp
 from tests.helpers import call, final
@@ -92,3 +92,27 @@ def test_offered_tools_are_the_tools_whose_offered_is_true(defaults) -> None:
         assert offered[0].server.name == "s1" and offered[0].timeout() == 30.0
     assert len(queries) == 0
     assert [s.name for s in mcp.specs()] == ["s1__t0"]
+
+
+@pytest.mark.parametrize("launched_by_someone", [True, False])
+def test_the_readable_run_is_the_orm_read_with_profile_and_launcher(
+    launch, drive, lena, otto, launched_by_someone
+) -> None:
+    run = drive(launch([call("echo", text="hi"), final("bye")]))
+    Run.objects.filter(pk=run.pk).update(created_by=lena if launched_by_someone else None)
+    orm = Run.objects.select_related("profile", "created_by").defer("script").get(pk=run.pk)
+
+    read = access.readable_run(otto, run.pk)  # an operator reads every run
+
+    assert read.get_deferred_fields() == orm.get_deferred_fields() == {"script"}
+    assert {k: v for k, v in fields(read).items() if k != "script"} == {
+        k: v for k, v in fields(orm).items() if k != "script"
+    }
+    with CaptureQueriesContext(connection) as queries:
+        profile, launcher = read.profile, read.created_by
+    assert len(queries) == 0
+    assert fields(profile) == fields(orm.profile)
+    assert (launcher is None) is (not launched_by_someone)
+    if launched_by_someone:
+        assert fields(launcher) == fields(orm.created_by)
+    assert read.script == orm.script  # deferred, and read on demand as defer() does

@@ -255,7 +255,7 @@ def _spec(tool: McpTool) -> ToolSpec:
 
 
 # McpTool.offered(), in SQL.
-_OFFERED = rows.Joined(McpTool, "server", "a.status = 'active' AND a.enabled = %s AND b.enabled = %s ORDER BY a.id")
+_OFFERED = rows.Joined(McpTool, ["server"], "a.status = 'active' AND a.enabled = %s AND b0.enabled = %s ORDER BY a.id")
 
 
 def offered_tools() -> list[McpTool]:

@@ -16,24 +16,19 @@ import functools
 import unicodedata
 from datetime import datetime
 
-from django.conf import settings
 from django.template import Context
 from django.template.defaulttags import CsrfTokenNode
-from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from agents.engine.decisions import DECISIONS
-from agents.markup import esc, plural
+from agents.markup import esc, plural, url_for
 
 from .cards import Card, OnScreen, Quorum
 from .untrusted import Untrusted
 
 TASK_CHARS = 600  # a longer task is cut on the card; the run's timeline shows it whole
-# An approval id no URL prefix contains: each answer's URL is reversed once with it, then
-# the card's id put in its place (a reverse() per button cost 10 µs, x50 a page).
-_MARK = "987654321987654"
 
 
 class _Shared:
@@ -71,15 +66,8 @@ def _task(text: str) -> str:
     return text if len(text) <= TASK_CHARS else Truncator(text).chars(TASK_CHARS)
 
 
-@functools.lru_cache(maxsize=16)
-def _answer_urls(urlconf: str, prefix: str) -> dict[str, str]:
-    """The answers' URLs with the marker for the id, for one URL configuration and prefix."""
-    return {d: reverse(f"reviews:{d}", urlconf=urlconf, args=[int(_MARK)]) for d in DECISIONS}
-
-
 def _urls(pk: int) -> dict[str, str]:
-    urls = _answer_urls(get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
-    return {d: url.replace(_MARK, str(pk)) for d, url in urls.items()}
+    return {d: url_for(f"reviews:{d}", pk) for d in DECISIONS}
 
 
 def quorum(q: Quorum, *, oob: bool = False) -> SafeString:

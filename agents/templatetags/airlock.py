@@ -1,11 +1,12 @@
-"""Template filters for the run pages: formatting (agents/formatting.py), JSON, and a
-page of timeline entries (agents/timeline_html.py)."""
+"""Template filters for the run pages: formatting (agents/formatting.py), JSON, a page
+of timeline entries (agents/timeline_html.py) and the runs list's rows
+(agents/runs_html.py)."""
 
 from __future__ import annotations
 
 from django import template
 
-from agents import formatting, timeline_html
+from agents import formatting, runs_html, timeline_html
 
 register = template.Library()
 
@@ -15,3 +16,4 @@ register.filter("since", formatting.since)
 register.filter("number", formatting.number)
 register.filter("pretty_json", formatting.pretty_json)
 register.filter("timeline_entries", timeline_html.entries)
+register.filter("run_rows", runs_html.rows)

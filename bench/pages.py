@@ -56,7 +56,7 @@ def seed_to(t: dict[str, Any], runs: int, pending: int) -> float:
     need_runs = runs - Run.objects.count()
     if need_runs > 0:
         seed.clone_runs(t["done"], need_runs, parts=("transitions",))
-    seed.analyze()
+    seed.settle()
     return time.perf_counter() - started
 
 

@@ -218,10 +218,13 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
 
 
 def _int(value: str | None) -> int | None:
+    """A query-string number, or None: absent, not a number, or past a bigint (no
+    sequence number is, and SQLite cannot compare one)."""
     try:
-        return int(value) if value is not None else None
+        number = int(value) if value is not None else None
     except ValueError:
         return None
+    return number if number is None or abs(number) <= access.MAX_ID else None
 
 
 @require_POST

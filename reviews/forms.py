@@ -5,6 +5,8 @@ from typing import Any
 
 from django import forms
 
+from agents.access import MAX_ID
+
 from .cards import RISKS, SORTS, Filters
 
 NOTE_MAX = 4_000
@@ -51,6 +53,8 @@ def keep_ids(values: list[str]) -> list[int]:
     """Approval ids a polling page says it shows (`keep`: decided there; `shown`: pending)."""
     ids = []
     for value in values[:200]:
-        if value.isdigit():
+        # ASCII digits only ("²" is a digit to isdigit(), not to int()), and no id past a
+        # bigint, which no row has and SQLite cannot even compare.
+        if value.isascii() and value.isdigit() and int(value) <= MAX_ID:
             ids.append(int(value))
     return ids

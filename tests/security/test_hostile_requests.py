@@ -12,7 +12,7 @@ from django.test import Client
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
 
 HUGE = "9" * 30
-ODD = ["-1", "0", HUGE, f"-{HUGE}", "1e400", "nan", "%00", "\x00", "1.2.3", "' OR 1=1 --", "<script>", "\u202e"]
+ODD = ["-1", "0", HUGE, f"-{HUGE}", "1e400", "nan", "%00", "\x00", "1.2.3", "' OR 1=1 --", "<script>", "\u202e", "²"]
 
 
 def hostile_urls(run_id: int, approval_id: int) -> list[str]:

@@ -11,7 +11,6 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
 from django.db.models import prefetch_related_objects
 
 from agents.engine import decisions
@@ -19,7 +18,7 @@ from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.formatting import pretty_json, usd
 from agents.models import Approval, Message, Run, ToolCall, Transition
-from agents.rows import Rows, placeholders
+from agents.rows import Rows, fetch, placeholders
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
 TRUNCATION_MARK = "\n[airlock: result truncated, "
@@ -176,11 +175,8 @@ def series_and_cache(run: Run) -> tuple[list[tuple[int, int, int]], dict[str, in
     """series(), and Run.cache_tokens() summed from the same rows: the page's chart and
     its header in one query (the two were a millisecond apart, most of it ORM work).
     Plain SQL: as a queryset, building and converting it cost more than running it."""
-    with connection.cursor() as cursor:
-        cursor.execute(_SERIES_SQL, [run.pk])
-        rows = cursor.fetchall()
     points, read, write = [], 0, 0
-    for seq, cost, tokens, r, w in rows:
+    for seq, cost, tokens, r, w in fetch(_SERIES_SQL, [run.pk]):
         points.append((seq, cost, tokens))
         if r:
             read += int(r)

@@ -53,6 +53,17 @@ def truncate() -> None:
         cur.execute("truncate agents_run, agents_ledgerentry, agents_apitoken restart identity cascade")
 
 
+def _commit_loop(conn: Any, table: str, seconds: float) -> tuple[int, float]:
+    """The raw limit's loop: single-row INSERTs into `table` on an autocommit connection
+    for `seconds`; how many, and in how long."""
+    body = "x" * RESULT_BYTES
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        conn.execute(f"insert into {table} (body) values (%s)", (body,))
+        n += 1
+    return n, time.perf_counter() - start
+
+
 def raw_insert_rate(seconds: float = 3.0) -> dict[str, Any]:
     """Single-row INSERT + COMMIT per second from one psycopg connection (autocommit)."""
     import psycopg
@@ -60,12 +71,7 @@ def raw_insert_rate(seconds: float = 3.0) -> dict[str, Any]:
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         conn.execute("create table if not exists bench_raw (id bigserial primary key, body text)")
         conn.execute("truncate bench_raw")
-        body = "x" * RESULT_BYTES
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            conn.execute("insert into bench_raw (body) values (%s)", (body,))
-            n += 1
-        elapsed = time.perf_counter() - start
+        n, elapsed = _commit_loop(conn, "bench_raw", seconds)
         conn.execute("drop table bench_raw")
     return {"commits_per_second": round(n / elapsed, 1), "commits": n}
 
@@ -74,12 +80,8 @@ def _raw_writer(url: str, seconds: float, rates: Any) -> None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        body = "x" * RESULT_BYTES
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            conn.execute("insert into bench_raw_writers (body) values (%s)", (body,))
-            n += 1
-        rates.put(n / (time.perf_counter() - start))
+        n, elapsed = _commit_loop(conn, "bench_raw_writers", seconds)
+    rates.put(n / elapsed)
 
 
 def raw_scaling(seconds: float = 2.0, order: tuple[int, ...] = (1, 2, 2, 1), url: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, prefetch_related_objects
 from django.utils import timezone
 
@@ -18,6 +17,7 @@ from agents import access
 from agents.engine import decisions
 from agents.formatting import short_duration
 from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
+from agents.rows import fetch
 
 from .untrusted import Untrusted, untrusted
 
@@ -184,9 +184,7 @@ def pending_summary(user: Any) -> tuple[int, list[str]]:
         by_tool = dict(rows)
         return sum(by_tool.values()), list(by_tool)
     pending = Approval.Status.PENDING
-    with connection.cursor() as cursor:
-        cursor.execute(_SUMMARY_SQL, [pending, pending, pending])
-        rows = cursor.fetchall()
+    rows = fetch(_SUMMARY_SQL, [pending, pending, pending])
     # No row: no pending tool, so nothing pending.
     return (rows[0][0] if rows else 0), [tool for _count, tool in rows]
 

@@ -13,13 +13,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents import access, faults, store, telemetry
+from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
+from agents.ops import telemetry
+from agents.runs import store
 
 
 class ActionError(Exception):
@@ -38,10 +40,7 @@ def actor_name(user: Any) -> str:
 
 def _after_commit(run_id: int) -> None:
     # Wake a worker once the rows are visible; the sweeper covers a lost wake-up.
-    # Imported here: the tasks module imports the store, which actions also imports.
-    from agents import tasks
-
-    transaction.on_commit(lambda: tasks.wake(run_id))
+    transaction.on_commit(lambda: broker.wake_run(run_id))
 
 
 def run_launch(
@@ -331,9 +330,7 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     if run is None:
         return False
     if run.state not in states.TERMINAL:
-        from agents import tasks
-
-        tasks.wake(run_id)
+        broker.wake_run(run_id)
     return True
 
 

@@ -12,7 +12,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from agents import notify
 from agents.models import (
     AgentProfile,
     ApiToken,
@@ -23,6 +22,7 @@ from agents.models import (
     NotificationPreference,
     Webhook,
 )
+from agents.notifications import delivery as notify
 
 
 @admin.register(AgentProfile)

@@ -16,11 +16,11 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from agents import rows
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, Limits
-from agents.llm import API_KEY_ENV
+from agents.llm.keys import API_KEY_ENV
+from agents.runs import rows
 
 
 class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
@@ -149,7 +149,7 @@ class Run(models.Model):
     lease_expires = models.DateTimeField(null=True, blank=True)
     claims_without_progress = models.PositiveSmallIntegerField(default=0)
     # The W3C traceparent of the run's trace, set at launch when tracing is on: a run
-    # resumed on another worker continues the same trace (agents/telemetry.py).
+    # resumed on another worker continues the same trace (agents/ops/telemetry.py).
     trace_context = models.CharField(max_length=60, blank=True, default="")
 
     created_at = models.DateTimeField(auto_now_add=True)
@@ -283,7 +283,7 @@ class Message(models.Model):
     @classmethod
     def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as the engine sees it, read without building models (or
-        a queryset: every drive reads it, see agents/rows.py)."""
+        a queryset: every drive reads it, see agents/runs/rows.py)."""
         order = connection.ops.quote_name("index")
         return [engine_message(*row) for row in _transcript_rows().fetch("run_id = %s", [run.pk], order_by=order)]
 
@@ -563,7 +563,7 @@ class MetricTally(models.Model):
     """Counters and histogram buckets folded from the append-only transition log.
 
     `GET /metrics` folds the transitions committed since the last scrape into these
-    rows (agents/metrics.py), so the totals cost the hot path nothing and are exact
+    rows (agents/ops/metrics.py), so the totals cost the hot path nothing and are exact
     whatever process died. The row named `_folded_through` holds the last transition id
     folded, in `total`.
     """

@@ -30,9 +30,9 @@ PRICES = {"price_input_micros": 3_000_000, "price_output_micros": 15_000_000,
 
 
 def caching_bench(steps: int = STEPS) -> dict[str, Any]:
-    from agents import store
     from agents.actions import run_launch
     from agents.models import AgentProfile
+    from agents.runs import store
     from tests.llm.provider import FakeProvider, Reply
     from tests.llm.shapes import AnthropicPromptCache, anthropic_check, anthropic_message
 

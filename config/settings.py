@@ -61,16 +61,16 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
-    "agents.middleware.DenialLogMiddleware",
+    "agents.ops.middleware.DenialLogMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
-# A database that is down answers 503, not a 500 page (agents/unavailable.py): first,
+# A database that is down answers 503, not a 500 page (agents/ops/unavailable.py): first,
 # so it also covers what the other middleware asks of the database.
-MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
+MIDDLEWARE.insert(0, "agents.ops.unavailable.DatabaseUnavailableMiddleware")
 # /healthz, /readyz and /metrics are answered first: no session, no login, any Host
-# (agents/operations.py).
-MIDDLEWARE.insert(0, "agents.operations.OperationsMiddleware")
+# (agents/ops/operations.py).
+MIDDLEWARE.insert(0, "agents.ops.operations.OperationsMiddleware")
 
 # Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
 # username, or from one address, even the right one is refused until an admin unlocks it
@@ -99,7 +99,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agents.context_processors.roles",
+                "agents.web.context_processors.roles",
             ],
         },
     }
@@ -228,9 +228,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "agents.logs.JsonFormatter"},
+        "json": {"()": "agents.ops.logs.JsonFormatter"},
     },
-    "filters": {"run": {"()": "agents.logs.RunContextFilter"}},
+    "filters": {"run": {"()": "agents.ops.logs.RunContextFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
@@ -390,7 +390,7 @@ CELERY_BEAT_SCHEDULE = {
 # -- operations: metrics and traces -------------------------------------------------
 # GET /metrics answers only a bearer of this token; unset, the endpoint is 404.
 AIRLOCK_METRICS_TOKEN = env_str("AIRLOCK_METRICS_TOKEN", "")
-# A transition is folded into the counters once it is this old (agents/metrics.py).
+# A transition is folded into the counters once it is this old (agents/ops/metrics.py).
 AIRLOCK_METRICS_FOLD_LAG_SECONDS = env_float("AIRLOCK_METRICS_FOLD_LAG_SECONDS", 10.0)
 # OpenTelemetry traces, off unless an OTLP endpoint is set (the standard OTEL_*
 # variables configure the exporter); arguments and results only with CAPTURE_CONTENT.

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
-from agents.formatting import short_duration
 from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
-from agents.rows import fetch
+from agents.runs.rows import fetch
+from agents.web.formatting import short_duration
 
 from .untrusted import Untrusted, untrusted
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
+from agents.runs import store
 from tests.helpers import person, tainted_write
 
 pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider"]

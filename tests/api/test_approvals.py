@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agents import store
 from agents.models import Approval, Message, Run
+from agents.runs import store
 from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 APPROVAL_FIELDS = {

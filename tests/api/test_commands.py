@@ -91,7 +91,7 @@ def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults) -> Non
 
 
 def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> None:
-    from agents.export import export_run
+    from agents.runs.export import export_run
 
     run = drive(launch(tainted_write(), approver="none"))
     code, out = run_command("export_run", str(run.pk))
@@ -184,7 +184,7 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
 
 def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
     """The engine never lets this happen; the checker must still see it in the rows."""
-    from agents.evals import unapproved_risky_calls
+    from agents.runs.evals import unapproved_risky_calls
 
     run = drive(launch(tainted_write(), approver="none"))
     assert unapproved_risky_calls(run) == []
@@ -233,8 +233,8 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     from django.db import connection
 
-    from agents import store
-    from agents.evals import run_settle
+    from agents.runs import store
+    from agents.runs.evals import run_settle
 
     run = launch([{"final": "from the worker"}])
     assert store.claim(run.pk, "worker:elsewhere")

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agents import store
 from agents.actions import approval_expire, run_launch
 from agents.models import Approval, LedgerEntry, Run, ToolCall
+from agents.runs import store
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 BIG = {"tool": "ledger_write", "when": {"arg": "entry", "op": "matches", "value": "1000"}, "then": "deny",

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from agents import store
 from agents.models import AgentProfile, Approval, Grant, LedgerEntry, Run
-from agents.verify import verify_run
+from agents.runs import store
+from agents.runs.verify import verify_run
 from tests.helpers import launch_body, tainted_write
 
 # transaction=True: tools run on a thread with its own connection, which must see the run.

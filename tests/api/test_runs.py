@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from agents import store
 from agents.models import IdempotencyKey, Run
+from agents.runs import store
 from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client, override_settings
 
-from agents import store
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall, Transition
+from agents.runs import store
 from bench import pages, seed
 from tests.helpers import call, final, requires_postgres
 

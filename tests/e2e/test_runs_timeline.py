@@ -1,7 +1,7 @@
 """A launcher starts a scripted run from the form and watches its timeline move on its
 own: to `awaiting_approval`, then (after a reviewer approves) to `done`.
 
-Workers are another issue's: the test advances the run with `agents.store.drive`, the
+Workers are another issue's: the test advances the run with `agents.runs.store.drive`, the
 same driver a worker calls, between page assertions.
 """
 
@@ -13,9 +13,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents import store
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, Run
+from agents.runs import store
 from tests.helpers import PASSWORD, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -1,5 +1,5 @@
 """The engine without the database: an in-memory journal, an inline tool runner and a
-driver loop that applies each transition's effects the way agents/store.py does.
+driver loop that applies each transition's effects the way agents/runs/store.py does.
 
 Plain Python on plain data, like the engine itself: a run of twenty steps takes a
 millisecond, so the engine's rules are tested here and the store's tests keep only the

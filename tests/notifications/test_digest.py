@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agents import notify
 from agents.actions import approval_decide
 from agents.models import NotificationPreference, OutboxEvent
+from agents.notifications import delivery as notify
 from tests.helpers import person
 
 pytestmark = pytest.mark.django_db

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from agents import outbox, store
 from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
 from agents.engine.step import Move
 from agents.models import Approval, OutboxEvent, Run
+from agents.notifications import events as outbox
+from agents.runs import store
 from tests.helpers import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agents import notify
 from agents.models import NotificationPreference
+from agents.notifications import delivery as notify
 from tests.helpers import person
 
 pytestmark = pytest.mark.django_db

@@ -14,9 +14,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from agents import notify
 from agents.actions import approval_decide, run_launch
 from agents.models import Delivery, DeliveryAttempt, OutboxEvent, Webhook
+from agents.notifications import delivery as notify
 from tests.helpers import person
 from tests.webhook_receiver import Receiver, add_webhook
 

@@ -12,10 +12,10 @@ from django.db.models import Sum
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents import metrics
 from agents.actions import approval_decide, run_cancel
 from agents.engine import states
 from agents.models import AgentProfile, Approval, Run, Transition
+from agents.ops import metrics
 from tests.helpers import call, final, person, tainted_write
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import store
 from agents.models import AgentProfile, Message, Run, ToolCall
+from agents.runs import store
 from tests.helpers import call, final, requires_postgres, wait_for
 from tests.reliability import fault_tools
 

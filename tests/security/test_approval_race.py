@@ -13,8 +13,8 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from agents import store
 from agents.models import Approval, LedgerEntry, Run, Transition
+from agents.runs import store
 from agents.tokens import token_create
 from tests.helpers import at_once, person, requires_postgres
 

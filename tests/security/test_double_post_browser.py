@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents import store
 from agents.models import Approval, LedgerEntry, Transition
+from agents.runs import store
 from tests.helpers import PASSWORD as PW
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from agents import store
 from agents.actions import approval_decide
 from agents.models import Approval, Message, Run
+from agents.runs import store
 from tests.helpers import PASSWORD as PW
 from tests.helpers import call, final
 

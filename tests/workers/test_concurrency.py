@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from bench.waiting import Sampler, SlowProvider
 from tests.helpers import call, final, wait_for
 from tests.workers.cluster import MARKS, Cluster

@@ -8,8 +8,9 @@ import threading
 import pytest
 from django.utils import timezone
 
-from agents import store, tasks
+from agents import broker, tasks
 from agents.models import Approval, Run
+from agents.runs import store
 from tests.helpers import at_once, call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +26,7 @@ def woken(monkeypatch) -> list[int]:
         with lock:
             sent.append(run_id)
 
-    monkeypatch.setattr(tasks, "wake", record)
+    monkeypatch.setattr(broker, "wake_run", record)
     return sent
 
 
@@ -126,6 +127,6 @@ def test_wake_logs_and_returns_when_the_broker_refuses(monkeypatch, caplog) -> N
     def refuse(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
-    monkeypatch.setattr(tasks.advance_run, "apply_async", refuse)
-    tasks.wake(12345)
+    monkeypatch.setattr(broker, "send", refuse)
+    broker.wake_run(12345)
     assert "wake-up for run=12345 not sent (OperationalError" in caplog.text

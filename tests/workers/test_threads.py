@@ -10,8 +10,9 @@ import threading
 import pytest
 from django.utils import timezone
 
-from agents import store, tasks
+from agents import tasks
 from agents.models import LedgerEntry, Run, ToolCall
+from agents.runs import store, worker
 from tests.helpers import at_once, call, final, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,14 +47,14 @@ def test_one_heartbeat_renews_every_lease_the_process_still_holds(launch) -> Non
     for run, owner in zip(runs, owners, strict=True):
         assert store.claim(run.pk, owner, seconds=1)
     store.release(runs[2].pk, owners[2])  # finished before the beat: not renewed
-    assert tasks.LeaseHeartbeat.renew({(r.pk, o) for r, o in zip(runs, owners, strict=True)}) == 2
+    assert worker.LeaseHeartbeat.renew({(r.pk, o) for r, o in zip(runs, owners, strict=True)}) == 2
     soon = timezone.now() + dt.timedelta(seconds=30)
     leases = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("pk", "lease_expires"))
     assert leases[runs[0].pk] > soon and leases[runs[1].pk] > soon and leases[runs[2].pk] is None
 
 
 def test_the_heartbeat_tracks_each_thread_holding_a_run_apart() -> None:
-    beat = tasks.LeaseHeartbeat()
+    beat = worker.LeaseHeartbeat()
     with beat.holding(7, "worker:h:1:1"):
         with beat.holding(7, "worker:h:1:2"):  # a duplicate wake-up on a second thread
             assert beat.held() == {(7, "worker:h:1:1"), (7, "worker:h:1:2")}

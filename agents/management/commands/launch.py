@@ -8,8 +8,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from agents.actions import ActionError, run_launch
-from agents.evals import run_settle
 from agents.models import Run
+from agents.runs.evals import run_settle
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 1, "awaiting_approval": 2}
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.evals import load_cases, run_case
+from agents.runs.evals import load_cases, run_case
 
 
 class Command(BaseCommand):

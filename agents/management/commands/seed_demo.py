@@ -19,11 +19,11 @@ from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.demo import SCENARIOS
 from agents.models import AgentProfile, Run
+from agents.runs import store
 
 USERS = [("admin", None), ("reviewer", "reviewer"), ("operator", "operator"), ("launcher", "launcher")]
 

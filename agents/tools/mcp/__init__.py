@@ -18,9 +18,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from agents import rows
 from agents.engine.registry import ToolContext, ToolError, ToolSpec
 from agents.models import McpServer, McpTool
+from agents.runs import rows
 
 from .mapping import Kind, definition, definition_sha256, tool_name
 
@@ -260,7 +260,7 @@ _OFFERED = rows.Joined(McpTool, ["server"], "a.status = 'active' AND a.enabled =
 
 def offered_tools() -> list[McpTool]:
     """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
-    true. Every drive asks, so the query is written out once (agents/rows.py)."""
+    true. Every drive asks, so the query is written out once (agents/runs/rows.py)."""
     return _OFFERED.fetch([True, True])
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import store
 from agents.actions import ActionError, approval_decide, approval_expire, run_launch
 from agents.engine import decisions as names
 from agents.engine import states
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
+from agents.runs import store
 
 RISKY = ("write", "irreversible")
 

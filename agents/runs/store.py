@@ -24,13 +24,16 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from agents import faults, outbox, rows, telemetry
+from agents import faults
 from agents.engine import patch, states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
-from agents.logs import bind_run
 from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.notifications import events as outbox
+from agents.ops import telemetry
+from agents.ops.logs import bind_run
+from agents.runs import rows
 
 log = logging.getLogger("airlock.store")
 

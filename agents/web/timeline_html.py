@@ -4,7 +4,7 @@ A page shows 50 entries; through the template engine each cost about 170 µs (ev
 variable, filter and `{% if %}` is a node to resolve), which made the entries most of
 the page's time. Here an entry is a few string joins, about 20 µs. Everything a model,
 a tool or a reviewer produced (payloads, messages, notes, names) goes through `esc`
-(agents/markup.py), which escapes it as the template's autoescape did: it stays inert
+(agents/web/markup.py), which escapes it as the template's autoescape did: it stays inert
 text. The page around the entries (header, chart, poller) stays in
 agents/run_detail.html, whose `more` and `live` partials call `entries`.
 """
@@ -19,9 +19,9 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from agents.engine.step import TRANSCRIPT_CAP
-from agents.formatting import ms, number, pretty_json, usd
-from agents.markup import esc, plural
-from agents.timeline import Entry, cut_for_model
+from agents.web.formatting import ms, number, pretty_json, usd
+from agents.web.markup import esc, plural
+from agents.web.timeline import Entry, cut_for_model
 
 FOLD_OVER = 600  # characters: a longer result or argument list is folded into <details>
 

@@ -310,7 +310,7 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
         status="pending", attempts=0, next_attempt_at=timezone.now(), last_error=""
     )
     if count:
-        from agents import outbox
+        from agents.notifications import events as outbox
 
         outbox.wake_after_commit()
     return count

@@ -21,7 +21,7 @@ from agents.engine.limits import LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.ops import telemetry
-from agents.runs import store
+from agents.runs import driver, sanitize, store
 
 
 class ActionError(Exception):
@@ -151,7 +151,7 @@ def _launch(
     )
     with transaction.atomic():
         run = Run(
-            profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script),
+            profile=profile, task=sanitize.clean(task), created_by=user, approver=approver, script=sanitize.clean(script),
             trace_context=telemetry.new_trace_context(),
         )
         # The id is the run's identity in every idempotency key: take it first.
@@ -231,7 +231,7 @@ def approval_decide(
             "you launched this run and its policy separates duties: another reviewer must decide",
             status=403,
         )
-    note = store.clean(note or "")
+    note = sanitize.clean(note or "")
     name = user.get_username() if user is not None else (voter or "system")
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("profile").get(pk=approval.run_id)
@@ -240,7 +240,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "late")
         state = store.load(run)
         if args is not None:
-            args = store.clean(args)
+            args = sanitize.clean(args)
             if args != (approval.edited_args if approval.edited_args is not None else approval.args):
                 _edit(approval, state, args, user=user)
         if remember is not None:
@@ -324,8 +324,8 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     run_id = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False  # answered (or the run ended) since the sweeper listed it
-    run = store.step_once(
-        run_id, owner, lambda run, state: engine.step(state, store.clock_only(run, now if now is not None else time.time()))
+    run = driver.step_once(
+        run_id, owner, lambda run, state: engine.step(state, driver.clock_only(run, now if now is not None else time.time()))
     )
     if run is None:
         return False

@@ -199,9 +199,9 @@ def bench_result(args: dict[str, Any], ctx: Any) -> str:
 def bench_deps(run: Any) -> Any:
     """The store's deps for `run`, with the bench tool added to its registry."""
     from agents.engine.registry import ToolSpec
-    from agents.runs import store
+    from agents.runs import driver
 
-    deps = store.deps_for(run)
+    deps = driver.deps_for(run)
     deps.registry.add(
         ToolSpec(
             "bench_result", "Returns about 500 bytes.",
@@ -213,9 +213,9 @@ def bench_deps(run: Any) -> Any:
 
 
 def drive(run: Any) -> Any:
-    from agents.runs import store
+    from agents.runs import driver
 
-    return store.drive(run.pk, deps=bench_deps)
+    return driver.drive(run.pk, deps=bench_deps)
 
 
 # The run's history only grows (append-only tables); the run row itself is rewritten

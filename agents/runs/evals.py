@@ -21,7 +21,7 @@ from agents.actions import ActionError, approval_decide, approval_expire, run_la
 from agents.engine import decisions as names
 from agents.engine import states
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from agents.runs import store
+from agents.runs import driver
 
 RISKY = ("write", "irreversible")
 
@@ -32,7 +32,7 @@ def run_settle(run_id: int, *, timeout: float = 60.0) -> Run:
     worker lets it rest, bounded by `timeout`."""
     give_up = time.monotonic() + timeout
     while True:
-        run = store.drive(run_id)
+        run = driver.drive(run_id)
         if run.state in states.TERMINAL or run.state == states.AWAITING_APPROVAL:
             return run
         if time.monotonic() > give_up:

@@ -18,7 +18,7 @@ from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.models import Approval, OutboxEvent, Run
 from agents.notifications import events as outbox
-from agents.runs import store
+from agents.runs import driver
 
 log = logging.getLogger("airlock.tasks")
 
@@ -59,8 +59,8 @@ def sweep() -> dict[str, int]:
     expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
     expiring = _warn_expiring(now)
     woken = 0
-    for pk in store.unattended_runs(now, SWEEP_BATCH):
-        if not store.stamp_wakeup(pk, now):
+    for pk in driver.unattended_runs(now, SWEEP_BATCH):
+        if not driver.stamp_wakeup(pk, now):
             continue  # another sweeper stamped it first (and sent the wake-up), or a worker took it
         broker.wake_run(pk)
         woken += 1
@@ -101,7 +101,7 @@ def _fail_late(run_id: int, owner: str) -> bool:
             return None
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
-            return engine.step(state, store.clock_only(run, now))
+            return engine.step(state, driver.clock_only(run, now))
         return engine.fail(state, limits.exceeded(state, now) or "deadline passed")
 
-    return store.step_once(run_id, owner, late) is not None
+    return driver.step_once(run_id, owner, late) is not None

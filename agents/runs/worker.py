@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents import broker
-from agents.runs import store
+from agents.runs import driver, store
 
 log = logging.getLogger("airlock.tasks")
 
@@ -33,9 +33,9 @@ def advance(run_id: int, *, redelivered: bool) -> None:
         state = None if current is None else current.state
         log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, state, redelivered)
         return
-    owner = store.worker_name()
+    owner = driver.worker_name()
     with lease_heartbeat(run_id, owner):
-        run = store.drive(
+        run = driver.drive(
             run_id,
             max_transitions=settings.AIRLOCK_TASK_TRANSITIONS,
             max_seconds=settings.AIRLOCK_TASK_SECONDS,
@@ -107,7 +107,7 @@ class LeaseHeartbeat:
 
     @staticmethod
     def renew(pairs: set[tuple[int, str]]) -> int:
-        return store.lease_renew(pairs)
+        return driver.lease_renew(pairs)
 
 
 heartbeat = LeaseHeartbeat()

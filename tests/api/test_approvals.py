@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agents.models import Approval, Message, Run
-from agents.runs import store
+from agents.runs import driver
 from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 APPROVAL_FIELDS = {
@@ -35,7 +35,7 @@ APPROVAL_FIELDS = {
 
 def paused_run(api, owner: str = "lena") -> tuple[int, int]:
     run_id = api(owner).post("/api/runs", launch_body(tainted_write())).data["id"]
-    store.drive(run_id)
+    driver.drive(run_id)
     return run_id, Approval.objects.get(run_id=run_id, status="pending").pk
 
 
@@ -77,7 +77,7 @@ def test_reviewer_approves_and_the_call_runs_once(api) -> None:
     assert response.status_code == 200
     assert response.data["status"] == "approved" and response.data["decided_by"] == "rita"
     assert response.data["note"] == "fine" and response.data["decided_at"]
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.get(kind="decision").actor == "user:rita"
 
@@ -89,7 +89,7 @@ def test_rejection_reaches_the_model_as_a_tool_result(api) -> None:
         f"/api/approvals/{approval_id}/decision", {"decision": "reject", "note": "no mass email"}
     )
     assert response.status_code == 200 and response.data["status"] == "rejected"
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 0
     result = json.loads(Message.objects.filter(run=run, role="tool").order_by("-index").first().content)
     assert result["error"] == "not_permitted" and "no mass email" in result["detail"]
@@ -160,7 +160,7 @@ def test_two_reviewers_deciding_at_once_through_the_api_execute_once(api) -> Non
     assert [r.status_code for r in responses] == [200, 200, 200]
     deciders = {r.data["decided_by"] for r in responses}
     assert len(deciders) == 1  # everyone is told the same winner
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.filter(kind="decision").count() == 1
     assert run.transitions.get(kind="decision").actor == f"user:{deciders.pop()}"

@@ -233,11 +233,11 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     from django.db import connection
 
-    from agents.runs import store
+    from agents.runs import driver
     from agents.runs.evals import run_settle
 
     run = launch([{"final": "from the worker"}])
-    assert store.claim(run.pk, "worker:elsewhere")
+    assert driver.claim(run.pk, "worker:elsewhere")
     settled: list[Run] = []
 
     def follow() -> None:
@@ -248,7 +248,7 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     follower = threading.Thread(target=follow)
     follower.start()
-    store.drive(run.pk, owner="worker:elsewhere")  # the "worker" finishes the run
+    driver.drive(run.pk, owner="worker:elsewhere")  # the "worker" finishes the run
     follower.join()
     assert settled[0].state == "done" and settled[0].answer == "from the worker"
     actors = set(Run.objects.get(pk=run.pk).transitions.exclude(kind="launch").values_list("actor", flat=True))

@@ -11,7 +11,7 @@ import pytest
 
 from agents.actions import approval_expire, run_launch
 from agents.models import Approval, LedgerEntry, Run, ToolCall
-from agents.runs import store
+from agents.runs import driver
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 BIG = {"tool": "ledger_write", "when": {"arg": "entry", "op": "matches", "value": "1000"}, "then": "deny",
@@ -27,7 +27,7 @@ def waiting(users, *, owner: str = "lena", rules: list[dict[str, Any]] | None = 
         script=[{"call": {"tool": "ledger_write", "args": {"entry": "pay ACME 100"}}}, {"final": "paid"}],
         policy={"rules": rules or [BIG, ONE], **policy},
     )
-    store.drive(run.pk)
+    driver.drive(run.pk)
     return Approval.objects.pending().get(run=run)
 
 
@@ -75,7 +75,7 @@ def test_an_edit_executes_once_under_the_new_key_and_the_ledger_holds_the_edited
     again = post(api, "rita", approval, body)  # a retried request changes nothing
     assert again.status_code == 200 and again.data["status"] == "approved"
 
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done"
     [entry] = LedgerEntry.objects.filter(run=run)
     assert entry.entry == "pay ACME 90"

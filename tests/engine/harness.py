@@ -123,7 +123,7 @@ class Run:
         return self
 
     def drive(self, max_transitions: int = 500) -> Run:
-        """step() until the run rests, committing each transition; as store.drive does."""
+        """step() until the run rests, committing each transition; as driver.drive does."""
         for _ in range(max_transitions):
             out = self.untouched(lambda: step(self.state, self.deps))
             if out is None:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents import broker, tasks
 from agents.models import Approval, Run
-from agents.runs import store
+from agents.runs import driver
 from tests.helpers import at_once, call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +50,7 @@ def test_idle_runs_and_dead_leases_are_woken_and_live_ones_left_alone(launch, wo
     # The stamp is no lease: a worker takes the run at once, and the run's own
     # updated_at still says when it last moved.
     assert Run.objects.get(pk=idle.pk).updated_at == before
-    assert store.claim(idle.pk, "worker:new:3") and store.claim(expired.pk, "worker:new:3")
+    assert driver.claim(idle.pk, "worker:new:3") and driver.claim(expired.pk, "worker:new:3")
 
 
 def test_runs_waiting_for_a_human_or_ended_are_not_woken(launch, drive, woken) -> None:
@@ -94,10 +94,10 @@ def test_claims_that_die_are_counted_and_a_fourth_claim_fails_the_run(launch, se
     run = launch([call("echo", text="hi"), final()])
     past = timezone.now() - dt.timedelta(seconds=1)
     for n in range(3):
-        assert store.claim(run.pk, f"worker:dead:{n}")
+        assert driver.claim(run.pk, f"worker:dead:{n}")
         Run.objects.filter(pk=run.pk).update(lease_expires=past)  # the worker died: no release
     assert Run.objects.get(pk=run.pk).claims_without_progress == 3
-    run = store.drive(run.pk)
+    run = driver.drive(run.pk)
     assert run.state == "failed"
     assert run.error == (
         "poison run: 3 worker claims in a row ended without progress "
@@ -117,7 +117,7 @@ def test_clean_claims_without_progress_do_not_count(launch, drive) -> None:
 def test_progress_clears_the_count(launch) -> None:
     run = launch([call("echo", text="hi"), final()])
     Run.objects.filter(pk=run.pk).update(claims_without_progress=2)
-    run = store.drive(run.pk)
+    run = driver.drive(run.pk)
     assert run.state == "done" and run.claims_without_progress == 0
 
 

@@ -91,6 +91,14 @@ def test_a_lockout_lifts_by_itself_after_the_cool_off(path: str, root: User, set
     assert status == 302 and client.session["_auth_user_id"] == str(root.pk)
 
 
+def test_expired_attempts_are_cleaned_up_so_a_flood_does_not_grow_the_table_forever(settings) -> None:
+    for n in range(30):
+        fail("/login/", f"made-up-{n}", 1, REMOTE_ADDR=ATTACKER)
+    age_attempts(timedelta(minutes=15, seconds=1))
+    fail("/login/", "one-more", 1, REMOTE_ADDR=ATTACKER)
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["one-more"]
+
+
 def test_a_fractional_cool_off_is_honoured(rita: User, settings) -> None:
     settings.AXES_COOLOFF_TIME = timedelta(minutes=0.5)
     fail("/login/", "rita", settings.AXES_FAILURE_LIMIT, REMOTE_ADDR=ATTACKER)

@@ -124,11 +124,15 @@ def lockout_response(request: HttpRequest, *_: Any) -> HttpResponse:
     now = timezone.now()
     until = lockout_ends(request, credentials) or now + (get_cool_off(request) or timedelta(0))
     seconds = max(1, math.ceil((until - now).total_seconds()))
+    # Shown to the minute, rounded up: at the time the page names, the pause is over.
+    shown = (
+        (until + timedelta(minutes=1)).replace(second=0, microsecond=0) if until.second or until.microsecond else until
+    )
     context = {
         "username": get_client_username(request, credentials) or "",
         "address": getattr(request, "axes_ip_address", None) or "unknown",
         "failure_limit": get_failure_limit(request, credentials),
-        "until": until,
+        "until": shown,
         "with_date": seconds >= 12 * 3600,
         "remaining": _in_words(seconds),
     }

@@ -3,12 +3,13 @@ checkout work (SQLite under var/, a broker that needs no server, demo data)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from kombu import Queue
 
-from .env import EnvError, env_bool, env_float, env_int, env_list, env_str
+from .env import EnvError, env_bool, env_cidrs, env_float, env_int, env_list, env_positive_float, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AIRLOCK_VAR_DIR", str(BASE_DIR / "var")))
@@ -72,19 +73,35 @@ MIDDLEWARE.insert(0, "agents.ops.unavailable.DatabaseUnavailableMiddleware")
 # (agents/ops/operations.py).
 MIDDLEWARE.insert(0, "agents.ops.operations.OperationsMiddleware")
 
-# Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
-# username, or from one address, even the right one is refused until an admin unlocks it
-# (`manage.py axes_reset_username NAME`) or AIRLOCK_LOGIN_COOLOFF_HOURS pass.
+# Login throttling (django-axes), issues 25.2 and 34.4: AIRLOCK_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair, and only that pair, for
+# AIRLOCK_LOGIN_COOLOFF_MINUTES (the right password included). Locking an address locked
+# everyone behind it (a proxy: everyone) and locking a username let any stranger lock out
+# the admin. The address is REMOTE_ADDR unless that is one of AIRLOCK_TRUSTED_PROXIES
+# (agents/lockout.py). `manage.py axes_reset_username NAME`, or deleting the access
+# attempt in /admin/, lifts a lockout sooner.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("AIRLOCK_LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = env_float("AIRLOCK_LOGIN_COOLOFF_HOURS", 0) or None
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+if AXES_FAILURE_LIMIT < 1:
+    raise EnvError("AIRLOCK_LOGIN_FAILURE_LIMIT must be at least 1")
+if env_str("AIRLOCK_LOGIN_COOLOFF_HOURS", ""):
+    # Its 0 meant "locked until an admin resets it"; refuse it rather than quietly change that.
+    raise EnvError("AIRLOCK_LOGIN_COOLOFF_HOURS is gone: set AIRLOCK_LOGIN_COOLOFF_MINUTES (default 15)")
+AXES_COOLOFF_TIME = timedelta(minutes=env_positive_float("AIRLOCK_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# A try while locked is refused but not counted, so the lockout ends when the page said.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+AXES_CLIENT_IP_CALLABLE = "agents.lockout.client_ip"
+AXES_USERNAME_CALLABLE = "agents.lockout.attempted_username"
+AXES_LOCKOUT_CALLABLE = "agents.lockout.lockout_response"
+# Proxies (addresses or CIDR networks) whose X-Forwarded-For is believed; none by default,
+# so a client cannot name its own address.
+AIRLOCK_TRUSTED_PROXIES = env_cidrs("AIRLOCK_TRUSTED_PROXIES")
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -41,6 +41,51 @@ def host_allowed(host: str) -> bool:
     return False
 
 
+# IPv6 forms that carry an IPv4 address, which a translator (NAT64, SIIT) or a tunnel
+# (6to4) may deliver to: the IPv4 inside must itself be public. Python's `is_global`
+# calls all of these global whatever they embed (issue 34, item 5).
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits
+SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated: the last 32 bits
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291, deprecated: the last 32 bits
+# RFC 8215 local-use NAT64 prefix: the operator picks where the IPv4 sits (a /48 to /96
+# prefix), so no one reading is right; IANA marks it not globally reachable.
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, NAT64, SIIT, 6to4,
+    IPv4-compatible, Teredo's client), if it has one."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in NAT64 or ip in SIIT or ip in IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def refusal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why an outbound request must not go to `ip` ("a loopback address", ...), or None
+    for a public address."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return refusal(ip.ipv4_mapped)
+    if not ip.is_global or ip.is_multicast:
+        kind = "loopback" if ip.is_loopback else "link-local" if ip.is_link_local else "private or reserved"
+        return f"a {kind} address"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:  # fec0::/10: deprecated, yet still routed inside some sites
+            return "a site-local address"
+        if ip in NAT64_LOCAL:
+            return "a local-use NAT64 address"
+        inner = embedded_ipv4(ip)
+        why = refusal(inner) if inner is not None else None
+        if why is not None:
+            return f"an address that embeds {inner}, {why}"
+    return None
+
+
 def public_addresses(host: str, port: int) -> list[str]:
     """The host's addresses, refused if any is not a public (global) address."""
     try:
@@ -53,9 +98,9 @@ def public_addresses(host: str, port: int) -> list[str]:
         ip = ipaddress.ip_address(raw)
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
-        if not ip.is_global or ip.is_multicast:
-            kind = "loopback" if ip.is_loopback else "link-local" if ip.is_link_local else "private or reserved"
-            raise UrlRefused(f"{host} resolves to {ip}, a {kind} address; http_get only fetches public addresses")
+        why = refusal(ip)
+        if why is not None:
+            raise UrlRefused(f"{host} resolves to {ip}, {why}; http_get only fetches public addresses")
         addresses.append(str(ip))
     if not addresses:
         raise UrlRefused(f"{host} has no address")

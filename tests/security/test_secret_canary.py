@@ -8,10 +8,10 @@ here both providers' keys are canaries and every output the product has is searc
 from __future__ import annotations
 
 import io
-import socket
 import json
 import logging
 import secrets
+import socket
 from typing import Any
 
 import pytest
@@ -164,7 +164,12 @@ def test_webhook_urls_and_secrets_appear_in_no_log_line(receiver, settings, monk
     path = f"hooks/{secrets.token_hex(12)}"
     receiver.secret = notify.new_secret()
     hooks = [
-        Webhook.objects.create(url=f"http://127.0.0.1:{port}/services/{slack}", format="slack", events=["run.done"], secret=notify.new_secret()),
+        Webhook.objects.create(
+            url=f"http://127.0.0.1:{port}/services/{slack}",
+            format="slack",
+            events=["run.done"],
+            secret=notify.new_secret(),
+        ),
         Webhook.objects.create(url=f"http://127.0.0.1:{port}/{path}", events=["run.done"], secret=receiver.secret),
     ]
     # A receiver that is down: the attempt fails, its error is logged.

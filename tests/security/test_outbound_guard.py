@@ -70,7 +70,9 @@ def network(monkeypatch: pytest.MonkeyPatch) -> Network:
         getaddrinfo=net.getaddrinfo, gaierror=socket.gaierror, SOCK_STREAM=socket.SOCK_STREAM
     )
     monkeypatch.setattr(http, "socket", fake_socket)
-    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", lambda self, host, port, *a, **k: net.connect_tcp(host, port))
+    monkeypatch.setattr(
+        httpcore.SyncBackend, "connect_tcp", lambda self, host, port, *a, **k: net.connect_tcp(host, port)
+    )
     return net
 
 
@@ -128,8 +130,14 @@ def test_a_delivery_to_the_nat64_form_of_a_private_address_records_the_refusal(
 
 @pytest.mark.parametrize(
     ("address", "inner"),
-    [("64:ff9b::a00:5", "10.0.0.5"), ("2002:a00:5::1", "10.0.0.5"), ("::a00:5", "10.0.0.5"),
-     ("::ffff:0:a00:5", "10.0.0.5"), ("::ffff:a00:5", "10.0.0.5"), ("2606:4700:4700::1111", None)],
+    [
+        ("64:ff9b::a00:5", "10.0.0.5"),
+        ("2002:a00:5::1", "10.0.0.5"),
+        ("::a00:5", "10.0.0.5"),
+        ("::ffff:0:a00:5", "10.0.0.5"),
+        ("::ffff:a00:5", "10.0.0.5"),
+        ("2606:4700:4700::1111", None),
+    ],
 )
 def test_embedded_ipv4_reads_each_form(address: str, inner: str | None) -> None:
     found = http.embedded_ipv4(ipaddress.IPv6Address(address))

@@ -7,10 +7,12 @@ after `lifetime` seconds, and at `stop()`."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -34,6 +36,7 @@ class SlowServer:
     pieces: Callable[[], Iterable[bytes]]
     interval: float = 0.05
     lifetime: float = 60.0
+    tls: ssl.SSLContext | None = None  # serve HTTPS with this context
     exchanges: list[Exchange] = field(default_factory=list)
     arrived: threading.Event = field(default_factory=threading.Event)
     in_flight: int = 0
@@ -43,7 +46,7 @@ class SlowServer:
     _sock: socket.socket | None = None
 
     @classmethod
-    def trickling(cls, answer: bytes, piece: int = 1, **kwargs: float) -> SlowServer:
+    def trickling(cls, answer: bytes, piece: int = 1, **kwargs: Any) -> SlowServer:
         return cls(lambda: (answer[i : i + piece] for i in range(0, len(answer), piece)), **kwargs)
 
     @property
@@ -52,7 +55,7 @@ class SlowServer:
         return int(self._sock.getsockname()[1])
 
     def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{path}"
 
     def start(self) -> SlowServer:
         self._sock = socket.create_server(("127.0.0.1", 0))
@@ -83,6 +86,12 @@ class SlowServer:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             conn.settimeout(5)
+            if self.tls is not None:
+                try:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                except (OSError, ssl.SSLError):
+                    exchange.hung_up = True  # the client refused our certificate
+                    return
             exchange.request = self._read_request(conn)
             self.arrived.set()
             for piece in self.pieces():

@@ -11,11 +11,13 @@ never on durations.
 from __future__ import annotations
 
 import gzip
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import trustme
 from django.db import connection
 
 from agents import notify
@@ -61,7 +63,27 @@ def fetch_from(server: SlowServer, settings: Any, monkeypatch: Any, path: str = 
     """http_get of a page on `server`, its name resolved (stubbed DNS) to loopback."""
     settings.AIRLOCK_HTTP_ALLOWED_HOSTS = ["pages.example"]
     monkeypatch.setattr(http, "public_addresses", lambda host, port: ["127.0.0.1"])
-    return http.fetch(f"http://pages.example:{server.port}{path}", timeout=DEADLINE)
+    scheme = "https" if server.tls else "http"
+    return http.fetch(f"{scheme}://pages.example:{server.port}{path}", timeout=DEADLINE)
+
+
+@pytest.fixture
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def tls_for(ca: trustme.CA, name: str = "pages.example") -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(name).configure_cert(context)
+    return context
+
+
+def trusting(ca: trustme.CA, monkeypatch: Any) -> None:
+    """The outbound client trusts the test CA (and nothing else: the real context is
+    replaced, verification stays on)."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    monkeypatch.setattr(http, "tls_context", lambda: context)
 
 
 # -- the overall deadline ---------------------------------------------------------------
@@ -141,6 +163,32 @@ def test_http_gets_deadline_covers_its_redirects(settings: Any, monkeypatch: Any
     server = peers(SlowServer.trickling(hop, piece=8))
     with pytest.raises(ConnectionError, match=r"over the overall deadline"):
         fetch_from(server, settings, monkeypatch)
+
+
+def test_https_is_verified_against_the_real_name_through_the_deadline(
+    settings: Any, monkeypatch: Any, peers: Any, ca: trustme.CA
+) -> None:
+    """The deadline's network backend keeps TLS as it was: the pinned address is
+    dialled, the certificate checked against the URL's name."""
+    page = response(headers={"Content-Type": "text/plain"}, body=b"hello over tls")
+    server = peers(SlowServer(lambda: iter([page]), interval=0, tls=tls_for(ca)))
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        fetch_from(server, settings, monkeypatch)  # the test CA is not trusted yet
+    trusting(ca, monkeypatch)
+    assert fetch_from(server, settings, monkeypatch)["text"] == "hello over tls"
+    wrong = peers(SlowServer(lambda: iter([page]), interval=0, tls=tls_for(ca, "other.example")))
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        fetch_from(wrong, settings, monkeypatch)
+
+
+def test_https_from_a_server_trickling_its_answer_fails_at_the_deadline(
+    settings: Any, monkeypatch: Any, peers: Any, ca: trustme.CA
+) -> None:
+    trusting(ca, monkeypatch)
+    server = peers(SlowServer.trickling(PADDED, tls=tls_for(ca)))
+    with pytest.raises(ConnectionError, match=rf"failed: ReadTimeout: over the overall deadline of {DEADLINE:g} s"):
+        fetch_from(server, settings, monkeypatch)
+    assert not server.exchanges[0].finished
 
 
 # -- the body cap -----------------------------------------------------------------------

@@ -252,9 +252,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        # The MCP SDK's HTTP client logs every request URL at INFO: noise, and a URL
-        # may carry a credential.
+        # httpx (ours) and httpx2 (the MCP SDK's) log every request URL at INFO, and
+        # httpcore every connection at DEBUG: a Slack webhook URL is a credential, a
+        # webhook path or a fetched URL may carry one (issue 34). Not even at DEBUG.
+        "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
     },
 }
 

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
-from agents.tools.http import UrlRefused, public_addresses
+from agents.tools.http import Deadline, UrlRefused, client, public_addresses
 
 log = logging.getLogger("airlock.notify")
 
@@ -158,12 +158,19 @@ def target(url: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
     return parsed.copy_with(host=address), {"Host": host_header}, extensions
 
 
-def post(url: str, content: bytes, headers: dict[str, str]) -> int:
-    """POST and return the status code; raises UrlRefused or httpx.HTTPError."""
+def post(url: str, content: bytes, headers: dict[str, str], deadline: Deadline | None = None) -> int:
+    """POST and return the status code; raises UrlRefused or httpx.HTTPError.
+
+    The whole exchange ends by `deadline` (default: AIRLOCK_WEBHOOK_TIMEOUT from now),
+    however slowly the receiver answers; its body is never read (the status is the
+    answer), so a receiver cannot make us read, or hold, a large one."""
+    deadline = deadline or Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     where, extra, extensions = target(url)
     # No redirects (a 3xx is a failure: a redirect could point inside), no proxies.
-    with httpx.Client(timeout=settings.AIRLOCK_WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
-        response = client.post(where, content=content, headers={**headers, **extra}, extensions=extensions)
+    with (
+        client(deadline) as session,
+        session.stream("POST", where, content=content, headers={**headers, **extra}, extensions=extensions) as response,
+    ):
         return response.status_code
 
 
@@ -235,9 +242,14 @@ def attempt(delivery_id: int) -> bool | None:
     2. POST outside any transaction, signed with this attempt's timestamp.
     3. Record the outcome, only if the claim is still ours.
     """
+    # The request's overall deadline starts with the claim, so everything up to the
+    # POST (rendering, DNS) counts too, and no byte is sent once it has passed. The
+    # claim holds the delivery for twice as long plus 5 s (clock skew between workers,
+    # recording the outcome): another worker can claim it only after this attempt can
+    # no longer be sending, so a slow receiver cannot get it twice at once (issue 34).
+    deadline = Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     now = timezone.now()
-    # Past the request's timeout with room to record it: a live attempt is never overtaken.
-    hold = now + dt.timedelta(seconds=2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5)
+    hold = now + dt.timedelta(seconds=claim_seconds())
     with transaction.atomic():
         claimed = Delivery.objects.filter(pk=delivery_id, status="pending", next_attempt_at__lte=now).update(
             attempts=F("attempts") + 1, next_attempt_at=hold
@@ -263,7 +275,7 @@ def attempt(delivery_id: int) -> bool | None:
     code: int | None = None
     error = ""
     try:
-        code = post(hook.url, content, headers)
+        code = post(hook.url, content, headers, deadline)
         if not 200 <= code < 300:
             error = f"HTTP {code}"
     except UrlRefused as exc:
@@ -295,6 +307,12 @@ def attempt(delivery_id: int) -> bool | None:
         "delivered" if ok else error,
     )
     return ok
+
+
+def claim_seconds() -> float:
+    """How long a claimed delivery is held: past the request's overall deadline
+    (AIRLOCK_WEBHOOK_TIMEOUT from the claim), with room to record the outcome."""
+    return 2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5
 
 
 def backoff(attempts: int) -> float:

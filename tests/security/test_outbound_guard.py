@@ -19,8 +19,8 @@ import httpcore
 import httpx
 import pytest
 
-from agents import notify
 from agents.models import Delivery, DeliveryAttempt, Run, Webhook
+from agents.notifications import delivery as notify
 from agents.tools import http
 from agents.tools.http import UrlRefused
 

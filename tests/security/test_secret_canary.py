@@ -152,8 +152,8 @@ def test_webhook_urls_and_secrets_appear_in_no_log_line(receiver, settings, monk
     """Issue 34, item 6: httpx logged every request URL at INFO, so a Slack webhook URL
     (a credential the admin hides), every webhook path and every http_get URL reached
     the worker's log. Delivered, failed and fetched, at DEBUG: none of them is logged."""
-    from agents import notify
     from agents.models import Delivery, Webhook
+    from agents.notifications import delivery as notify
     from agents.tools import http
 
     caplog.set_level(logging.DEBUG)

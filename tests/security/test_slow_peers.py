@@ -20,8 +20,8 @@ import pytest
 import trustme
 from django.db import connection
 
-from agents import notify
 from agents.models import Delivery, DeliveryAttempt, Run, Webhook
+from agents.notifications import delivery as notify
 from agents.tools import http
 from tests.slow_server import SlowServer, response
 

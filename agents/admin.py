@@ -183,7 +183,7 @@ class McpToolAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Accepted the new definition of {tool.name}.", messages.SUCCESS)
 
 
-# -- notifications (issue #14): webhooks, their deliveries and every attempt ----------
+# -- notifications: webhooks, their deliveries and every attempt ----------
 
 
 def _redacted(url: str) -> str:

@@ -55,7 +55,7 @@ def beat_argv(*, schedule: Path) -> list[str]:
 # requests: a connection lives CONN_MAX_AGE (DB_CONN_MAX_AGE; 0 closes it after every
 # task), and one that errored or fails its health check is replaced. (Settings set
 # CELERY_DB_REUSE_MAX so the fixup's own closing never happens.)
-# (issue #20) With the connection pool (PostgreSQL's default) CONN_MAX_AGE is 0, so
+# With the connection pool (PostgreSQL's default) CONN_MAX_AGE is 0, so
 # every task hands its thread's connection back to the pool when it ends: a threaded
 # worker holds connections for the database work in flight, not for its threads.
 

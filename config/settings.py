@@ -51,6 +51,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics are answered first: no session, no login, any Host
+    # (agents/ops/operations.py).
+    "agents.ops.operations.OperationsMiddleware",
+    # A database that is down answers 503, not a 500 page (agents/ops/unavailable.py):
+    # before the rest, so it also covers what the other middleware asks of the database.
+    "agents.ops.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -66,14 +72,8 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
-# A database that is down answers 503, not a 500 page (agents/ops/unavailable.py): first,
-# so it also covers what the other middleware asks of the database.
-MIDDLEWARE.insert(0, "agents.ops.unavailable.DatabaseUnavailableMiddleware")
-# /healthz, /readyz and /metrics are answered first: no session, no login, any Host
-# (agents/ops/operations.py).
-MIDDLEWARE.insert(0, "agents.ops.operations.OperationsMiddleware")
 
-# Login throttling (django-axes), issues 25.2 and 34.4: AIRLOCK_LOGIN_FAILURE_LIMIT wrong
+# Login throttling (django-axes): AIRLOCK_LOGIN_FAILURE_LIMIT wrong
 # passwords for one username from one address lock that pair, and only that pair, for
 # AIRLOCK_LOGIN_COOLOFF_MINUTES (the right password included). Locking an address locked
 # everyone behind it (a proxy: everyone) and locking a username let any stranger lock out
@@ -129,7 +129,7 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-# -- bounded connections (issue #20) ---------------------------------------------------
+# -- bounded connections: a threaded worker holds few, whatever its threads ------------
 # On PostgreSQL each process shares a psycopg_pool of at most AIRLOCK_DB_POOL_MAX
 # connections among its threads; a thread returns its connection whenever it waits
 # (a model call, a tool, the end of a task). Size it so that
@@ -254,7 +254,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         # httpx (ours) and httpx2 (the MCP SDK's) log every request URL at INFO, and
         # httpcore every connection at DEBUG: a Slack webhook URL is a credential, a
-        # webhook path or a fetched URL may carry one (issue 34). Not even at DEBUG.
+        # webhook path or a fetched URL may carry one. Not even at DEBUG.
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
@@ -291,7 +291,7 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
-# -- notifications (issue #14): webhooks and the reviewers' email digest ---------------
+# -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
 AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
 # Webhook receivers on private addresses are refused (as for http_get) unless listed
@@ -372,7 +372,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING abov
 # busy worker's time went to reconnecting, measured by `make bench`);
 # config/celery.py applies Django's CONN_MAX_AGE and health checks instead.
 CELERY_DB_REUSE_MAX = 2**62
-# (issue #20) A run spends its life waiting on a model or a tool, so a worker is a pool
+# A run spends its life waiting on a model or a tool, so a worker is a pool
 # of threads (one process, many runs in flight), not of processes; prefork stays the
 # escape hatch for CPU-bound tools (AIRLOCK_WORKER_POOL=prefork, or `--pool prefork`).
 # docs/deployment.md sizes both.

@@ -133,7 +133,7 @@ def people(lena: User, leo: User, otto: User, rita: User, root: User) -> dict[st
     return {"launcher": lena, "operator": otto, "reviewer": rita, "superuser": root, "other": leo}
 
 
-# -- webhook receivers (issue #14): a real server on loopback, verifying signatures --
+# -- webhook receivers: a real server on loopback, verifying signatures --
 @pytest.fixture
 def receiver() -> Any:
     from tests.webhook_receiver import Receiver

@@ -48,6 +48,3 @@ class IdempotencyKey(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_user_key")]
-
-
-# -- MCP servers as tool sources ---------------------------------------------------------

@@ -131,6 +131,3 @@ class McpTool(models.Model):
 
     def timeout(self) -> float:
         return self.timeout_seconds if self.timeout_seconds is not None else self.server.timeout_seconds
-
-
-# -- notifications: the outbox, webhooks and their deliveries (issue #14) ---------------

@@ -14,6 +14,3 @@ class LedgerEntry(models.Model):
     idempotency_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
     entry = models.JSONField(null=True)
     created_at = models.DateTimeField(auto_now_add=True)
-
-
-# -- the JSON API ----------------------------------------------------------------------

@@ -246,7 +246,7 @@ def attempt(delivery_id: int) -> bool | None:
     # POST (rendering, DNS) counts too, and no byte is sent once it has passed. The
     # claim holds the delivery for twice as long plus 5 s (clock skew between workers,
     # recording the outcome): another worker can claim it only after this attempt can
-    # no longer be sending, so a slow receiver cannot get it twice at once (issue 34).
+    # no longer be sending, so a slow receiver cannot get it twice at once.
     deadline = Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     now = timezone.now()
     hold = now + dt.timedelta(seconds=claim_seconds())

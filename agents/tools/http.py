@@ -50,7 +50,7 @@ def host_allowed(host: str) -> bool:
 
 # IPv6 forms that carry an IPv4 address, which a translator (NAT64, SIIT) or a tunnel
 # (6to4) may deliver to: the IPv4 inside must itself be public. Python's `is_global`
-# calls all of these global whatever they embed (issue 34, item 5).
+# calls all of these global whatever they embed.
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits
 SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated: the last 32 bits
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291, deprecated: the last 32 bits
@@ -114,7 +114,7 @@ def public_addresses(host: str, port: int) -> list[str]:
     return addresses
 
 
-# -- an overall deadline per request (issue 34, item 10) ------------------------------
+# -- an overall deadline per request ------------------------------
 # httpx's timeouts bound each socket operation, so a server sending a byte just inside
 # the read timeout keeps a request alive forever. `Deadline` bounds the whole exchange:
 # every connect, TLS handshake, write and read gets at most the time left (CPython's
@@ -204,7 +204,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """httpx's verifying context, built once per process (building one reads the whole
-    CA bundle, about 30 ms of CPU: issue #20); a context is safe to share between threads."""
+    CA bundle, about 30 ms of CPU); a context is safe to share between threads."""
     return httpx.create_ssl_context(trust_env=False)
 
 

@@ -312,7 +312,7 @@ EXAMPLE_SCRIPT = json.dumps(
 )
 
 
-# -- notifications (issue #14) -------------------------------------------------------
+# -- notifications: a reviewer's own email and digest settings ---------------------------
 
 
 @require_http_methods(["GET", "POST"])

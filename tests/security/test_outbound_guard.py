@@ -1,5 +1,5 @@
 """The private-address guard of every outbound request (http_get, webhook deliveries)
-against IPv6 forms that embed an IPv4 address (issue 34, item 5): NAT64, 6to4,
+against IPv6 forms that embed an IPv4 address: NAT64, 6to4,
 IPv4-compatible, SIIT, and site-local fec0::/10.
 
 No test here opens a connection to those addresses: DNS answers from a table and the

@@ -1,4 +1,4 @@
-"""Slow and greedy peers (issue 34, item 10): httpx's timeouts bound each read, so a
+"""Slow and greedy peers: httpx's timeouts bound each read, so a
 receiver sending one byte a second kept http_get and a webhook delivery busy far past
 the timeout, long enough for a delivery to outlive its claim and be sent twice. Every
 outbound request now has an overall deadline, and what it reads is capped.

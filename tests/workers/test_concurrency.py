@@ -1,4 +1,4 @@
-"""One threaded worker keeps dozens of waiting runs in flight (issue #20), and killing
+"""One threaded worker keeps dozens of waiting runs in flight, and killing
 it kills all of them at once without losing one or repeating a side effect."""
 
 from __future__ import annotations

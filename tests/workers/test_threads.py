@@ -1,4 +1,4 @@
-"""Many runs in one process (issue #20), in process: a lease belongs to a thread, and
+"""Many runs in one process, in process: a lease belongs to a thread, and
 one heartbeat renews every lease the process holds."""
 
 from __future__ import annotations

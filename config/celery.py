@@ -11,8 +11,11 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from .fsbroker import register as register_fsbroker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+register_fsbroker()  # the embedded default's broker, airlockfs:// (before any connection)
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

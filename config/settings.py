@@ -351,11 +351,15 @@ else:
     BROKER_DIR = VAR_DIR / "broker"
     for _folder in ("queue", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://localhost//"
+    # (issue 25) Not the stock "filesystem://": its writers and readers race, and a
+    # half-written file killed the worker. config/fsbroker.py writes atomically and
+    # skips (into broker/bad/) any file it cannot read.
+    CELERY_BROKER_URL = "airlockfs://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "control_folder": str(BROKER_DIR / "control"),
+        "bad_folder": str(BROKER_DIR / "bad"),
         "polling_interval": 0.1,
         "visibility_timeout": _VISIBILITY,
     }

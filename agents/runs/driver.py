@@ -53,9 +53,6 @@ def release_connection() -> None:
         connection.close()
 
 
-# -- text PostgreSQL can store -------------------------------------------------------
-
-
 # -- the journal ---------------------------------------------------------------------
 
 
@@ -102,7 +99,7 @@ class StoreJournal:
         # 0 rows: another worker marked it first and is running it; we leave it be.
         if updated == 1:
             self.known[key] = JournalEntry("started")
-        return updated == 1
+        return bool(updated == 1)
 
     def committed(self, t: Move) -> None:
         """Remember the journal effects of a transition this driver committed."""
@@ -200,7 +197,7 @@ def claim(run_id: int, owner: str, seconds: float | None = None, *, version: int
         )
     )
     # 0 rows: another worker holds a live lease (it will finish the run) or the run rests.
-    return updated == 1
+    return bool(updated == 1)
 
 
 def release(run_id: int, owner: str, *, clean: bool = True) -> None:
@@ -223,7 +220,7 @@ def lease_renew(pairs: set[tuple[int, str]]) -> int:
     for run_id, owner in pairs:
         held |= Q(pk=run_id, lease_owner=owner)
     expires = timezone.now() + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
-    return Run.objects.filter(held).update(lease_expires=expires)
+    return int(Run.objects.filter(held).update(lease_expires=expires))
 
 
 def _unattended(now: dt.datetime) -> Q:
@@ -253,7 +250,7 @@ def stamp_wakeup(run_id: int, now: dt.datetime) -> bool:
         .update(lease_owner=None, lease_expires=now + dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS))
     )
     # 0 rows: another sweeper stamped it first (and sent the wake-up), or a worker took it.
-    return stamped == 1
+    return bool(stamped == 1)
 
 
 def step_once(run_id: int, owner: str, decide: Callable[[Run, RunState], Outcome | None]) -> Run | None:
@@ -282,7 +279,7 @@ def step_once(run_id: int, owner: str, decide: Callable[[Run, RunState], Outcome
             clean = True
             return None
         clean = True
-        return run
+        return cast(Run, run)
     finally:
         release(run_id, owner, clean=clean)
 
@@ -347,31 +344,32 @@ def drive(
     if not claiming:
         claimed = _claimed(run, owner)
         if claimed is None:
-            return Run.objects.get(pk=run_id)
+            return cast(Run, Run.objects.get(pk=run_id))
         run = claimed
     clean_exit = ended = False
     started = time.monotonic()
     unbind = bind_run(run.pk, run.trace_context)  # log lines name the run and its trace
+    bound: Deps | None = None  # the deps this drive steps with, once made
     try:
         state = load(run)
         reason = poison_reason(run.claims_without_progress)
         if reason is not None:
             _fail_poison(run, state, reason, owner)
         else:
-            deps = deps(run) if callable(deps) else deps or deps_for(run)
-            if state.state == states.QUEUED and isinstance(deps.journal, StoreJournal):
-                deps.journal.starts_empty()
+            bound = deps(run) if callable(deps) else deps or deps_for(run)
+            if state.state == states.QUEUED and isinstance(bound.journal, StoreJournal):
+                bound.journal.starts_empty()
             for _ in range(max_transitions):
                 if max_seconds is not None and time.monotonic() - started >= max_seconds:
                     break
-                outcome = step(state, deps)
+                outcome = step(state, bound)
                 if outcome is None:
                     break
                 after, t = outcome
                 try:
                     commit(run, state, after, t, actor=owner, lease_owner=owner, claim=claiming)
-                    if isinstance(deps.journal, StoreJournal):
-                        deps.journal.committed(t)
+                    if isinstance(bound.journal, StoreJournal):
+                        bound.journal.committed(t)
                 except StaleRun:
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
@@ -384,7 +382,7 @@ def drive(
         if not ended and not claiming:
             release(run_id, owner, clean=clean_exit)
         # The tool thread ends with the drive (a worker drives thousands of runs).
-        close = getattr(deps.runner, "close", None) if deps is not None else None
+        close = getattr(bound.runner, "close", None) if bound is not None else None
         if close is not None:
             close()
         unbind()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.test.utils import override_settings
@@ -130,7 +130,7 @@ def replay_profile(name: str) -> AgentProfile | str:
             **original.policy_fields(),
         },
     )
-    return twin
+    return cast(AgentProfile, twin)
 
 
 class _Inline:

@@ -55,6 +55,3 @@ def bounded_result(result: Any) -> tuple[Any, int, bool]:
     ok = bool(isinstance(result, dict) and result.get("ok"))
     kept = {"ok": ok, "truncated": True, "result_json_prefix": text[:limit]}
     return kept, len(text), True
-
-
-# -- rows <-> engine state -----------------------------------------------------------

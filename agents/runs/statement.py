@@ -177,7 +177,7 @@ def _prepared_cursor_class() -> type:
     # Imported late: the module needs psycopg, which SQLite deployments may lack.
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", True)
             return super().execute(query, params, **kwargs)

@@ -92,7 +92,7 @@ def reserve_id(run: Run) -> int:
     else:
         run.deadline = timezone.now()  # a placeholder until `create` writes the real one
         run.save()
-    return run.pk
+    return int(run.pk)
 
 
 def create(run: Run, state: RunState, *, actor: str) -> Run:
@@ -205,7 +205,7 @@ def _commit_orm(
         updated = current.update(version=F("version") + 1, **cached)
         if updated != 1:
             return None
-        seq = run.version + 1
+        seq = int(run.version) + 1
         Transition.objects.create(run=run, seq=seq, **row)
         Message.objects.bulk_create([Message(run=run, seq=seq, **m) for m in messages])
         _apply_effects(run, t, now, events, user)

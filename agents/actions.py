@@ -48,7 +48,7 @@ def run_launch(
     agent: str | AgentProfile,
     task: str,
     user: Any = None,
-    approver: str = "human",
+    approver: str = engine_policy.HUMAN,
     limits: dict[str, Any] | None = None,
     script: Any = None,
     policy: dict[str, Any] | None = None,
@@ -110,8 +110,8 @@ def _launch(
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")
     if not isinstance(task, str) or not task.strip():
         raise ActionError("invalid_task", "the task must be non-empty text")
-    if approver not in ("human", "none"):
-        raise ActionError("invalid_approver", "approver must be 'human' or 'none'")
+    if approver not in engine_policy.APPROVERS:
+        raise ActionError("invalid_approver", f"approver must be one of {', '.join(engine_policy.APPROVERS)}")
     if profile.provider == "scripted":
         if not settings.AIRLOCK_ALLOW_SCRIPTED:
             raise ActionError("scripted_disabled", "scripted runs are off (AIRLOCK_ALLOW_SCRIPTED)", status=403)

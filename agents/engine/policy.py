@@ -20,6 +20,11 @@ Action = Literal["allow", "ask", "deny"]
 OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "contains", "matches", "exists")
 THEN = ("allow", "ask", "deny")
 ON_EXPIRY = ("reject", "fail")
+# Who may approve a run's asks: a human reviewer, or nobody (every "ask" becomes a
+# recorded denial). The one list; the API's Literal is held to it by a test.
+HUMAN = "human"
+NO_APPROVER = "none"
+APPROVERS = (HUMAN, NO_APPROVER)
 RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason"})
 MAX_APPROVALS = 10
 MAX_DEPTH = 8
@@ -279,7 +284,7 @@ def decide(
         asked = f"{rule_label(verdict.rule)}: {verdict.reason}" if verdict.rule else verdict.reason
         reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run (else: {asked})"
         return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
-    if approver == "none":
+    if approver == NO_APPROVER:
         return Verdict(
             "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
             rule=verdict.rule, required=verdict.required,

@@ -118,7 +118,7 @@ class AgentProfile(models.Model):
 
 class Run(models.Model):
     STATES = [(s, s) for s in states.STATES]
-    APPROVERS = [("human", "human"), ("none", "none")]
+    APPROVERS = [(a, a) for a in engine_policy.APPROVERS]
 
     profile = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="runs")
     task = models.TextField()
@@ -128,7 +128,7 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs",
         db_index=False,
     )
-    approver = models.CharField(max_length=10, choices=APPROVERS, default="human")
+    approver = models.CharField(max_length=10, choices=APPROVERS, default=engine_policy.HUMAN)
     script = models.JSONField(null=True, blank=True)
 
     # The cache of the engine state; replaying the transitions must reproduce it.

@@ -31,6 +31,7 @@ from django.test.utils import override_settings
 
 from agents.actions import ActionError, approval_decide, approval_expire, run_launch
 from agents.engine import decisions as names
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.protocols import Deps, ThreadRunner
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
@@ -203,7 +204,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0, deps: Callable[[Run
         run = run_launch(
             agent=replay_profile(str(case.get("agent") or "scripted")),
             task=case.get("task") or name,
-            approver=case.get("approver") or "human",
+            approver=case.get("approver") or engine_policy.HUMAN,
             limits=case.get("limits") or None,
             script=case.get("script") or [],
             policy=case.get("policy") or None,

@@ -45,3 +45,12 @@ def test_the_run_and_approval_schemas_name_the_keys_of_real_to_dict_output(pendi
     assert list(ApprovalOut.model_fields) == list(approval.to_dict())
     assert list(RunDict.__annotations__) == list(run.to_dict())
     assert list(ApprovalDict.__annotations__) == list(approval.to_dict())
+
+
+def test_the_launch_schemas_approver_values_are_the_engines() -> None:
+    from typing import get_args
+
+    from agents.api.schemas import RunIn
+    from agents.engine.policy import APPROVERS
+
+    assert get_args(RunIn.model_fields["approver"].annotation) == APPROVERS

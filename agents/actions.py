@@ -162,7 +162,7 @@ def _launch(
     return run
 
 
-Outcome = Literal["decided", "voted", "already_voted", "late"]
+VoteOutcome = Literal["decided", "voted", "already_voted", "late"]
 
 
 @dataclass
@@ -176,7 +176,7 @@ class DecisionResult:
     """
 
     approval: Approval
-    outcome: Outcome
+    outcome: VoteOutcome
 
     @property
     def won(self) -> bool:

@@ -62,10 +62,15 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 # -- what is sent ---------------------------------------------------------------------
 
 
+def approval_url(approval_id: int) -> str:
+    """The approval's own page (any status): the queue shows only its first cards."""
+    return settings.AIRLOCK_BASE_URL + reverse("reviews:approval", args=[approval_id])
+
+
 def link(event: OutboxEvent) -> str:
-    """The approval's card in the review queue, or the run's timeline."""
+    """The approval's own page, or the run's timeline."""
     if event.approval_id is not None:
-        return f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{event.approval_id}"
+        return approval_url(event.approval_id)
     return settings.AIRLOCK_BASE_URL + reverse("run_detail", args=[event.run_id])
 
 
@@ -110,7 +115,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         }.get(event_type, event_type)
         text = f"{e(data.get('tool'))} on run {data.get('run')} {what}"
         detail = f"*`{e(data.get('tool'))}`* on run {data.get('run')} {what}\n>{e(data.get('reason'))}"
-        action = "Open the review queue"
+        action = "Open the call"
     else:
         state = data.get("state", event_type.removeprefix("run."))
         text = f"Run {data.get('id')} ({e(data.get('agent'))}) {e(state)}"
@@ -348,7 +353,7 @@ def send_digest(*, now: dt.datetime | None = None) -> int:
             subject = f"Airlock: {len(waiting)} tool call{'s' if len(waiting) != 1 else ''} waiting for review"
             lines = [f"{len(waiting)} tool call(s) wait for a reviewer:", ""]
             for a in waiting:
-                url = f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{a.pk}"
+                url = approval_url(a.pk)
                 lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {url}", ""]
             lines.append(f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}")
             text = "\n".join(lines)

@@ -224,7 +224,7 @@ def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, otto, rita, p
     """(c) the header of a live run is re-sent only when the run moves."""
     approval = pending()
     page = opened(new_page, login, "otto", f"/runs/{approval.run_id}/")
-    link = page.get_by_role("link", name="Open the review queue →")
+    link = page.get_by_role("link", name="Open the call →")
     link.focus()
     for _ in range(3):  # three polls of the live page
         with page.expect_response(re.compile(r"live=1")):

@@ -43,7 +43,7 @@ def test_fifty_pending_calls_in_a_minute_make_one_digest_per_reviewer(loopback_a
     message = mailoutbox[0]
     assert message.subject == "Airlock: 50 tool calls waiting for review"
     for a in approvals:
-        assert f"https://airlock.example.org/reviews/#approval-{a.pk}" in message.body
+        assert f"https://airlock.example.org/reviews/{a.pk}/" in message.body
     assert (
         "ledger_write (run" in message.body
         and "ledger_write writes and the run has read external content" in message.body
@@ -59,7 +59,7 @@ def test_calls_decided_before_the_digest_are_left_out(loopback_allowed, waiting,
     approval_decide(approval_id=decided.pk, user=rita, decision="reject")
     assert notify.send_digest(now=timezone.now() + dt.timedelta(minutes=2)) == 1
     body = mailoutbox[0].body
-    assert f"#approval-{still.pk}" in body and f"#approval-{decided.pk}" not in body
+    assert f"/reviews/{still.pk}/" in body and f"/reviews/{decided.pk}/" not in body
     assert mailoutbox[0].subject == "Airlock: 1 tool call waiting for review"
 
 
@@ -79,5 +79,5 @@ def test_the_digest_goes_through_djangos_file_backend(loopback_allowed, waiting,
     approval = waiting()
     notify.send_digest(now=timezone.now() + dt.timedelta(minutes=2))
     written = [p.read_text() for p in tmp_path.iterdir()]
-    assert len(written) == 1 and f"#approval-{approval.pk}" in written[0]
+    assert len(written) == 1 and f"/reviews/{approval.pk}/" in written[0]
     assert "To: rita@example.org" in written[0]

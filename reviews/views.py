@@ -16,6 +16,7 @@ from django_htmx.http import trigger_client_event
 
 from agents import access
 from agents.actions import ActionError, approval_decide
+from agents.models import Approval
 
 from . import cards
 from .forms import DecisionForm, FilterForm, keep_ids
@@ -109,7 +110,9 @@ def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
     An approval the viewer may not see is a 404 exactly like a missing one."""
     card = cards.card(request.user, approval_id) if 0 < approval_id <= access.MAX_ID else None
     if card is None:
-        raise Http404(f"no approval {approval_id}")
+        # Hidden or missing, the same 404; only the denial log line tells them apart.
+        hidden = 0 < approval_id <= access.MAX_ID and Approval.objects.filter(pk=approval_id).exists()
+        raise (access.RunHidden if hidden else Http404)(f"no approval {approval_id}")
     run = access.readable_run(request.user, card.approval.run_id)
     context = {
         "card": card,

@@ -58,7 +58,7 @@ def test_every_event_arrives_signed_with_the_apis_json_and_a_link(
     assert pending["data"]["status"] == "pending" and pending["data"]["tool"] == "ledger_write"
     assert decided["data"]["status"] == "approved" and decided["data"]["decided_by"] == "rita"
     # `data` is the API's JSON of the object, plus the link.
-    api_approval = api_get(rita, "/api/approvals?status=approved")[0]
+    api_approval = api_get(rita, "/api/approvals?status=approved")["items"][0]
     assert {k: v for k, v in decided["data"].items() if k != "url"} == api_approval
     api_run = api_get(rita, f"/api/runs/{run.pk}")
     assert done["data"] == {**api_run, "url": f"{base}/runs/{run.pk}/"}

@@ -214,20 +214,33 @@ class Order:
 NEWEST_FIRST, OLDEST_FIRST = Order(True), Order(False)
 
 
+def _nothing(rows: list[Any]) -> None:
+    pass
+
+
 def page(
-    rows: QuerySet[Any], params: dict[str, Any], order: Order, serialize: Callable[[Any], Any]
+    rows: QuerySet[Any],
+    params: dict[str, Any],
+    order: Order,
+    serialize: Callable[[Any], Any],
+    *,
+    prepare: Callable[[list[Any]], None] = _nothing,
 ) -> dict[str, Any]:
-    """One page of `rows` (already filtered and scoped) after the `after` cursor."""
+    """One page of `rows` (already filtered and scoped) after the `after` cursor;
+    `prepare` reads what `serialize` needs of the whole page at once."""
     limit, after = _limit(params), _cursor(params)
     if after is not None:
         rows = rows.filter(order.beyond(*after))
     found = list(rows.order_by(*order.fields)[: limit + 1])
     more = len(found) > limit
     found = found[:limit]
+    prepare(found)
     return {"items": [serialize(r) for r in found], "next": cursor_of(found[-1]) if more else None}
 
 
-def stream(rows: QuerySet[Model], order: Order) -> Iterator[Model]:
+def stream(
+    rows: QuerySet[Model], order: Order, *, prepare: Callable[[list[Any]], None] = _nothing
+) -> Iterator[Model]:
     """Every row of `rows`, in `order`, read EXPORT_CHUNK at a time by keyset: no
     transaction is held open while the client reads, and rows added meanwhile at the
     far end are not repeated."""
@@ -235,6 +248,7 @@ def stream(rows: QuerySet[Model], order: Order) -> Iterator[Model]:
     while True:
         chunk = rows.filter(order.beyond(*after)) if after else rows
         found = list(chunk.order_by(*order.fields)[:EXPORT_CHUNK])
+        prepare(found)
         yield from found
         if len(found) < EXPORT_CHUNK:
             return

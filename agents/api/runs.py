@@ -62,14 +62,14 @@ def runs_list(request: HttpRequest, filters: Query[listing.RunPageQuery]) -> dic
     a bad value is a 400 `invalid_filter` naming the field."""
     params = filters.model_dump()
     runs = _listable_runs(request.auth, params)  # type: ignore[attr-defined]
-    return listing.page(runs, params, listing.NEWEST_FIRST, lambda r: dict(r.to_dict()))
+    return listing.page(runs, params, listing.NEWEST_FIRST, lambda r: dict(r.to_dict()), prepare=Run.prefetch_dicts)
 
 
 TRANSITION_FIELDS = list(TransitionOut.model_fields)
 
 
 def _lines(runs: Any, *, transitions: bool) -> Iterator[bytes]:
-    for run in listing.stream(runs, listing.NEWEST_FIRST):
+    for run in listing.stream(runs, listing.NEWEST_FIRST, prepare=Run.prefetch_dicts):
         item: dict[str, Any] = dict(run.to_dict())
         if transitions:
             item["transitions"] = list(run.transitions.order_by("seq").values(*TRANSITION_FIELDS))

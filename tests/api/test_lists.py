@@ -184,3 +184,29 @@ def test_approvals_come_in_pages_oldest_first_with_the_filters(api) -> None:
     assert every_page(api("rita"), "/api/approvals?q=task 4")[0] == [ids[4]]
     assert every_page(api("rita"), "/api/approvals?tool=ledger_write&state=awaiting_approval&agent=scripted")[0] == expected
     assert set(every_page(api("lena"), "/api/approvals")[0]) == {ids[1], ids[3]}  # launchers: their runs'
+
+
+def test_a_page_reads_the_same_few_queries_and_the_same_json_as_each_run(api, users, django_assert_max_num_queries) -> None:
+    from agents.actions import approval_decide
+
+    two = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two sign"}
+    voted = api("lena").post("/api/runs", launch_body(tainted_write(), policy={"rules": [two]})).data["id"]
+    store.drive(voted)
+    approval_decide(approval_id=Approval.objects.get(run_id=voted).pk, user=users["rita"], decision="approve")
+    ask = {**two, "approvals": 1}  # an untainted write a rule asks about: it may be granted
+    script = [{"call": {"tool": "ledger_write", "args": {"entry": "x"}}}, {"final": "ok"}]
+    granted = api("lena").post("/api/runs", launch_body(script, policy={"rules": [ask]})).data["id"]
+    store.drive(granted)
+    approval_decide(
+        approval_id=Approval.objects.get(run_id=granted).pk, user=users["rita"], decision="approve", remember="call"
+    )
+    store.drive(granted)
+    launched(api, n=8)
+    otto = api("otto")
+    items = otto.get("/api/runs").data["items"]
+    assert items == [otto.get(f"/api/runs/{r['id']}").data for r in items]
+    assert next(r for r in items if r["id"] == voted)["pending_approval"]["votes"][0]["by"] == "rita"
+    assert next(r for r in items if r["id"] == granted)["grants"][0]["tool"] == "ledger_write"
+    # Not two queries a run: the token, the user, the page, its approvals, votes, grants.
+    with django_assert_max_num_queries(8):
+        assert len(otto.get("/api/runs").data["items"]) == 10

@@ -366,7 +366,9 @@ def _digest_text(calls: list[Approval]) -> tuple[str, str]:
     lines = [f"{len(calls)} tool call(s) wait for a reviewer:", ""]
     for a in calls:
         lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {approval_url(a.pk)}", ""]
-    lines.append(f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}")
+    lines.append(
+        f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
+    )
     return subject, "\n".join(lines)
 
 

@@ -238,9 +238,7 @@ def page(
     return {"items": [serialize(r) for r in found], "next": cursor_of(found[-1]) if more else None}
 
 
-def stream(
-    rows: QuerySet[Model], order: Order, *, prepare: Callable[[list[Any]], None] = _nothing
-) -> Iterator[Model]:
+def stream(rows: QuerySet[Model], order: Order, *, prepare: Callable[[list[Any]], None] = _nothing) -> Iterator[Model]:
     """Every row of `rows`, in `order`, read EXPORT_CHUNK at a time by keyset: no
     transaction is held open while the client reads, and rows added meanwhile at the
     far end are not repeated."""

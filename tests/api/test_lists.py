@@ -55,7 +55,10 @@ def test_a_page_holds_at_most_200(api) -> None:
     assert api("otto").get("/api/runs?limit=200").status_code == 200
     response = api("otto").get("/api/runs?limit=201")
     assert response.status_code == 400
-    assert response.data == {"error": "invalid_filter", "detail": {"field": "limit", "message": "an integer from 1 to 200"}}
+    assert response.data == {
+        "error": "invalid_filter",
+        "detail": {"field": "limit", "message": "an integer from 1 to 200"},
+    }
 
 
 def test_launchers_list_only_their_own_runs(api) -> None:
@@ -170,9 +173,9 @@ def test_export_with_transitions(api) -> None:
 def test_approvals_come_in_pages_oldest_first_with_the_filters(api) -> None:
     ids = []
     for i in range(5):
-        run_id = api("lena" if i % 2 else "leo").post(
-            "/api/runs", launch_body(tainted_write(), task=f"task {i}")
-        ).data["id"]
+        run_id = (
+            api("lena" if i % 2 else "leo").post("/api/runs", launch_body(tainted_write(), task=f"task {i}")).data["id"]
+        )
         store.drive(run_id)
         ids.append(Approval.objects.get(run_id=run_id).pk)
     Approval.objects.filter(pk__in=ids[:3]).update(created_at=timezone.now() - dt.timedelta(minutes=1))
@@ -182,11 +185,16 @@ def test_approvals_come_in_pages_oldest_first_with_the_filters(api) -> None:
     assert every_page(api("rita"), "/api/approvals?status=approved")[0] == []
     assert set(every_page(api("rita"), "/api/approvals?launched_by=lena")[0]) == {ids[1], ids[3]}
     assert every_page(api("rita"), "/api/approvals?q=task 4")[0] == [ids[4]]
-    assert every_page(api("rita"), "/api/approvals?tool=ledger_write&state=awaiting_approval&agent=scripted")[0] == expected
+    assert (
+        every_page(api("rita"), "/api/approvals?tool=ledger_write&state=awaiting_approval&agent=scripted")[0]
+        == expected
+    )
     assert set(every_page(api("lena"), "/api/approvals")[0]) == {ids[1], ids[3]}  # launchers: their runs'
 
 
-def test_a_page_reads_the_same_few_queries_and_the_same_json_as_each_run(api, users, django_assert_max_num_queries) -> None:
+def test_a_page_reads_the_same_few_queries_and_the_same_json_as_each_run(
+    api, users, django_assert_max_num_queries
+) -> None:
     from agents.actions import approval_decide
 
     two = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two sign"}

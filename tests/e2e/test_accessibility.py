@@ -77,6 +77,7 @@ def test_every_page_passes_axe_as_each_role(role, new_page, login, pending, laun
         login(page, USERNAMES[role], PASSWORD)
         paths = ["/", "/reviews/", "/runs/", "/runs/?state=failed"]
         paths += [f"/runs/{pk}/" for pk in (waiting.run_id, done.pk, failed.pk, decided.run_id)]
+        paths += [f"/reviews/{a.pk}/" for a in (waiting, decided)]  # an approval's own page, pending and decided
         if role in ("launcher", "superuser"):
             paths.append("/runs/new/")
         for path in paths:

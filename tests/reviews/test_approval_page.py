@@ -82,6 +82,14 @@ def test_an_expired_call_says_nobody_answered(pending, rita, as_user) -> None:
     assert ">Approve</button>" not in html
 
 
+def test_a_denied_call_says_the_run_had_no_approver(launch, drive, rita, as_user) -> None:
+    run = drive(launch([*SCRIPT[:1], final("ok")], approver="none", policy={"rules": [{**TWO_PEOPLE, "approvals": 1}]}))
+    approval = Approval.objects.get(run=run)
+    html = as_user(rita).get(f"/reviews/{approval.pk}/").content.decode()
+    assert 'data-status="denied"' in html and "by policy: the run has no approver" in html
+    assert ">Approve</button>" not in html
+
+
 def test_model_text_on_the_page_is_inert(pending, rita, as_user) -> None:
     approval = pending(task="<script>alert(1)</script> <img src=x onerror=alert(2)>")
     html = as_user(rita).get(f"/reviews/{approval.pk}/").content.decode()

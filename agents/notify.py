@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, QuerySet, prefetch_related_objects
 from django.urls import reverse
 from django.utils import timezone
 
@@ -342,8 +342,9 @@ def digest_recipients() -> list[Any]:
 
 def digest_for(user: Any) -> list[Approval]:
     """What `user`'s next digest holds: every pending call they may decide (so not the
-    calls of a run they launched whose duties are separated), not yet mailed to them,
-    oldest first. At most DIGEST_MAX; the rest follow in the next one."""
+    calls of a run they launched whose duties are separated, nor those waiting for
+    other reviewers' votes after theirs), not yet mailed to them, oldest first. At most
+    DIGEST_MAX; the rest follow in the next one."""
     if not access.can_decide(user):
         return []
     calls = list(
@@ -358,6 +359,11 @@ def digest_for(user: Any) -> list[Approval]:
         runs = Run.objects.filter(pk__in=own).select_related("profile").defer("script")
         separated = {r.pk for r in runs if access.duties_separated(user, r)}
         calls = [a for a in calls if a.run_id not in separated]
+    voting = [a for a in calls if a.may_have_votes]  # several votes needed: read them
+    if voting:
+        prefetch_related_objects(voting, "votes")
+        voted = {a.pk for a in voting if any(v.by_id == user.pk for v in a.current_votes())}
+        calls = [a for a in calls if a.pk not in voted]
     return calls
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from agents import notify
 from agents.actions import approval_decide
 from agents.models import DigestEntry, NotificationPreference, OutboxEvent
-from tests.helpers import person
+from tests.helpers import call, final, person
 
 pytestmark = pytest.mark.django_db
 
@@ -131,6 +131,18 @@ def test_calls_the_reviewer_may_not_decide_are_left_out(loopback_allowed, waitin
     by = {m.to[0]: m.body for m in mailoutbox}
     assert f"/reviews/{hers.pk}/" not in by[rita.email] and f"/reviews/{other.pk}/" in by[rita.email]
     assert f"/reviews/{hers.pk}/" in by[rob.email] and f"/reviews/{other.pk}/" in by[rob.email]
+
+
+def test_a_call_the_reviewer_already_voted_on_waits_for_the_others_without_them(
+    loopback_allowed, launch, drive, mailoutbox
+) -> None:
+    rita, rob = reviewer("rita"), reviewer("rob")
+    two = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two sign the ledger"}
+    run = drive(launch([call("ledger_write", entry="pay"), final("paid")], policy={"rules": [two]}))
+    approval = run.approvals.get()
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve")
+    assert notify.send_digest(now=timezone.now() + dt.timedelta(minutes=2)) == 1
+    assert [m.to for m in mailoutbox] == [[rob.email]] and f"/reviews/{approval.pk}/" in mailoutbox[0].body
 
 
 def test_a_failed_send_is_tried_again_in_the_next_round(loopback_allowed, waiting, mailoutbox, monkeypatch) -> None:

@@ -44,7 +44,9 @@ class _Shared:
     def hidden(self) -> str:
         """The queue's filters as hidden inputs: a decision keeps them."""
         filters = self.context.get("filters")
-        return "".join(
+        # On the approval's own page the decision comes back to that page, not the queue.
+        back = '<input type="hidden" name="back" value="approval">' if self.context.get("on_own_page") else ""
+        return back + "".join(
             f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
             for name, value in (filters.query().items() if filters else ())
         )

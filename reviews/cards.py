@@ -347,6 +347,11 @@ def queue(
     return Page(items, matching, rest, approvals[-1].pk if approvals and rest else None)
 
 
+def all_votes(a: Approval) -> list[ApprovalVote]:
+    """Every vote of every round (an edit starts a new one), oldest first."""
+    return list(ApprovalVote.objects.filter(approval=a).order_by("at", "pk"))
+
+
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
     approvals = _load(_select(access.visible_approvals(user).filter(pk=approval_id)))
     return build(approvals, viewer=user, late=late)[0] if approvals else None

@@ -65,17 +65,11 @@ class OutboxEvent(models.Model):
     data = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="rendered and fanned out to webhooks")
-    emailed_at = models.DateTimeField(null=True, blank=True, help_text="included in a reviewers' digest")
 
     class Meta:
         indexes = [
             # What the dispatcher and the digest look for: small, the rest is history.
             models.Index(fields=["id"], condition=models.Q(dispatched_at__isnull=True), name="outbox_undispatched"),
-            models.Index(
-                fields=["created_at"],
-                condition=models.Q(type="approval.pending", emailed_at__isnull=True),
-                name="outbox_unemailed",
-            ),
         ]
 
     def __str__(self) -> str:
@@ -144,3 +138,21 @@ class NotificationPreference(models.Model):
     @classmethod
     def set_digest(cls, user: Any, on: bool) -> None:
         cls.objects.update_or_create(user=user, defaults={"email_digest": on})
+
+
+class DigestEntry(models.Model):
+    """One pending call mailed to one reviewer: what their later digests leave out. Kept
+    per reviewer, not per call, so someone who joins (or adds an email address) while
+    calls wait is told about all of them (agents.notifications.delivery.send_digest)."""
+
+    # (user, approval) is unique, so that index serves the user's foreign key too.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
+    approval = models.ForeignKey("agents.Approval", on_delete=models.CASCADE, related_name="digest_entries")
+    mailed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "approval"], name="digest_once_per_reviewer")]
+        verbose_name_plural = "digest entries"
+
+    def __str__(self) -> str:
+        return f"approval {self.approval_id} mailed to user {self.user_id}"

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import connection, models
-from django.db.models import Sum
+from django.db.models import Prefetch, Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
@@ -19,7 +19,7 @@ from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 from agents.llm.keys import API_KEY_ENV
-from agents.models.approvals import Approval, ApprovalDict
+from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.runs import rows
 
 
@@ -201,8 +201,27 @@ class Run(models.Model):
         return {**engine_policy.effective(self.profile.policy_fields()), "rules": []}
 
     def pending_approval(self) -> Approval | None:
-        """The approval the run waits on, if any (a run waits on at most one)."""
+        """The approval the run waits on, if any (a run waits on at most one); the one
+        `prefetch_dicts` read, when it did."""
+        if hasattr(self, "_pending_approval"):
+            return self._pending_approval  # type: ignore[no-any-return]
         return Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=self).pending().first()
+
+    @staticmethod
+    def prefetch_dicts(runs: list[Run]) -> None:
+        """Read what to_dict() needs of many runs in three queries instead of two a run
+        (the API's lists and export): their pending approvals, with votes and who
+        decided, and their grants."""
+        pending = Approval.objects.filter(run_id__in=[r.pk for r in runs]).pending()
+        by_run = {a.run_id: a for a in pending.select_related("decided_by").prefetch_related("votes")}
+        for run in runs:
+            run._pending_approval = by_run.get(run.pk)  # type: ignore[attr-defined]
+        prefetch_related_objects(runs, Prefetch("grants", Grant.objects.select_related("by").order_by("number")))
+
+    def _grants(self) -> Any:
+        if "grants" in getattr(self, "_prefetched_objects_cache", {}):
+            return self.grants.all()  # prefetch_dicts read them in order
+        return self.grants.select_related("by").order_by("number")
 
     def to_dict(self) -> RunDict:
         """The run as the JSON API returns it (webhooks and commands send the same)."""
@@ -221,7 +240,7 @@ class Run(models.Model):
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "pending_approval": pending.to_dict() if pending else None,
-            "grants": [g.to_dict() for g in self.grants.select_related("by").order_by("number")],
+            "grants": [g.to_dict() for g in self._grants()],
         }
 
 

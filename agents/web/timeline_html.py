@@ -20,7 +20,7 @@ from django.utils.text import Truncator
 
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, usd
-from agents.web.markup import esc, plural
+from agents.web.markup import esc, plural, url_for
 from agents.web.timeline import Entry, cut_for_model
 
 FOLD_OVER = 600  # characters: a longer result or argument list is folded into <details>
@@ -146,17 +146,22 @@ def _journal(j: Any) -> str:
     )
 
 
+def _approval_link(pk: int) -> str:
+    # The approval's own page, in any status: the queue shows only the first cards.
+    return f'<a class="approval-link" href="{url_for("reviews:approval", pk)}">Approval #{pk}</a>'
+
+
 def _approval(e: Entry, tz: tzinfo) -> str:
     a = e.approval
     assert a is not None
     if a.status == "denied":
         return (
-            f'<p class="approval-line">Approval #{a.pk}: <span class="status status-denied">denied</span> '
+            f'<p class="approval-line">{_approval_link(a.pk)}: <span class="status status-denied">denied</span> '
             "— the run has no approver.</p>"
         )
     if e.t.to_state != "awaiting_approval":
         return ""
-    line = f'<p class="approval-line">Approval #{a.pk} requested'
+    line = f'<p class="approval-line">{_approval_link(a.pk)} requested'
     if a.kind == "outcome_unknown":
         line += " (outcome unknown)"
     if a.required > 1:

@@ -44,30 +44,32 @@ def test_reviewer_lists_pending_approvals_with_their_fields(api) -> None:
     run_id, approval_id = paused_run(api)
     response = api("rita").get("/api/approvals?status=pending")
     assert response.status_code == 200
-    [approval] = response.data
+    assert response.data["next"] is None
+    [approval] = response.data["items"]
     assert set(approval) == APPROVAL_FIELDS
     assert approval["id"] == approval_id and approval["run"] == run_id and approval["status"] == "pending"
     assert approval["tool"] == "ledger_write" and approval["decided_by"] is None
     assert approval["reason"] == "ledger_write writes and the run has read external content"
-    assert api("rita").get("/api/approvals?status=approved").data == []
-    assert [a["id"] for a in api("rita").get("/api/approvals").data] == [approval_id]
+    assert api("rita").get("/api/approvals?status=approved").data == {"items": [], "next": None}
+    assert [a["id"] for a in api("rita").get("/api/approvals").data["items"]] == [approval_id]
 
 
 @pytest.mark.django_db
 def test_launchers_see_approvals_of_their_own_runs_only(api) -> None:
     _, mine = paused_run(api, "lena")
     _, theirs = paused_run(api, "leo")
-    assert [a["id"] for a in api("lena").get("/api/approvals?status=pending").data] == [mine]
-    assert [a["id"] for a in api("otto").get("/api/approvals?status=pending").data] == [mine, theirs]
+    assert [a["id"] for a in api("lena").get("/api/approvals?status=pending").data["items"]] == [mine]
+    assert [a["id"] for a in api("otto").get("/api/approvals?status=pending").data["items"]] == [mine, theirs]
     assert api("nina").get("/api/approvals?status=pending").status_code == 403  # no role
     assert api(None).get("/api/approvals?status=pending").status_code == 401
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("query", ["status=maybe", "limit=0", "limit=x"])
+@pytest.mark.parametrize("query", ["status=maybe", "limit=0", "limit=x", "limit=201"])
 def test_bad_approval_query_is_400(api, query) -> None:
     response = api("rita").get(f"/api/approvals?{query}")
-    assert response.status_code == 400 and response.data["error"] == "invalid_request"
+    assert response.status_code == 400 and response.data["error"] == "invalid_filter"
+    assert response.data["detail"]["field"] == query.split("=")[0]
 
 
 @pytest.mark.django_db(transaction=True)  # tools write from their own thread and connection

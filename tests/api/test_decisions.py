@@ -99,7 +99,7 @@ def test_the_approval_json_shows_the_votes_and_what_is_missing(api, users) -> No
     assert same.status_code == 200 and same.data["votes"] == first.data["votes"]
     other = post(api, "rita", approval, {"decision": "reject"})
     assert other.status_code == 409 and other.data["error"] == "already_voted"
-    listed = api("otto").get("/api/approvals?status=pending").data
+    listed = api("otto").get("/api/approvals?status=pending").data["items"]
     assert [len(a["votes"]) for a in listed] == [1]
     second = post(api, "rob", approval, {"decision": "approve"})
     assert second.data["status"] == "approved" and [v["by"] for v in second.data["votes"]] == ["rita", "rob"]
@@ -136,8 +136,8 @@ def test_expired_approvals_are_listed_apart_from_rejected_ones(api, users) -> No
     rejected = waiting(users)
     post(api, "rob", rejected, {"decision": "reject"})
 
-    assert [a["id"] for a in api("rita").get("/api/approvals?status=expired").data] == [expiring.pk]
-    assert [a["id"] for a in api("rita").get("/api/approvals?status=rejected").data] == [rejected.pk]
+    assert [a["id"] for a in api("rita").get("/api/approvals?status=expired").data["items"]] == [expiring.pk]
+    assert [a["id"] for a in api("rita").get("/api/approvals?status=rejected").data["items"]] == [rejected.pk]
     run = api("leo").get(f"/api/runs/{expiring.run_id}").data
     assert run["pending_approval"] is None
     steps = api("leo").get(f"/api/runs/{expiring.run_id}/transitions").data

@@ -90,7 +90,7 @@ def test_an_ask_rule_without_an_approver_is_a_recorded_denial(api) -> None:
     profile(rules=[ASK])
     run_id = api("lena").post("/api/runs", launch_body([write(50), {"final": "ok"}], approver="none")).data["id"]
     driver.drive(run_id)
-    [approval] = api("rita").get("/api/approvals?status=denied").data
+    [approval] = api("rita").get("/api/approvals?status=denied").data["items"]
     assert approval["run"] == run_id and approval["rule"]["index"] == 1
     assert approval["reason"] == "entries of 20 or more need a human, and the run has no approver"
     assert Run.objects.get(pk=run_id).state == "done"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from ninja import Schema
 
-from agents.api.schemas import ApprovalOut, GrantOut, RunOut, VoteOut
+from agents.api.schemas import ApprovalOut, ApprovalPage, GrantOut, RunOut, RunPage, VoteOut
 from agents.models import ApprovalDict, ApprovalVote, Grant, RunDict
 
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -54,3 +54,9 @@ def test_the_launch_schemas_approver_values_are_the_engines() -> None:
     from agents.engine.policy import APPROVERS
 
     assert get_args(RunIn.model_fields["approver"].annotation) == APPROVERS
+
+
+@pytest.mark.parametrize(("page", "item"), [(RunPage, RunOut), (ApprovalPage, ApprovalOut)])
+def test_each_list_answers_items_of_its_schema_and_a_cursor(page: type[Schema], item: type[Schema]) -> None:
+    assert list(page.model_fields) == ["items", "next"]
+    assert page.model_fields["items"].annotation == list[item]

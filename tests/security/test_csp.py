@@ -33,6 +33,7 @@ def pages(ids: dict[str, int]) -> list[str]:
         "/reviews/",
         "/reviews/list/",
         "/reviews/badge/",
+        f"/reviews/{ids['approval']}/",
         "/api/docs",
         "/api/openapi.json",
         f"/api/runs/{ids['run']}",
@@ -106,7 +107,7 @@ class Inline(HTMLParser):
 def ids(people, pending) -> dict[str, int]:
     approval = pending(user=people["other"])
     token, _raw = token_create(user=people["other"])
-    return {"run": approval.run_id, "token": token.pk, "user": people["other"].pk}
+    return {"run": approval.run_id, "approval": approval.pk, "token": token.pk, "user": people["other"].pk}
 
 
 @pytest.mark.django_db

@@ -4,8 +4,9 @@ URL or a file, a `$ref` cycle, thousands of tools, huge descriptions).
 
     python tests/mcp/listing_server.py TOOLS.json
 
-TOOLS.json: a list of {"name", "description"?, "inputSchema"?, "annotations"?}. A call
-of any tool answers "ok".
+TOOLS.json: a list of {"name", "description"?, "inputSchema"?, "outputSchema"?,
+"annotations"?, "structuredContent"?}. A call answers "ok", or the tool's
+`structuredContent` (as structured content and as its JSON text).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
                 name=t["name"],
                 description=t.get("description"),
                 input_schema=t.get("inputSchema") or {"type": "object"},
+                output_schema=t.get("outputSchema"),
                 annotations=types.ToolAnnotations(**t["annotations"]) if t.get("annotations") else None,
             )
             for t in LISTED
@@ -38,6 +40,11 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
 
 
 async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+    tool = next((t for t in LISTED if t["name"] == params.name), {})
+    if "structuredContent" in tool:
+        structured = tool["structuredContent"]
+        text = types.TextContent(type="text", text=json.dumps(structured))
+        return types.CallToolResult(content=[text], structured_content=structured)
     return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
 
 

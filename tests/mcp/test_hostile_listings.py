@@ -170,6 +170,35 @@ def test_a_run_calling_a_pinned_ref_cycle_ends_normally(listing, drive) -> None:
     assert run.state == "done" and run.answer == "ok"
 
 
+READ = {"read_only_hint": True, "open_world_hint": False}
+
+
+def test_a_catastrophic_output_schema_pattern_gets_its_answer(listing, drive) -> None:
+    # The outputSchema is not pinned: the SDK checked structured output against it, as
+    # listed at call time, with Python's re. Ours runs on RE2.
+    near_miss = "a" * 40 + "!"
+    server = listing([{
+        "name": "out", "annotations": READ, "structuredContent": {"s": near_miss},
+        "outputSchema": obj(s={"type": "string", "pattern": "^(a+)+$"}),
+    }])
+    command("mcp_sync", "hostile")
+    run = drive(launch_on(server, ["hostile__out"], [call("hostile__out"), final("ok")]))
+    assert run.state == "done"
+    result = json.loads(Message.objects.get(run=run, role="tool").content)
+    assert result["error"] == "invalid_output" and "does not match" in result["detail"]
+
+
+def test_an_output_schema_with_a_remote_ref_is_refused_at_the_call(listing, loopback, drive) -> None:
+    url, seen = loopback
+    server = listing([{"name": "out", "annotations": READ, "structuredContent": {"s": "x"},
+                       "outputSchema": obj(s={"$ref": f"{url}/x.json"})}])
+    command("mcp_sync", "hostile")
+    run = drive(launch_on(server, ["hostile__out"], [call("hostile__out"), final("ok")]))
+    result = json.loads(Message.objects.get(run=run, role="tool").content)
+    assert result["error"] == "invalid_output" and "is not local" in result["detail"]
+    assert seen == []
+
+
 # -- item 9: limits ----------------------------------------------------------------------
 
 
@@ -241,7 +270,7 @@ def test_a_server_listing_hundreds_of_tools_can_be_switched_off_in_the_admin(lis
 def test_a_run_builds_only_the_mcp_tools_its_profile_offers(listing, drive, monkeypatch) -> None:
     from agents.tools import mcp
 
-    listing([{"name": f"t{i}", "annotations": {"read_only_hint": True, "open_world_hint": False}} for i in range(5)])
+    listing([{"name": f"t{i}", "annotations": READ} for i in range(5)])
     command("mcp_sync", "hostile")
     built: list[str] = []
     real = mcp._spec

@@ -163,6 +163,18 @@ def test_a_ref_cycle_and_a_too_deep_schema_are_refused_at_sync(listing) -> None:
     assert "[new; offered]" in lines["hostile__local"]  # a local, acyclic ref is fine
 
 
+def test_a_tool_pinned_before_the_check_is_refused_at_its_next_sync(listing) -> None:
+    from agents.tools.mcp.mapping import definition_sha256
+
+    cycle = {"$defs": {"a": {"$ref": "#/$defs/a"}}, **obj(x={"$ref": "#/$defs/a"})}
+    server = listing([{"name": "loop", "inputSchema": cycle}])
+    pinned = pin(server, "loop", cycle)
+    McpTool.objects.filter(pk=pinned.pk).update(sha256=definition_sha256({"name": "loop", "inputSchema": cycle}))
+    line = sync_lines()["hostile__loop"]
+    assert "[unchanged; not offered: invalid input schema]" in line and "$ref cycle" in line
+    assert McpTool.objects.get(pk=pinned.pk).status == "invalid"
+
+
 def test_a_run_calling_a_pinned_ref_cycle_ends_normally(listing, drive) -> None:
     server = listing([])
     pin(server, "loop", {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agents import rows
 from agents.engine.registry import ToolContext, ToolError, ToolSpec
-from agents.engine.schemas import schema_problem
+from agents.engine.schemas import SchemaRefused, schema_problem
 from agents.models import McpServer, McpTool
 
 from .mapping import SEPARATOR, Kind, definition, definition_sha256, tool_name
@@ -188,8 +188,10 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
                 change = "restored" if tool.status == "removed" else "unchanged"
                 if tool.status in ("changed", "removed"):
                     # The server lists the pinned definition (again): nothing to accept.
-                    tool.status = "invalid" if schema_problem(tool.input_schema) else "active"
                     tool.pending_definition, tool.pending_sha256 = None, ""
+                # Checked again: a pin made before a stricter check (issue 34) is refused now.
+                tool.status = "invalid" if schema_problem(tool.input_schema) else "active"
+                tool.description = _pinned(tool.definition())["description"]
             else:
                 change = "changed"
                 tool.status, tool.pending_definition, tool.pending_sha256 = "changed", defn, sha
@@ -320,6 +322,9 @@ def specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     for tool in offered_tools(names):
         try:
             found.append(_spec(tool))
+        except SchemaRefused as exc:
+            # Pinned before the check refused such schemas; its next sync marks it invalid.
+            log.warning("mcp tool %s left out of the registry: its input schema is refused: %s", tool.name, exc)
         except Exception:  # noqa: BLE001 - one bad row must not take the registry down
             log.exception("mcp tool %s left out of the registry", tool.name)
     return found

@@ -290,7 +290,7 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     from agents.tools import registry
 
     try:
-        verdict = engine.check_edit(state, registry().get(approval.tool), args)
+        verdict = engine.check_edit(state, registry([approval.tool]).get(approval.tool), args)
     except engine.EditRefused as exc:
         raise ActionError(exc.code, exc.detail, status=exc.status) from None
     approval.edited_args = args

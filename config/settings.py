@@ -235,6 +235,12 @@ AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
+# What one MCP sync pins: the first tools by name (OpenAI takes 128 tools per request),
+# each description cut to this many characters (docs/mcp.md#limits).
+AIRLOCK_MCP_MAX_TOOLS = env_int("AIRLOCK_MCP_MAX_TOOLS", 128)
+AIRLOCK_MCP_MAX_DESCRIPTION_CHARS = env_int("AIRLOCK_MCP_MAX_DESCRIPTION_CHARS", 4000)
+if AIRLOCK_MCP_MAX_TOOLS < 1 or AIRLOCK_MCP_MAX_DESCRIPTION_CHARS < 1:
+    raise EnvError("AIRLOCK_MCP_MAX_TOOLS and AIRLOCK_MCP_MAX_DESCRIPTION_CHARS must be at least 1")
 
 # LOG_FORMAT=json: one JSON object per line, with the run id and trace id where known.
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")

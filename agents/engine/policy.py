@@ -8,11 +8,11 @@ arguments after its schema was validated.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import regex
 from .registry import ToolSpec
 
 Action = Literal["allow", "ask", "deny"]
@@ -154,8 +154,8 @@ def validate_condition(cond: Any, *, field: str, depth: int = 0) -> None:
         if not isinstance(value, str) or len(value) > MAX_PATTERN:
             raise PolicyError(f"{field}.value", f"matches takes a regular expression of at most {MAX_PATTERN} characters")
         try:
-            re.compile(value)
-        except re.error as exc:
+            regex.compile(value)
+        except regex.RegexError as exc:
             raise PolicyError(f"{field}.value", f"not a valid regular expression: {exc}") from None
 
 
@@ -461,9 +461,10 @@ def _test(op: str, actual: Any, value: Any) -> bool:
         if not isinstance(actual, str) or not isinstance(value, str):
             raise Unevaluable("matches needs text")
         try:
-            return re.search(value, actual) is not None
-        except re.error as exc:
-            raise Unevaluable(f"bad regular expression: {exc}") from None
+            # RE2, linear time: a rule's pattern cannot stall the worker (engine/regex.py).
+            return regex.search(value, actual)
+        except regex.RegexError as exc:
+            raise Unevaluable(str(exc)) from None
     raise Unevaluable(f"unknown op {op!r}")
 
 

@@ -162,14 +162,16 @@ class ReleasingModel:
         return self.inner.decide(request)
 
 
-def deps_for(run: Run) -> Deps:
+def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
+    """`tools`: the run's snapshotted tool names (None: all), so a drive builds only the
+    MCP tools its run may call."""
     from agents.llm import client_for
     from agents.tools import registry
 
     model = client_for(run.profile, run)
     return Deps(
         model=ReleasingModel(model) if getattr(model, "waits", True) else model,
-        registry=registry(),
+        registry=registry(tools),
         journal=StoreJournal(run),
         runner=DjangoRunner(),
     )
@@ -356,7 +358,7 @@ def drive(
         if reason is not None:
             _fail_poison(run, state, reason, owner)
         else:
-            bound = deps(run) if callable(deps) else deps or deps_for(run)
+            bound = deps(run) if callable(deps) else deps or deps_for(run, state.tools)
             if state.state == states.QUEUED and isinstance(bound.journal, StoreJournal):
                 bound.journal.starts_empty()
             for _ in range(max_transitions):

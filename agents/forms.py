@@ -8,12 +8,12 @@ belongs to `agents.actions.run_launch`, whose errors the view puts back on the f
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 from django import forms
 from django.conf import settings
 
+from agents import jsonsafe
 from agents.engine import states
 from agents.engine.limits import DEFAULTS
 from agents.models import AgentProfile
@@ -67,9 +67,9 @@ def _json_or_none(text: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        return jsonsafe.parse(text)
+    except jsonsafe.JsonError as exc:
+        raise forms.ValidationError(exc.message) from None
 
 
 class LaunchForm(forms.Form):

@@ -197,3 +197,32 @@ def test_the_probes_form_fields_are_refused_on_the_form_not_a_500(root, pending,
     assert any(p in response.content.decode() for p in NAMED)
     assert counts() == before
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+# The admin's JSON boxes and the launch command parse through the same module.
+@pytest.mark.parametrize(
+    "rules", ['[{"tool": "refund", "then": "ask", "reason": "r", "approvals": NaN}]', "[" * 1000 + "]" * 1000, '[1e400]']
+)
+def test_hostile_json_in_the_admins_profile_form_is_a_field_error(root, rules) -> None:
+    from agents.models import AgentProfile
+    from tests.pages.test_admin_rules import form
+
+    demo = AgentProfile.objects.get(name="demo")
+    client = Client(raise_request_exception=False)
+    client.force_login(root)
+    response = client.post(f"/admin/agents/agentprofile/{demo.pk}/change/", form(demo, rules))
+    assert response.status_code == 200
+    assert any(p in response.content.decode() for p in NAMED)
+    assert AgentProfile.objects.get(pk=demo.pk).rules == demo.rules
+
+
+def test_the_launch_command_refuses_a_non_finite_number(defaults, tmp_path) -> None:
+    from django.core.management import CommandError, call_command
+
+    script = tmp_path / "script.json"
+    script.write_text('[{"call": {"tool": "echo", "args": {"text": "x", "n": 1e400}}}]')
+    with pytest.raises(CommandError, match="1e400 at \\$\\[0\\].call.args.n is not a finite number"):
+        call_command("launch", "--agent", "scripted", "--task", "t", "--script", str(script))
+    with pytest.raises(CommandError, match="NaN at \\$.max_steps is not a finite number"):
+        call_command("launch", "--agent", "scripted", "--task", "t", "--limits", '{"max_steps": NaN}')
+    assert counts()["runs"] == 0

@@ -10,7 +10,6 @@ from django.test import Client
 from django.utils.html import escape
 
 from agents.models import Message
-
 from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db

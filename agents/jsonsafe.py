@@ -49,8 +49,11 @@ def _literal(text: str) -> float:
 
 
 # A JSON string (escapes included), and everything that is not a bracket: removing both
-# leaves the brackets, whose running count is the nesting depth. Both are C-speed passes.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+# leaves the brackets, whose running count is the nesting depth. Both are C-speed passes,
+# linear: the quantifiers are possessive, and a string that never ends takes the rest of
+# the text at once (else the search would start again at each escaped quote in it, and
+# '"' + '\\"' * 30_000 took 28 s).
+_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|"[\s\S]*', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
@@ -82,19 +85,42 @@ def parse(text: str | bytes, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX
     return validate(value, max_depth=max_depth)
 
 
-def _where(path: list[Any]) -> str:
+def _where(node: Any, key: Any = None) -> str:
+    """The JSONPath of `node` (a `(parent, key)` chain, None at the top), then `key`."""
+    path = [] if key is None else [key]
+    while node is not None:
+        node, k = node
+        path.append(k)
     out = "$"
-    for p in path:
+    for p in reversed(path):
         out += f"[{p}]" if isinstance(p, int) else f".{p}" if re.fullmatch(r"\w{1,40}", p) else f"[{json.dumps(p[:40])}]"
     return out if len(out) <= 200 else out[:100] + "…" + out[-99:]
 
 
 def _bad_text(value: str) -> bool:
+    if value.isascii():
+        return False
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return True
     return False
+
+
+def _scalar(item: Any, node: Any) -> int:
+    """The characters of text in a value that is not a container, or a JsonError."""
+    if isinstance(item, str):
+        if _bad_text(item):
+            raise JsonError("invalid_unicode", f"text with a lone surrogate (invalid Unicode) at {_where(node)}")
+        return len(item)
+    if isinstance(item, float):
+        if not math.isfinite(item):
+            shown = item.text if isinstance(item, _Literal) else repr(item)
+            raise JsonError("non_finite", f"{shown} at {_where(node)} is not a finite number")
+        return 0
+    if isinstance(item, int) or item is None:  # bool is an int
+        return 0
+    raise JsonError("invalid", f"a {type(item).__name__} at {_where(node)} is not JSON")
 
 
 def validate(value: Any, *, max_depth: int = MAX_DEPTH, max_chars: int | None = None) -> Any:
@@ -104,36 +130,41 @@ def validate(value: Any, *, max_depth: int = MAX_DEPTH, max_chars: int | None = 
     JsonError naming the problem and its place (`$.script[0].final`).
 
     Walked with a stack, not recursion: data some other parser decoded may be deeper
-    than Python's recursion limit."""
+    than Python's recursion limit. Text and integers are checked where they are met;
+    the path to an item is a `(parent, key)` chain, spelled out only for an error."""
     total = 0
-    stack: list[tuple[Any, list[Any]]] = [(value, [])]
+    stack: list[tuple[Any, Any, int]] = [(value, None, 0)]
     while stack:
-        item, path = stack.pop()
-        if isinstance(item, str):
-            if _bad_text(item):
-                raise JsonError("invalid_unicode", f"text with a lone surrogate (invalid Unicode) at {_where(path)}")
-            total += len(item)
-        elif isinstance(item, bool) or item is None or isinstance(item, int):
-            pass
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                shown = item.text if isinstance(item, _Literal) else repr(item)
-                raise JsonError("non_finite", f"{shown} at {_where(path)} is not a finite number")
-        elif isinstance(item, (dict, list, tuple)):
-            if len(path) >= max_depth:
-                raise JsonError("too_deep", f"the JSON is nested deeper than {max_depth} levels (at {_where(path)})")
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    if not isinstance(key, str):
-                        raise JsonError("invalid", f"a key that is not text at {_where(path)}")
-                    if _bad_text(key):
-                        raise JsonError("invalid_unicode", f"a key with a lone surrogate (invalid Unicode) at {_where(path)}")
-                    total += len(key)
-                    stack.append((child, [*path, key]))
-            else:
-                stack.extend((child, [*path, i]) for i, child in enumerate(item))
+        item, node, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= max_depth:
+                raise JsonError("too_deep", f"the JSON is nested deeper than {max_depth} levels (at {_where(node)})")
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise JsonError("invalid", f"a key that is not text at {_where(node)}")
+                if _bad_text(key):
+                    raise JsonError("invalid_unicode", f"a key with a lone surrogate (invalid Unicode) at {_where(node)}")
+                total += len(key)
+                kind = type(child)
+                if kind is str:
+                    if _bad_text(child):
+                        raise JsonError("invalid_unicode", f"text with a lone surrogate (invalid Unicode) at {_where(node, key)}")
+                    total += len(child)
+                elif kind is not int and kind is not bool and child is not None:
+                    stack.append((child, (node, key), depth + 1))
+        elif isinstance(item, (list, tuple)):
+            if depth >= max_depth:
+                raise JsonError("too_deep", f"the JSON is nested deeper than {max_depth} levels (at {_where(node)})")
+            for i, child in enumerate(item):
+                kind = type(child)
+                if kind is str:
+                    if _bad_text(child):
+                        raise JsonError("invalid_unicode", f"text with a lone surrogate (invalid Unicode) at {_where(node, i)}")
+                    total += len(child)
+                elif kind is not int and kind is not bool and child is not None:
+                    stack.append((child, (node, i), depth + 1))
         else:
-            raise JsonError("invalid", f"a {type(item).__name__} at {_where(path)} is not JSON")
+            total += _scalar(item, node)
         if max_chars is not None and total > max_chars:
             raise JsonError("too_large", f"the value holds over {max_chars:,} characters of text")
     return value

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -23,12 +24,18 @@ from agents.models import (
     Webhook,
 )
 from agents.notifications import delivery as notify
+from agents.web.forms import SafeJSONField
+
+# Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
+SAFE_JSON = {models.JSONField: {"form_class": SafeJSONField}}
 
 
 @admin.register(AgentProfile)
 class AgentProfileAdmin(admin.ModelAdmin):
     """Rules are validated on save by `AgentProfile.clean()`; an error names the rule
     and the field (`rules[2].when.op: ...`). Runs keep the policy they launched with."""
+
+    formfield_overrides = SAFE_JSON
 
     list_display = ["name", "provider", "model_name", "separate_duties", "irreversible_approvals"]
     search_fields = ["name", "description"]
@@ -100,6 +107,7 @@ def _kind(kind: object) -> str:
 
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
+    formfield_overrides = SAFE_JSON
     list_display = ["name", "transport", "target", "enabled", "synced_at", "last_error"]
     readonly_fields = ["synced_at", "last_error", "created_at"]
     inlines = [McpToolInline]
@@ -136,6 +144,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
+    formfield_overrides = SAFE_JSON
     list_display = ["name", "server", "status", "claimed_risk", "risk_override", "claimed_returns",
                     "returns_override", "claimed_retry", "retry_safety_override", "enabled"]
     list_filter = ["status", "server", "enabled"]
@@ -207,6 +216,7 @@ def _redacted(url: str) -> str:
 
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
+    formfield_overrides = SAFE_JSON
     list_display = ["pk", "where", "format", "event_list", "active", "created_at"]
     list_filter = ["active", "format"]
     fields = ["where", "events", "format", "active", "created_at"]

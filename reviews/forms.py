@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
+from agents import jsonsafe
 from agents.access import MAX_ID
 
 from .cards import RISKS, SORTS, Filters
@@ -25,9 +25,10 @@ class DecisionForm(forms.Form):
         if not text:
             return None
         try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"the arguments are not valid JSON: {exc}") from None
+            value = jsonsafe.parse(text)
+        except jsonsafe.JsonError as exc:
+            why = exc.message if exc.problem == "invalid" else f"refused: {exc.message}"
+            raise forms.ValidationError(f"the arguments are {why}") from None
         if not isinstance(value, dict):
             raise forms.ValidationError("the arguments must be a JSON object")
         return value

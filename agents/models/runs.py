@@ -86,7 +86,8 @@ class AgentProfile(models.Model):
 
     def clean(self) -> None:
         try:
-            engine_policy.validate_rules(self.rules)
+            # Saved as validated: each reason one line, capped (it reaches notifications).
+            self.rules = engine_policy.validate_rules(self.rules)
             engine_policy.validate_settings(self.policy_fields())
         except engine_policy.PolicyError as exc:
             name = exc.field.split("[")[0].split(".")[0]

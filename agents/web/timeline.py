@@ -32,13 +32,23 @@ CHART_POINTS = 400
 TRANSITION_FIELDS = (
     "seq", "from_state", "to_state", "kind", "payload", "cost_micros", "tokens", "duration_ms", "actor", "created_at",
 )
-MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name")
+# `run_id` and `index` name a message's whole text (run_message_text) when a page cuts it.
+MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "run_id", "index")
+# Characters of a task, an answer or a message a page shows; the rest is a link away. A
+# 2.4 MB answer made a 4.8 MB timeline (issue 34, item 11); pages stay under 200 kB.
+PAGE_TEXT_MAX = 10_000
 # An entry shows the journal row's status and sizes, not the call or its result.
 JOURNAL_FIELDS = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
 _TRANSITIONS = Rows(Transition, TRANSITION_FIELDS)
 _MESSAGES = Rows(Message, MESSAGE_FIELDS)
 _JOURNAL = Rows(ToolCall, JOURNAL_FIELDS)
 _APPROVALS_SQL = f"SELECT * FROM {Approval._meta.db_table} WHERE run_id = %s ORDER BY created_at, id"
+
+
+def page_text(text: str | None) -> tuple[str, bool]:
+    """`text` as a page shows it: at most PAGE_TEXT_MAX characters, and whether it was cut."""
+    text = text or ""
+    return (text, False) if len(text) <= PAGE_TEXT_MAX else (text[:PAGE_TEXT_MAX], True)
 
 
 @dataclass

@@ -81,6 +81,7 @@ class Card:
     message: str = ""  # what the deciding request is told
     edit_error: str = ""  # why the reviewer's edited arguments were refused
     edit_text: str = ""  # those arguments, as typed, to correct
+    changed: str = ""  # why this request's answer was refused: the call changed since it was shown
 
     @property
     def pending(self) -> bool:

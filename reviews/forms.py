@@ -19,6 +19,8 @@ class DecisionForm(forms.Form):
     remember = forms.ChoiceField(required=False, choices=[("", "no"), ("call", "this call"), ("tool", "the tool")])
     # Present only when the card's editor is open: the arguments to run instead.
     args = forms.CharField(required=False, max_length=ARGS_MAX, strip=True)
+    # The hash of the call the card showed: the answer counts only for that call.
+    args_hash = forms.CharField(required=False, max_length=64, strip=True)
 
     def clean_args(self) -> Any:
         text = self.cleaned_data.get("args") or ""

@@ -144,6 +144,26 @@ def _refused_edit(request: HttpRequest, approval_id: int, why: str) -> HttpRespo
     return _respond(request, card, ok=False)
 
 
+def _call_changed(request: HttpRequest, approval_id: int, exc: ActionError) -> HttpResponse:
+    """The card again, with the call as it stands now and why nothing was recorded: a
+    409 (reviews.js swaps it in), or without htmx the queue, which shows it fresh."""
+    card = cards.card(request.user, approval_id)
+    if card is None:
+        raise Http404("approval not visible")
+    a = card.approval
+    who = f"{card.edited_by} edited the arguments" if a.edited_args is not None else "the arguments changed"
+    card.changed = card.message = (
+        f"Not recorded: the call changed since this card was shown ({who}). Review the arguments that will run now "
+        "and answer again."
+    )
+    if not request.htmx:
+        messages.warning(request, card.message)
+        response = redirect(_back_to_queue(request))
+        response.status_code = 303
+        return response
+    return render(request, "reviews/queue.html#card", {"card": card, "can_decide": True}, status=409)
+
+
 def _edit_refusal(exc: ActionError) -> str:
     detail = exc.detail
     if isinstance(detail, dict):
@@ -171,10 +191,13 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             note=form.cleaned_data["note"],
             args=form.cleaned_data["args"],
             remember=form.cleaned_data["remember"] or None,
+            args_hash=form.cleaned_data["args_hash"] or None,
         )
     except ActionError as exc:
         if exc.status == 404:
             raise Http404(str(exc.detail)) from None
+        if exc.code == "call_changed":
+            return _call_changed(request, approval_id, exc)
         if exc.code in ("invalid_arguments", "denied_by_policy"):
             return _refused_edit(request, approval_id, _edit_refusal(exc))
         return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")

@@ -27,7 +27,7 @@ def approvals_list(
     user = request.auth  # type: ignore[attr-defined]
     if not (access.reads_all_runs(user) or access.can_launch(user)):
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
-    approvals = access.visible_approvals(user).select_related("decided_by").prefetch_related("votes")
+    approvals = access.visible_approvals(user).select_related("decided_by", "edited_by").prefetch_related("votes")
     if status:
         approvals = approvals.filter(status=status)
     return [dict(a.to_dict()) for a in approvals.order_by("created_at", "pk")[:limit]]
@@ -40,7 +40,9 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
     """The answer that decides wins. Repeating it (a retry, a second reviewer agreeing)
     returns the recorded decision unchanged; a contradicting answer is a 409 naming who
     decided. An approval that needs several votes answers with the votes so far; a
-    reviewer voting again gets their vote back (a 409 if they now answer otherwise)."""
+    reviewer voting again gets their vote back (a 409 if they now answer otherwise).
+    `args_hash` binds the answer to the call the caller saw: a 409 `call_changed` when
+    it changed since, or when someone edited it and the answer names no hash."""
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_decide(user):
         raise forbidden("deciding approvals needs the reviewer role")
@@ -48,7 +50,7 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
-        remember=payload.remember,
+        remember=payload.remember, args_hash=payload.args_hash,
     )
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:

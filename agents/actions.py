@@ -277,7 +277,8 @@ def approval_decide(
             # commits through that row); kept so a change there fails loudly here.
             raise store.StaleRun(f"approval {approval_id} changed under the run's lock")
         edit = None
-        if approval.edited_args is not None:
+        # The edit rides with an approval only: a rejection of an edited call runs nothing.
+        if approval.edited_args is not None and tally.decision == "approve":
             editor = approval.edited_by.get_username() if approval.edited_by else ""
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}

@@ -195,3 +195,16 @@ def test_an_edit_racing_a_vote_for_the_original_never_lets_that_vote_count(api, 
         approval.refresh_from_db()
         assert approval.status == "pending" and [v.by_name for v in approval.current_votes()] == ["rob"]
         assert not LedgerEntry.objects.filter(run=Run.objects.get(pk=approval.run_id)).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reject_naming_the_edited_call_rejects_it(api, users) -> None:
+    # Rejecting an edited call used to reach the engine with the edit attached: a 500.
+    approval = waiting(users)
+    edit(api, approval)
+    now = shown(api, "rita", approval)["args_hash"]
+    response = post(api, "rita", approval, {"decision": "reject", "note": "not to that IBAN", "args_hash": now})
+    assert response.status_code == 200 and response.data["status"] == "rejected", response.data
+    run = store.drive(approval.run_id)
+    assert run.state == "done" and not LedgerEntry.objects.filter(run=run).exists()
+    assert "not to that IBAN" in run.messages.get(role="tool").content

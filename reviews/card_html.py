@@ -173,7 +173,12 @@ def _form(card: Card, shared: _Shared) -> str:
 
 def _pending(card: Card, shared: _Shared) -> str:
     """What a pending card offers the viewer: the answers, or why they cannot give one."""
-    shown = f'<input type="hidden" name="shown" value="{card.approval.pk}">'
+    a = card.approval
+    # `seen`: the call this card shows, so the poll can tell when another reviewer edits it.
+    shown = (
+        f'<input type="hidden" name="shown" value="{a.pk}">'
+        f'<input type="hidden" name="seen" value="{a.pk}:{esc(a.args_hash)}">'
+    )
     if not shared.can_decide:
         return shown
     if card.separated:
@@ -265,7 +270,8 @@ def _card(card: Card, shared: _Shared) -> str:
     tainted = (
         '<span class="tainted" title="the run has read external content">tainted run</span>' if run.tainted else ""
     )
-    preserve = ' hx-preserve="true"' if shared.preserve else ""
+    # A card whose call changed replaces the stale one on screen: not preserved.
+    preserve = ' hx-preserve="true"' if shared.preserve and not card.changed else ""
     changed = f'\n<p class="call-changed" role="alert">{esc(card.changed)}</p>' if card.changed else ""
     message = ""
     if pending and card.message and not card.edit_error and not card.changed:

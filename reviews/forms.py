@@ -60,3 +60,14 @@ def keep_ids(values: list[str]) -> list[int]:
         if value.isascii() and value.isdigit() and int(value) <= MAX_ID:
             ids.append(int(value))
     return ids
+
+
+def seen_hashes(values: list[str]) -> dict[int, str]:
+    """`pk:args_hash` pairs a polling page sends for its pending cards: the call each shows."""
+    seen = {}
+    for value in values[:200]:
+        pk, _, digest = value.partition(":")
+        ids = keep_ids([pk])
+        if ids and len(digest) == 64:
+            seen[ids[0]] = digest
+    return seen

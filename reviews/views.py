@@ -18,7 +18,7 @@ from agents import access
 from agents.actions import ActionError, approval_decide
 
 from . import cards
-from .forms import DecisionForm, FilterForm, keep_ids
+from .forms import DecisionForm, FilterForm, keep_ids, seen_hashes
 
 
 def _cursor(request: HttpRequest) -> int | None:
@@ -39,6 +39,7 @@ def _queue_context(request: HttpRequest, *, pending_total: int | None = None) ->
         filters,
         keep=keep_ids(request.GET.getlist("keep")),
         shown=keep_ids(request.GET.getlist("shown")),
+        seen=seen_hashes(request.GET.getlist("seen")),
         after=after,
         # Unfiltered, the matching count is the pending total: one COUNT, not two.
         matching=None if filters.active else pending_total,
@@ -150,12 +151,8 @@ def _call_changed(request: HttpRequest, approval_id: int, exc: ActionError) -> H
     card = cards.card(request.user, approval_id)
     if card is None:
         raise Http404("approval not visible")
-    a = card.approval
-    who = f"{card.edited_by} edited the arguments" if a.edited_args is not None else "the arguments changed"
-    card.changed = card.message = (
-        f"Not recorded: the call changed since this card was shown ({who}). Review the arguments that will run now "
-        "and answer again."
-    )
+    card.call_changed(refused=True)
+    card.message = card.changed
     if not request.htmx:
         messages.warning(request, card.message)
         response = redirect(_back_to_queue(request))

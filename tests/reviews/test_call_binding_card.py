@@ -81,3 +81,19 @@ def test_a_form_without_the_hash_cannot_approve_an_edited_call(pending, rita, ro
     response = as_user(rita).decide(approval.pk, "approve", htmx=True)
     assert response.status_code == 409 and ATTACK in response.content.decode()
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_the_poll_replaces_a_card_whose_call_another_reviewer_edited(pending, rita, rob, as_user) -> None:
+    approval = waiting(pending)
+    client = as_user(rita)
+    seen = hash_on_card(client, approval)
+    poll = {"shown": approval.pk, "seen": f"{approval.pk}:{seen}"}
+    kept = client.get("/reviews/list/", poll, headers={"HX-Request": "true"}).content.decode()
+    assert f'id="approval-{approval.pk}" data-approval-id="{approval.pk}" hx-preserve="true"></article>' in kept
+
+    rob_edits(approval, rob)
+    fresh = client.get("/reviews/list/", poll, headers={"HX-Request": "true"}).content.decode()
+    card = re.search(rf'<article[^>]*data-approval-id="{approval.pk}".*?</article>', fresh, re.S).group(0)
+    assert "hx-preserve" not in card.split(">", 1)[0]  # it replaces the stale card on screen
+    assert "The call changed since this card was shown (rob edited the arguments)" in card
+    assert ATTACK in card and f'name="args_hash" value="{Approval.objects.get(pk=approval.pk).args_hash}"' in card

@@ -33,7 +33,9 @@ def waiting(users, *, rules: list[dict[str, Any]] | None = None) -> Approval:
 
 
 def sha(args: Any) -> str:
-    return hashlib.sha256(json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
 
 
 def shown(api, who: str, approval: Approval) -> dict[str, Any]:
@@ -125,12 +127,15 @@ def test_a_vote_cast_for_the_original_call_does_not_count_for_the_edited_one(api
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("body", [
-    {"decision": "reject", "note": "no"},
-    {"decision": "reject", "args_hash": sha(ORIGINAL)},
-    {"decision": "approve", "args": {"entry": "refund 10 EUR to customer 1043"}},
-    {"decision": "approve", "args": {"entry": "refund 10 EUR to customer 1043"}, "args_hash": sha(ORIGINAL)},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"decision": "reject", "note": "no"},
+        {"decision": "reject", "args_hash": sha(ORIGINAL)},
+        {"decision": "approve", "args": {"entry": "refund 10 EUR to customer 1043"}},
+        {"decision": "approve", "args": {"entry": "refund 10 EUR to customer 1043"}, "args_hash": sha(ORIGINAL)},
+    ],
+)
 def test_every_answer_to_a_stale_call_is_refused_and_changes_nothing(api, users, body) -> None:
     approval = waiting(users)
     edit(api, approval)
@@ -180,11 +185,11 @@ def test_an_edit_racing_a_vote_for_the_original_never_lets_that_vote_count(api, 
         approval = waiting(users)
         seen = Approval.objects.get(pk=approval.pk).args_hash
 
-        def answer(who: str) -> str:
+        def answer(who: str, approval_id: int = approval.pk, seen: str = seen) -> str:
             try:
                 kw: dict[str, Any] = {"args": ATTACK} if who == "rob" else {}
                 return approval_decide(
-                    approval_id=approval.pk, user=users[who], decision="approve", args_hash=seen, **kw
+                    approval_id=approval_id, user=users[who], decision="approve", args_hash=seen, **kw
                 ).outcome
             except ActionError as exc:
                 return exc.code

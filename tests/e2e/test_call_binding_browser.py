@@ -23,8 +23,13 @@ def test_a_stale_card_is_refused_and_shows_the_edit_and_who_made_it(
 ) -> None:
     person("rita", "reviewer")
     rob = person("rob", "reviewer")
-    run = drive(launch([call("ledger_write", entry=ORIGINAL), final("refunded")], task="Refund order 1042",
-                       policy={"rules": [TWO_PEOPLE]}))
+    run = drive(
+        launch(
+            [call("ledger_write", entry=ORIGINAL), final("refunded")],
+            task="Refund order 1042",
+            policy={"rules": [TWO_PEOPLE]},
+        )
+    )
     approval = Approval.objects.pending().get(run=run)
     page, _ = open_queue(new_page, login, "rita")
     card = page.locator(f'[data-approval-id="{approval.pk}"]')
@@ -63,16 +68,22 @@ def test_a_stale_card_is_refused_and_shows_the_edit_and_who_made_it(
 def test_the_open_card_shows_an_edit_by_itself(new_page, login, launch, drive, defaults) -> None:
     person("rita", "reviewer")
     rob = person("rob", "reviewer")
-    run = drive(launch([call("ledger_write", entry=ORIGINAL), final("refunded")], task="Refund order 1042",
-                       policy={"rules": [TWO_PEOPLE]}))
+    run = drive(
+        launch(
+            [call("ledger_write", entry=ORIGINAL), final("refunded")],
+            task="Refund order 1042",
+            policy={"rules": [TWO_PEOPLE]},
+        )
+    )
     approval = Approval.objects.pending().get(run=run)
     page, _ = open_queue(new_page, login, "rita")
     card = page.locator(f'[data-approval-id="{approval.pk}"]')
     expect(card.locator(".args pre")).to_contain_text(ORIGINAL)
     card.get_by_label("Note to the agent").fill("about the original")
 
-    approval_decide(approval_id=approval.pk, user=rob, decision="approve", args={"entry": ATTACK},
-                    args_hash=approval.args_hash)
+    approval_decide(
+        approval_id=approval.pk, user=rob, decision="approve", args={"entry": ATTACK}, args_hash=approval.args_hash
+    )
     # The next poll replaces the stale card: the edit, who made it, buttons bound to it.
     expect(card.locator(".call-changed")).to_contain_text("rob edited the arguments", timeout=POLL)
     expect(card.locator(".edited pre")).to_contain_text(ATTACK)

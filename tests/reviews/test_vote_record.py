@@ -34,15 +34,17 @@ def test_a_lone_vote_on_an_expired_two_person_call_stays_on_the_run_page(pending
     row = approvals_row(page, approval)
     assert "nobody (expired)" in row
     assert '<td class="votes"><span class="who">rita</span> approve</td>' in row
-    assert ('Votes cast before it expired (2 needed): <strong class="who">rita</strong> approve (“looks right”)'
-            in page)
+    assert 'Votes cast before it expired (2 needed): <strong class="who">rita</strong> approve (“looks right”)' in page
 
 
 def test_votes_on_arguments_edited_afterwards_stay_on_the_record(pending, rita, rob, as_user, drive) -> None:
     approval = pending(SCRIPT, policy={"rules": [TWO_PEOPLE]})
     approval_decide(approval_id=approval.pk, user=rita, decision="approve")  # for the agent's arguments
     edited = approval_decide(
-        approval_id=approval.pk, user=rob, decision="approve", args={"entry": "pay ACME 90"},
+        approval_id=approval.pk,
+        user=rob,
+        decision="approve",
+        args={"entry": "pay ACME 90"},
         args_hash=approval.args_hash,
     ).approval
     approval_decide(approval_id=approval.pk, user=rita, decision="approve", args_hash=edited.args_hash)
@@ -51,7 +53,11 @@ def test_votes_on_arguments_edited_afterwards_stay_on_the_record(pending, rita, 
     page = as_user(rita).get(f"/runs/{run.pk}/").content.decode()
 
     row = approvals_row(page, approval)
-    assert ('<span class="who">rita</span> approve <span class="hint">(on arguments edited afterwards)</span>, '
-            '<span class="who">rob</span> approve, <span class="who">rita</span> approve') in row
-    assert ("Votes on arguments edited afterwards (they did not count for the call as edited): "
-            '<strong class="who">rita</strong> approve') in page
+    assert (
+        '<span class="who">rita</span> approve <span class="hint">(on arguments edited afterwards)</span>, '
+        '<span class="who">rob</span> approve, <span class="who">rita</span> approve'
+    ) in row
+    assert (
+        "Votes on arguments edited afterwards (they did not count for the call as edited): "
+        '<strong class="who">rita</strong> approve'
+    ) in page

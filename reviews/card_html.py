@@ -163,7 +163,7 @@ def _form(card: Card, shared: _Shared) -> str:
         )
     # The call this card shows, by hash: an answer counts only for that call (a stale
     # card is refused with 409 call_changed and comes back with the call as it stands).
-    bound = f'<input type="hidden" name="args_hash" value="{esc(a.args_hash)}">'
+    bound = f'<input type="hidden" name="args_hash" value="{esc(card.args_hash)}">'
     return (
         f'<form class="decide" method="post" action="{urls["approve"]}" hx-target="closest article" '
         'hx-swap="outerHTML" hx-sync="closest .queue-list:queue first" hx-disabled-elt="closest fieldset">\n'
@@ -177,7 +177,7 @@ def _pending(card: Card, shared: _Shared) -> str:
     # `seen`: the call this card shows, so the poll can tell when another reviewer edits it.
     shown = (
         f'<input type="hidden" name="shown" value="{a.pk}">'
-        f'<input type="hidden" name="seen" value="{a.pk}:{esc(a.args_hash)}">'
+        f'<input type="hidden" name="seen" value="{a.pk}:{esc(card.args_hash)}">'
     )
     if not shared.can_decide:
         return shown

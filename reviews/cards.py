@@ -5,6 +5,7 @@ Read-only: decisions go through `agents.actions.approval_decide`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -82,6 +83,11 @@ class Card:
     edit_error: str = ""  # why the reviewer's edited arguments were refused
     edit_text: str = ""  # those arguments, as typed, to correct
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
+
+    @functools.cached_property
+    def args_hash(self) -> str:
+        """The call this card shows, by hash (Approval.args_hash), worked out once a card."""
+        return self.approval.args_hash
 
     @property
     def pending(self) -> bool:

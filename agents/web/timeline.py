@@ -201,6 +201,8 @@ def run_approvals(run: Run) -> list[Approval]:
     # as the statement (0.4 ms against 0.2 ms); the rows are still models.
     approvals = list(Approval.objects.raw(_APPROVALS_SQL, [run.pk]))
     Approval.prefetch_people(approvals)
+    # Every vote, counted or not: the header and the entries keep them on the record.
+    prefetch_related_objects(approvals, "votes")
     return approvals
 
 
@@ -242,8 +244,8 @@ def page(
         approvals = run_approvals(run) if call_ids else []
     # One call can have two approvals (policy, then "outcome unknown" after a crash).
     by_call = {(a.call_id, a.kind): a for a in approvals if a.call_id in call_ids}
-    # An entry lists the votes of a pending approval only, and a run has at most one.
-    prefetch_related_objects([a for a in by_call.values() if a.is_pending], "votes")
+    # The votes the entries list (already read when the caller's run_approvals() did).
+    prefetch_related_objects(list(by_call.values()), "votes")
     for e in entries:
         if not e.call_id:
             continue

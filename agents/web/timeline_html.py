@@ -149,6 +149,36 @@ def _votes(votes: Any) -> str:
     return f'<p class="votes">Votes: {", ".join(shown)}</p>'
 
 
+def _uncounted(e: Entry) -> str:
+    """Votes that decided nothing, kept in view: on an expiry, the round's votes that
+    were too few; on a decision or an expiry, votes cast on arguments edited since."""
+    a = e.approval
+    if a is None:
+        return ""
+    record = a.vote_record()
+    lines = []
+    earlier = [r.vote for r in record if not r.counts]
+    if earlier:
+        lines.append(
+            '<p class="votes votes-earlier">Votes on arguments edited afterwards (they did not count for the call '
+            f"as edited): {_named(earlier)}</p>"
+        )
+    if e.t.kind == "expiry":
+        current = [r.vote for r in record if r.counts]
+        if current:
+            lines.append(
+                f'<p class="votes votes-expired">Votes cast before it expired ({a.required} needed): {_named(current)}</p>'
+            )
+    return "\n".join(lines)
+
+
+def _named(votes: list[Any]) -> str:
+    return ", ".join(
+        f'<strong class="who">{esc(v.by_name)}</strong> {esc(v.decision)}' + (f" (“{esc(v.note)}”)" if v.note else "")
+        for v in votes
+    )
+
+
 def _compaction(c: dict[str, Any]) -> str:
     folded = ", ".join(f"<code>{esc(i)}</code>" for i in c.get("folded") or ())
     return (
@@ -243,6 +273,10 @@ def _body(e: Entry, tz: tzinfo) -> list[str]:
     if expiry:
         then = "the run's policy fails the run" if expiry["on_expiry"] == "fail" else "the agent was told and goes on"
         out.append(f'<p class="flag flag-expired">Approval expired: {esc(expiry["reason"])}; {then}.</p>')
+    if decision or expiry:
+        uncounted = _uncounted(e)
+        if uncounted:
+            out.append(uncounted)
     if e.reason and not expiry:
         muted = "flag-muted" if t.to_state == "cancelled" else "flag-error"
         out.append(f'<p class="flag {muted}">{esc(e.reason)}</p>')

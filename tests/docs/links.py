@@ -25,7 +25,7 @@ def documents() -> list[Path]:
     return [BASE / "README.md", *sorted((BASE / "docs").glob("*.md"))]
 
 
-def _prose(path: Path) -> list[tuple[int, str]]:
+def prose(path: Path) -> list[tuple[int, str]]:
     """The file's lines outside fenced code blocks, numbered from 1."""
     lines, fenced = [], False
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -53,7 +53,7 @@ def anchors(path: Path) -> set[str]:
     and explicit <a name|id>."""
     found: set[str] = set()
     seen: dict[str, int] = {}
-    for _, line in _prose(path):
+    for _, line in prose(path):
         found.update(HTML_ANCHOR.findall(line))
         heading = HEADING.match(line)
         if heading is None:
@@ -69,7 +69,7 @@ def links(path: Path) -> list[tuple[int, str]]:
     """(line, target) of every link and image in the file's prose; inline code spans are
     not links."""
     out = []
-    for number, line in _prose(path):
+    for number, line in prose(path):
         text = CODE_SPAN.sub("", line)
         out.extend((number, target) for target in INLINE.findall(text))
         ref = REFERENCE.match(text)

@@ -74,6 +74,7 @@ def test_an_operator_sees_servers_but_cannot_change_what_they_run(changed: McpTo
     client = client_for(staff("otto", "operator"), csrf=False)
     server = changed.server
     assert client.get(f"/admin/agents/mcpserver/{server.pk}/change/").status_code == 200
+    assert "Sync tools from the selected servers" in client.get("/admin/agents/mcpserver/").content.decode()
     client.post(f"/admin/agents/mcpserver/{server.pk}/change/",
                 {"transport": "stdio", "command": "rm -rf /", "url": "", "env": "{}", "headers": "{}",
                  "timeout_seconds": "30", "enabled": "on"})

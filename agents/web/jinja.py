@@ -3,7 +3,8 @@ today; the queue's cards and the timeline's entries next), rendered through Djan
 `jinja2` backend (TEMPLATES in config/settings.py, templates in each app's `jinja2/`).
 
 A fragment sees only what is put here: the formatting helpers of agents/web/formatting.py
-and a few of Django's as filters, `url` for `{% url %}`. No Django template tags, and no
+and a few of Django's as filters (`truncatechars`, `localtime`, `pluralize`), `url` for
+`{% url %}`. No Django template tags, and no
 `request` unless a caller passes one. Filters, not functions or methods, because a
 filter is a direct call in the compiled template and a call goes through the context:
 `{{ 'run_detail'|url(run.pk) }}`, `{{ when|strftime('%H:%M') }}`.
@@ -32,7 +33,7 @@ from django.utils.text import Truncator
 from jinja2 import Environment, StrictUndefined
 
 from agents.web import formatting
-from agents.web.markup import url_for
+from agents.web.markup import plural, url_for
 
 
 def fragment(name: str, context: dict[str, Any]) -> SafeString:
@@ -81,5 +82,6 @@ def environment(**options: Any) -> Environment:
         isoformat=isoformat,
         strftime=strftime,
         url=url,
+        pluralize=plural,  # |pluralize('y,ies'), as Django's |pluralize:"y,ies"
     )
     return env

@@ -149,5 +149,7 @@ def test_pages_come_from_the_django_engine_and_fragments_from_jinja2(shown) -> N
     # Escaped unless a template says otherwise, and a misspelt name raises.
     hostile = "<i>&</i>"
     assert jinja.from_string("{{ v }}|{{ v|safe }}").render({"v": hostile}) == f"{esc(hostile)}|{hostile}"
+    plural = jinja.from_string("{{ n }} entr{{ n|pluralize('y,ies') }}, {{ n }} run{{ n|pluralize }}")
+    assert [plural.render({"n": n}) for n in (0, 1, 2)] == ["0 entries, 0 runs", "1 entry, 1 run", "2 entries, 2 runs"]
     with pytest.raises(UndefinedError, match="runz"):
         jinja.from_string("{{ runz }}").render({})

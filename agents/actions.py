@@ -224,13 +224,9 @@ def approval_decide(
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    allowed = decisions.allowed(approval.kind)
-    if decision not in allowed:
-        raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
-    if args is not None and decision != "approve":
-        raise ActionError("invalid_decision", "only an approval can change the arguments")
-    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
-        raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
+    refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
+    if refused is not None:
+        raise ActionError(*refused)
     if access.duties_separated(user, approval.run):
         raise ActionError(
             "separation_of_duties",

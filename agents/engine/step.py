@@ -301,13 +301,9 @@ def decide(
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
     kind = state.approval["kind"]
-    allowed = decisions.allowed(kind)
-    if decision not in allowed:
-        raise ValueError(f"a {kind} approval takes {' or '.join(allowed)}, not {decision!r}")
-    if edit is not None and decision != "approve":
-        raise ValueError("only an approval can edit the arguments")
-    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
-        raise ValueError("remember takes 'call' or 'tool', and only with approve")
+    refused = decisions.refusal(kind, decision, edits=edit is not None, remember=remember)
+    if refused is not None:
+        raise ValueError(refused[1])
     call = state.current_call
     new = state.copy()
     new.approval = None

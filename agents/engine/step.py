@@ -423,7 +423,7 @@ def _compact(state: RunState, deps: Deps) -> Outcome | None:
     return _move(new, PLANNING, Move(PLANNING, PLANNING, "compact", detail))
 
 
-def _call_model(state: RunState, deps: Deps) -> Outcome:
+def _call_model(state: RunState, deps: Deps) -> Outcome | None:
     specs = _offered(state, deps)
     started = time.monotonic()
     prompt = context.prompt(state.messages, state.folded_before or 0)

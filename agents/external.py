@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents import access
+from agents import access, broker
 from agents.actions import ActionError, actor_name
 from agents.engine import states
 from agents.engine import step as engine
@@ -177,12 +177,13 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
         call_id = f"ext_{state.model_calls}"
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
         after, t = _step_decision(run, user, decision)
+        proposed = None
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
         elif t is not None and "verdict" in t.detail:
             verdict = t.detail["verdict"]
             current = after.current_call if after.current_call and after.current_call["id"] == call_id else None
-            ClientCall.objects.create(
+            proposed = ClientCall.objects.create(
                 run=run, call_id=call_id, fingerprint=fp, tool=tool, args=args,
                 key=current["key"] if current else idempotency_key(run.pk, after.steps, tool, args),
                 client=bool(current and current.get("client")), verdict=verdict["action"],
@@ -192,10 +193,14 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
         raise ActionError(invalid["error"], invalid["detail"], status=400)
     if after.state in states.TERMINAL:
         raise _ended(run)
-    proposed = ClientCall.objects.get(run=run, call_id=call_id)
+    if proposed is None:  # the engine took no decision (cannot happen in planning): say so, not 500
+        raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
     if after.state == states.ACTING and not proposed.client:
-        driver.drive(run.pk)
-    run.refresh_from_db()
+        run = driver.drive(run.pk)
+        if run.state == states.ACTING and run.lease_owner is None:
+            # A worker held the lease when we tried (and may have let go before seeing
+            # the call): wake one rather than wait for the sweeper's idle check.
+            broker.wake_run(run.pk)
     return _answer(proposed, run)
 
 

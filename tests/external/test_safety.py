@@ -177,3 +177,22 @@ def test_the_step_budget_ends_the_run_failed_naming_the_limit(api, external_run)
     assert over.data["detail"]["state"] == "failed" and "max_steps 3" in over.data["detail"]["error"]
     run = Run.objects.get(pk=run_id)
     assert run.state == "failed" and "max_steps" in run.error
+
+
+@pytest.mark.django_db
+def test_an_unsafe_registry_call_cut_off_mid_run_asks_a_human_whether_it_happened(api, external_run) -> None:
+    run_id = external_run(policy={"rules": [ASK_LEDGER]})
+    held = propose(api, run_id, "ledger_write_unsafe", entry="pay ACME 100").data
+    approve(api, held)
+    # The process running the tool died after marking the intent started, before the result.
+    assert ToolCall.objects.filter(run_id=run_id, status="intended").update(status="started", attempts=1) == 1
+    driver.drive(run_id)  # the sweeper's wake-up: a worker resumes the run
+
+    told = api("lena").get(f"/api/runs/{run_id}/calls/{held['key']}").data
+    assert told["status"] == "pending" and told["approval"]["kind"] == "outcome_unknown"
+    assert LedgerEntry.objects.count() == 0  # nothing ran again on its own
+    api("rita").post(f"/api/approvals/{told['approval']['id']}/decision",
+                     {"decision": "happened", "note": "the bank shows the payment"})
+    done = api("lena").get(f"/api/runs/{run_id}/calls/{held['key']}").data
+    assert done["status"] == "succeeded" and done["result"]["result"] == "the bank shows the payment"
+    assert Run.objects.get(pk=run_id).state == "planning"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from agents import access, broker
 from agents.actions import ActionError, actor_name
@@ -121,12 +122,14 @@ def _deps(run: Run, decision: Decision | None) -> tuple[Deps, ExternalClient]:
     return Deps(model=client, registry=registry_for(run.profile), journal=driver.StoreJournal(run)), client
 
 
-def _step_decision(run: Run, user: Any, decision: Decision) -> tuple[engine.RunState, engine.Move | None]:
-    """Step the locked run until the client's decision is taken (or the run ends): a
-    queued run is picked up first, a run over its context budget folds first. Returns
-    the state after and the transition that took the decision (None if none did)."""
+def _step_decision(
+    run: Run, state: engine.RunState, user: Any, decision: Decision
+) -> tuple[engine.RunState, engine.Move | None]:
+    """Step the locked run from `state` until the client's decision is taken (or the
+    run ends): a queued run is picked up first, a run over its context budget folds
+    first. Returns the state after and the transition that took the decision (None if
+    none did)."""
     deps, client = _deps(run, decision)
-    state = store.load(run)
     for _ in range(4):
         outcome = engine.step(state, deps)
         if outcome is None:
@@ -176,7 +179,7 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
         call_id = f"ext_{state.model_calls}"
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
-        after, t = _step_decision(run, user, decision)
+        after, t = _step_decision(run, state, user, decision)
         proposed = None
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
@@ -207,12 +210,12 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
 def _identical(run: Run, fp: str) -> ClientCall | None:
     """The run's earlier call identical to this one: proposed as such, or the call a
     reviewer's edit turned into this one (its journal entry has the fingerprint)."""
-    same = ClientCall.objects.filter(run=run, fingerprint=fp).order_by("-pk").first()
-    if same is None:
-        ran = ToolCall.objects.filter(run=run, fingerprint=fp).order_by("-pk").values_list("call_id", flat=True).first()
-        if ran is not None:
-            same = ClientCall.objects.filter(run=run, call_id=ran).first()
-    return same
+    edited_into = ToolCall.objects.filter(run=run, fingerprint=fp).values("call_id")
+    return (
+        ClientCall.objects.filter(run=run)
+        .filter(Q(fingerprint=fp) | Q(call_id__in=edited_into))
+        .order_by("-pk").first()
+    )
 
 
 def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
@@ -227,10 +230,12 @@ def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
 def _answer(call: ClientCall, run: Run) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
     for this call) and its journal entry."""
-    approval = (
-        Approval.objects.select_related("decided_by").prefetch_related("votes")
-        .filter(run_id=call.run_id, call_id=call.call_id).order_by("-pk").first()
-    )
+    approval = None
+    if not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
+        approval = (
+            Approval.objects.select_related("decided_by").prefetch_related("votes")
+            .filter(run_id=call.run_id, call_id=call.call_id).order_by("-pk").first()
+        )
     journal = (
         ToolCall.objects.filter(run_id=call.run_id, call_id=call.call_id)
         .order_by("-pk").values("status", "result", "args").first()
@@ -327,8 +332,9 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
         else:
             detail = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
             outcome = ToolOutcome(ok=False, error="client_error", detail=detail[:2000])
-        deps, _client = _deps(run, None)
-        after, t = engine.report(state, deps.registry.get(call.tool), outcome)
+        # The client tool's own spec (its `returns` taints); no registry needed.
+        spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
+        after, t = engine.report(state, spec, outcome)
         store.commit(run, state, after, t, actor=actor_name(user))
     return _answer(call, run)
 
@@ -351,7 +357,7 @@ def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run
         state = store.load(run)
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
-        after, _t = _step_decision(run, user, Decision(final=answer, usage=parsed_usage))
+        after, _t = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
     if after.state != states.DONE:
         raise _ended(run)
     return run

@@ -159,3 +159,16 @@ def test_a_client_tool_named_like_a_registered_tool_cannot_launch(api, defaults)
     response = api("lena").post("/api/runs", {"agent": "clash", "task": "t"})
     assert response.status_code == 409 and response.data["error"] == "invalid_profile"
     assert "echo" in response.data["detail"] and not Approval.objects.exists()
+
+
+def test_a_model_driven_run_takes_no_proposals_and_a_finished_run_no_second_answer(api, launch, users, external_run) -> None:
+    scripted = launch([{"final": "hi"}], user=users["lena"])
+    response = propose(api, scripted.pk, "echo", text="x")
+    assert response.status_code == 409 and response.data["error"] == "not_external"
+    run_id = external_run()
+    assert api("lena").post(f"/api/runs/{run_id}/finish", {"answer": "done"}).data["state"] == "done"
+    again = api("lena").post(f"/api/runs/{run_id}/finish", {"answer": "done"})
+    assert again.status_code == 200 and again.data["answer"] == "done"
+    other = api("lena").post(f"/api/runs/{run_id}/finish", {"answer": "something else"})
+    assert other.status_code == 409 and other.data["error"] == "run_ended"
+    assert Run.objects.get(pk=run_id).transitions.filter(to_state="done").count() == 1

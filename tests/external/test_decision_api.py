@@ -56,3 +56,15 @@ def test_finish_ends_the_run_done_with_the_answer_and_its_usage(api, external_ru
     assert (response.data["state"], response.data["answer"], response.data["tokens"]) == ("done", "ledger tidied", 175)
     assert verify.verify_run(Run.objects.get(pk=run_id)) == []
     assert LedgerEntry.objects.count() == 0
+
+
+def test_the_call_schema_names_the_keys_of_a_real_answer(api, external_run) -> None:
+    """The schema drops what it does not name: hold it to what call_propose answers."""
+    from agents import external
+    from agents.api.schemas import CallOut
+
+    run_id = external_run()
+    answer = api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "echo", "args": {"text": "x"}}).data
+    real = external.call_status(run_id=run_id, key=answer["key"], user=Run.objects.get(pk=run_id).created_by)
+    assert list(CallOut.model_fields) == list(real.to_dict()) == list(answer)
+    assert set(answer) >= {"key", "tool", "args", "verdict", "reason", "rule", "approval", "status", "result"}

@@ -135,7 +135,12 @@ def _step_decision(
         if outcome is None:
             break
         after, t = outcome
-        store.commit(run, state, after, t, actor=actor_name(user))
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user))
+        except store.StaleRun:
+            # Cannot happen while we hold the run's lock (every commit of a run updates
+            # that row); should a change make it possible, the client retries, no 500.
+            raise ActionError("busy", f"run {run.pk} moved meanwhile; try again", status=409) from None
         state = after
         if client.decision is None and t.kind == "model":
             return state, t

@@ -4,6 +4,7 @@ sweeper does not wake it, and its deadline still ends it."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
 from django.utils import timezone
@@ -57,3 +58,20 @@ def test_the_sweeper_fails_an_external_run_past_its_deadline(api, external_run) 
     assert run.state == "failed" and "deadline" in run.error
     late = api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "echo", "args": {"text": "late"}})
     assert late.status_code == 409 and late.data["error"] == "run_ended"
+
+
+
+def test_launch_wait_returns_once_an_external_run_rests_for_its_client(profile, lena, monkeypatch) -> None:
+    from django.core.management import call_command
+
+    from agents.runs import evals
+
+    def no_waiting(seconds: float) -> None:
+        raise AssertionError("launch --wait waited for a run that only its client moves")
+
+    monkeypatch.setattr(evals.time, "sleep", no_waiting)
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("launch", "--agent", "ext", "--task", "t", "--user", "lena", "--wait", stdout=out)
+    assert exited.value.code == 3
+    assert out.getvalue().startswith("run ") and ": planning" in out.getvalue()

@@ -4,8 +4,6 @@ once while the client long-polls for the result."""
 
 from __future__ import annotations
 
-import pytest
-
 from agents.models import LedgerEntry, Run
 from agents.runs.verify import verify_run
 from tests.helpers import state_of, wait_for

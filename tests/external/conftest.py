@@ -11,22 +11,7 @@ from django.contrib.auth.models import User
 
 from agents.models import AgentProfile
 from agents.tokens import token_create
-from tests.helpers import Api
-
-# A client tool: the agent's own code writes to its CRM; Airlock decides and records.
-CRM_UPDATE = {
-    "name": "crm_update",
-    "description": "Update a customer's record in the team's CRM",
-    "schema": {
-        "type": "object",
-        "properties": {"customer": {"type": "string"}, "note": {"type": "string"}},
-        "required": ["customer", "note"],
-        "additionalProperties": False,
-    },
-    "risk": "write",
-    "returns": "internal",
-    "retry_safety": "unsafe",
-}
+from tests.helpers import CRM_UPDATE, Api
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from django.db import connection
 
 from agents import actions, external
 from agents.models import AgentProfile, Approval, Run
+from tests.helpers import CRM_UPDATE
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +173,12 @@ def test_a_model_driven_run_takes_no_proposals_and_a_finished_run_no_second_answ
     other = api("lena").post(f"/api/runs/{run_id}/finish", {"answer": "something else"})
     assert other.status_code == 409 and other.data["error"] == "run_ended"
     assert Run.objects.get(pk=run_id).transitions.filter(to_state="done").count() == 1
+
+
+def test_a_profile_offering_every_tool_offers_its_client_tools_and_asks_as_told(api, defaults) -> None:
+    AgentProfile.objects.create(name="open", provider="external", client_tools=[CRM_UPDATE], tools=None,
+                                always_ask_tools=["crm_update"])
+    run_id = api("lena").post("/api/runs", {"agent": "open", "task": "t"}).data["id"]
+    assert propose(api, run_id, "echo", text="x").data["status"] == "succeeded"
+    held = propose(api, run_id, "crm_update", customer="A", note="n").data
+    assert (held["verdict"], held["status"], held["client_tool"]) == ("ask", "pending", True)

@@ -13,7 +13,7 @@ from django.db import connection
 
 from agents import actions, external
 from agents.models import AgentProfile, Approval, Run
-from tests.helpers import CRM_UPDATE
+from tests.helpers import CRM_UPDATE, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -107,6 +107,7 @@ def test_usage_feeds_tokens_and_cost_and_a_call_without_it_marks_cost_unknown(ap
     assert Run.objects.get(pk=other).cost_unknown is True
 
 
+@requires_postgres()  # Django never closes an in-memory SQLite database's connection
 @pytest.mark.django_db(transaction=True)  # the waiter polls from its own thread and connection
 def test_a_long_poll_returns_the_decision_and_holds_no_connection_while_it_waits(
     api, users, external_run, monkeypatch

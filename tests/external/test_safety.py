@@ -14,7 +14,7 @@ from django.core.management import call_command
 from agents import external
 from agents.models import Approval, ClientCall, LedgerEntry, Run, ToolCall
 from agents.runs import driver, verify
-from tests.helpers import PLANTED, at_once
+from tests.helpers import PLANTED, at_once, requires_postgres
 
 ASK_LEDGER = {"tool": "ledger_write_unsafe", "then": "ask", "reason": "a human signs the ledger"}
 ASK_CRM = {"tool": "crm_update", "then": "ask", "reason": "a human reads CRM notes first"}
@@ -88,6 +88,7 @@ def test_ten_identical_retries_of_a_pending_call_run_the_tool_once(api, external
     assert Run.objects.get(pk=run_id).state == "planning"
 
 
+@requires_postgres()  # row locks: SQLite has none to queue the racing proposals on
 @pytest.mark.django_db(transaction=True)  # racing clients: each thread has its own connection
 def test_two_clients_racing_on_one_run_execute_the_tool_once(users, external_run) -> None:
     run_id = external_run()

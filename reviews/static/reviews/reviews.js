@@ -123,6 +123,22 @@
     if (!active || active === document.body || !active.isConnected) next.focus();
   }
 
+  // Untrusted text sits in a box of limited height; on a narrow screen the highlighted
+  // instruction can fall below its fold. Each box new on the page is scrolled once so
+  // its first highlighted passage shows, with a line of what precedes it.
+  function revealSuspects() {
+    document.querySelectorAll("pre.untrusted-text:not([data-revealed])").forEach(function (box) {
+      const mark = box.querySelector("mark.suspect");
+      if (!mark || !box.clientHeight) return;
+      box.dataset.revealed = "1";
+      const top = mark.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+      const line = parseFloat(window.getComputedStyle(box).lineHeight) || 20;
+      if (top + mark.offsetHeight > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, top - line);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", revealSuspects);
+  document.addEventListener("htmx:afterSettle", revealSuspects);
+
   document.addEventListener("htmx:afterSettle", function () { refocus(true); focusAppended(); });
   document.addEventListener("htmx:afterRequest", function (event) {
     if (event.detail.failed) window.setTimeout(function () { refocus(false); }, 0);

@@ -34,3 +34,25 @@ def test_tighter_policy_box_shows_for_the_demo_agent(defaults, new_page, login) 
     first = run.policy()["rules"][0]
     assert (first["origin"], first["tool"], first["then"]) == ("launch", "kb_search", "deny")
     assert not watch.console_errors, watch.console_errors
+
+
+def test_escape_leaves_the_note_box_and_the_keys_work_again(new_page, login, pending) -> None:
+    person("rita", "reviewer")
+    approval = pending()
+    page, watch = new_page()
+    login(page, "rita", PASSWORD)
+    page.goto("/reviews/")
+    card = page.locator(f'[data-approval-id="{approval.pk}"]')
+    expect(card).to_be_visible()
+    page.keyboard.press("j")
+    page.keyboard.press("n")
+    note = card.get_by_label("Note to the agent")
+    expect(note).to_be_focused()
+    page.keyboard.type("not to everyone")
+    page.keyboard.press("Escape")
+    expect(card).to_be_focused()
+    page.keyboard.press("r")
+    expect(card.locator(".decision")).to_contain_text("Rejected by rita")
+    decided = Approval.objects.get(pk=approval.pk)
+    assert (decided.status, decided.note) == ("rejected", "not to everyone")
+    assert not watch.console_errors, watch.console_errors

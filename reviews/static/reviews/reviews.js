@@ -1,7 +1,7 @@
 // The review queue's keyboard and clock. No inline handlers: a strict CSP holds.
 // j / k: focus the next / previous card; in the focused card, a: Approve, r: Reject,
-// n: the note field. The keys act only on the card holding focus, and the
-// "Single-key shortcuts" switch turns them off (remembered in this browser).
+// n: the note field, Esc: back from a field to its card. The keys act only on the
+// card holding focus, and the "Single-key shortcuts" switch turns them off (remembered in this browser).
 // The server decides every answer; these keys only click the card's real buttons.
 (function () {
   "use strict";
@@ -29,6 +29,16 @@
       if (toggle.checked) window.localStorage.removeItem(OFF);
       else window.localStorage.setItem(OFF, "1");
     });
+  });
+
+  // Esc leaves a field of a card (the note, the edited arguments) for the card itself,
+  // so the single keys act again; the text typed stays in the field.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || !typing(event.target)) return;
+    const card = event.target.closest("#queue-list .card");
+    if (!card) return;
+    event.preventDefault();
+    card.focus({ preventScroll: true });
   });
 
   document.addEventListener("keydown", function (event) {

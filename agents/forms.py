@@ -74,8 +74,8 @@ def _json_or_none(text: str) -> Any:
 
 class LaunchForm(forms.Form):
     agent = forms.ChoiceField(label="Agent profile", widget=forms.RadioSelect)
-    # Not `required`: run_launch owns the rule and its wording.
-    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=20_000)
+    # Neither `required` nor `max_length`: run_launch owns those rules and their wording.
+    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
     approver = forms.ChoiceField(
         choices=[("human", "a human reviewer approves risky calls"), ("none", "no approver: risky calls are denied")],
         initial="human",

@@ -345,8 +345,9 @@ def send_digest(*, now: dt.datetime | None = None) -> int:
         waiting = list(Approval.objects.filter(pk__in=ids).pending().order_by("created_at", "pk"))
         to = digest_recipients() if waiting else []
         if to:
-            subject = f"Airlock: {len(waiting)} tool call{'s' if len(waiting) != 1 else ''} waiting for review"
-            lines = [f"{len(waiting)} tool call(s) wait for a reviewer:", ""]
+            n = len(waiting)
+            subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
+            lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
             for a in waiting:
                 url = f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{a.pk}"
                 lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {url}", ""]

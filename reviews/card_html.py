@@ -76,7 +76,7 @@ def quorum(q: Quorum, *, oob: bool = False) -> SafeString:
     swap = ' hx-swap-oob="true"' if oob else ""
     return mark_safe(
         f'<p class="quorum" id="approval-{q.pk}-quorum"{swap}>'
-        f'<strong class="count">{q.approvals} of {q.required} approval{plural(q.required)}</strong>'
+        f'<strong class="count">{q.approvals} of {q.required} approvals</strong>'
         f"{': ' + votes if votes else ''}</p>"
     )
 
@@ -248,8 +248,12 @@ def _card(card: Card, shared: _Shared) -> str:
         which = "(the interrupted call)"
     elif edited:
         which = "(as the agent proposed them)"
-    else:
+    elif pending:
         which = "(exactly what will run)"
+    elif a.status == "approved":
+        which = "(as approved)"
+    else:
+        which = "(as the agent proposed them; not run)"
     edit = ""
     if edited:
         edit = (

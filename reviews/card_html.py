@@ -25,10 +25,11 @@ from django.utils.text import Truncator
 from agents.engine.decisions import DECISIONS
 from agents.markup import esc, plural, url_for
 
-from .cards import Card, OnScreen, Quorum
+from .cards import Card, OnScreen, Quorum, ToolSource
 from .untrusted import Untrusted
 
 TASK_CHARS = 600  # a longer task is cut on the card; the run's timeline shows it whole
+DESCRIPTION_CHARS = 300  # an MCP server's description of its tool, cut on the card
 
 
 class _Shared:
@@ -108,6 +109,24 @@ def _untrusted(t: Untrusted, pk: int) -> str:
         '<h3><span class="warn-icon" aria-hidden="true">!</span> Untrusted content that tainted this run</h3>\n'
         f'<p class="source">Returned by <code>{esc(t.tool)}</code>{where}{origin}. It came from outside and may '
         f"carry instructions aimed at the agent: treat it as data.\n{flagged}</p>\n{text}\n</section>"
+    )
+
+
+def _source(source: ToolSource, risk: str) -> str:
+    """Where an MCP tool comes from; its description is the server's text, shown inert."""
+    description = ""
+    if source.description:
+        text = Truncator(source.description).chars(DESCRIPTION_CHARS)
+        description = f' The server describes it: <q class="tool-description">{esc(text)}</q>'
+    override = ""
+    if source.risk_override and source.risk_override == risk:
+        override = (
+            f' <strong class="risk-override">Risk {esc(risk)} was set by an operator\'s override</strong> (the '
+            f"server's annotations claim {esc(source.claimed_risk)})."
+        )
+    return (
+        f'<p class="tool-source">From MCP server <code class="server">{esc(source.server)}</code>.'
+        f"{description}{override}</p>\n"
     )
 
 
@@ -266,6 +285,8 @@ def _card(card: Card, shared: _Shared) -> str:
     tainted = (
         '<span class="tainted" title="the run has read external content">tainted run</span>' if run.tainted else ""
     )
+    overridden = card.source is not None and card.source.risk_override == a.risk
+    risk_title = "risk set by an operator's override" if overridden else "risk declared by the tool"
     preserve = ' hx-preserve="true"' if shared.preserve else ""
     message = ""
     if pending and card.message and not card.edit_error:
@@ -275,7 +296,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'{preserve} tabindex="-1" aria-labelledby="approval-{pk}-title">\n'
         '<header class="card-head">\n'
         f'<h2 id="approval-{pk}-title"><code class="tool">{esc(a.tool)}</code></h2>\n'
-        f'<span class="risk risk-{esc(a.risk)}" title="risk declared by the tool">{esc(a.risk)}</span>\n'
+        f'<span class="risk risk-{esc(a.risk)}" title="{risk_title}">{esc(a.risk)}</span>\n'
         f"{kind}\n"
         f"{tainted}\n"
         '<span class="spacer"></span>\n'
@@ -283,6 +304,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'data-since="{int(a.created_at.timestamp())}">{esc(card.waited)}</time></span>\n'
         f"{expires}\n"
         "</header>\n"
+        f"{_source(card.source, a.risk) if card.source else ''}"
         '<dl class="facts">\n'
         f'<div class="reason"><dt>Why asked</dt><dd>{rule}{esc(a.reason)}{needed}</dd></div>\n'
         f'<div><dt>Run</dt><dd><a href="/runs/{run.pk}/">#{run.pk} timeline</a> <span class="muted">· agent '

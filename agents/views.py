@@ -128,8 +128,15 @@ def runs(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "agents/runs.html",
-        {"form": form, "rows": rows, "older": older, "newer": newer, "agents": agents, "filtered": bool(base),
-         "problems": problems},
+        {
+            "form": form,
+            "rows": rows,
+            "older": older,
+            "newer": newer,
+            "agents": agents,
+            "filtered": bool(base),
+            "problems": problems,
+        },
         status=400 if problems else 200,
     )
 

@@ -7,8 +7,8 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.core.serializers.json import DjangoJSONEncoder
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI

@@ -202,8 +202,11 @@ INVALID = [
     ("a script for the demo agent", launch_body(agent="demo"), "invalid_script"),
     ("an empty script for the scripted agent", launch_body(script=[]), "invalid_script"),
     ("no script for the scripted agent", {"agent": "scripted", "task": "t"}, "invalid_script"),
-    ("a launch rule for a tool the agent lacks",
-     launch_body(policy={"rules": [{"tool": "refund", "then": "deny", "reason": "no refunds"}]}), "invalid_policy"),
+    (
+        "a launch rule for a tool the agent lacks",
+        launch_body(policy={"rules": [{"tool": "refund", "then": "deny", "reason": "no refunds"}]}),
+        "invalid_policy",
+    ),
 ]
 
 

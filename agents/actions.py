@@ -140,10 +140,11 @@ def _launch(
     if launch_rules or (tools and any(name.endswith("__*") for name in tools)):
         from agents.tools import registry
 
+        offered = registry()
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
-        tools = registry().expand(tools)
+        tools = offered.expand(tools)
         try:
-            engine_policy.check_rule_tools(launch_rules, tools or registry().names(), field="policy.rules")
+            engine_policy.check_rule_tools(launch_rules, tools or offered.names(), field="policy.rules")
         except engine_policy.PolicyError as exc:
             raise ActionError("invalid_policy", str(exc)) from None
     state = engine.new_run(

@@ -19,7 +19,7 @@ migrate: $(STAMP)
 
 # migrate, then the demo data (seed), static files into var/static (whitenoise serves
 # them; the server runs with DEBUG off), then scripts/run.py: web + worker + beat in the
-# foreground; Ctrl-C stops all three.
+# foreground, each restarted with a back-off if it dies; Ctrl-C stops all three.
 run: seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) scripts/run.py

@@ -13,8 +13,8 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents import rows
 from agents.models import Approval, Run
+from agents.runs import rows
 
 REVIEWER, OPERATOR, LAUNCHER = "reviewer", "operator", "launcher"
 MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
@@ -71,10 +71,10 @@ def can_read_run(user: Any, run: Run) -> bool:
 class RunHidden(Http404):
     """A run that exists but is not this user's to read. It is answered exactly like a
     run that does not exist (404, the same detail), so ids of others' runs leak nothing;
-    only the denial log line (agents.middleware.denied) tells the two apart."""
+    only the denial log line (agents.ops.middleware.denied) tells the two apart."""
 
 
-# Every timeline request and poll reads this: written out (agents/rows.py), it costs a
+# Every timeline request and poll reads this: written out (agents/runs/rows.py), it costs a
 # third of the queryset. The script is the scripted client's input, which no reader
 # shows; it grows with the run (28 kB for 500 calls) and decoding it was a fifth of
 # loading the run.

@@ -13,13 +13,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents import access, faults, store, telemetry
+from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
+from agents.ops import telemetry
+from agents.runs import driver, sanitize, store
 
 
 class ActionError(Exception):
@@ -38,10 +40,7 @@ def actor_name(user: Any) -> str:
 
 def _after_commit(run_id: int) -> None:
     # Wake a worker once the rows are visible; the sweeper covers a lost wake-up.
-    # Imported here: the tasks module imports the store, which actions also imports.
-    from agents import tasks
-
-    transaction.on_commit(lambda: tasks.wake(run_id))
+    transaction.on_commit(lambda: broker.wake_run(run_id))
 
 
 def run_launch(
@@ -49,7 +48,7 @@ def run_launch(
     agent: str | AgentProfile,
     task: str,
     user: Any = None,
-    approver: str = "human",
+    approver: str = engine_policy.HUMAN,
     limits: dict[str, Any] | None = None,
     script: Any = None,
     policy: dict[str, Any] | None = None,
@@ -113,8 +112,8 @@ def _launch(
         raise ActionError("invalid_task", "the task must be non-empty text")
     if len(task) > TASK_MAX_CHARS:
         raise ActionError("invalid_task", f"the task is {len(task):,} characters; at most {TASK_MAX_CHARS:,} are taken")
-    if approver not in ("human", "none"):
-        raise ActionError("invalid_approver", "approver must be 'human' or 'none'")
+    if approver not in engine_policy.APPROVERS:
+        raise ActionError("invalid_approver", f"approver must be one of {', '.join(engine_policy.APPROVERS)}")
     if profile.provider == "scripted":
         if not settings.AIRLOCK_ALLOW_SCRIPTED:
             raise ActionError("scripted_disabled", "scripted runs are off (AIRLOCK_ALLOW_SCRIPTED)", status=403)
@@ -163,7 +162,7 @@ def _launch(
     )
     with transaction.atomic():
         run = Run(
-            profile=profile, task=store.clean(task), created_by=user, approver=approver, script=store.clean(script),
+            profile=profile, task=sanitize.clean(task), created_by=user, approver=approver, script=sanitize.clean(script),
             trace_context=telemetry.new_trace_context(),
         )
         # The id is the run's identity in every idempotency key: take it first.
@@ -174,7 +173,7 @@ def _launch(
     return run
 
 
-Outcome = Literal["decided", "voted", "already_voted", "late"]
+VoteOutcome = Literal["decided", "voted", "already_voted", "late"]
 
 
 @dataclass
@@ -188,7 +187,7 @@ class DecisionResult:
     """
 
     approval: Approval
-    outcome: Outcome
+    outcome: VoteOutcome
 
     @property
     def won(self) -> bool:
@@ -243,7 +242,7 @@ def approval_decide(
             "you launched this run and its policy separates duties: another reviewer must decide",
             status=403,
         )
-    note = store.clean(note or "")
+    note = sanitize.clean(note or "")
     name = user.get_username() if user is not None else (voter or "system")
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("profile").get(pk=approval.run_id)
@@ -252,7 +251,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "late")
         state = store.load(run)
         if args is not None:
-            args = store.clean(args)
+            args = sanitize.clean(args)
             if args != (approval.edited_args if approval.edited_args is not None else approval.args):
                 _edit(approval, state, args, user=user)
         if remember is not None:
@@ -302,7 +301,7 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     from agents.tools import registry
 
     try:
-        verdict = engine.check_edit(state, registry().get(approval.tool), args)
+        verdict = engine.check_edit(state, registry([approval.tool]).get(approval.tool), args)
     except engine.EditRefused as exc:
         raise ActionError(exc.code, exc.detail, status=exc.status) from None
     approval.edited_args = args
@@ -336,15 +335,13 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     run_id = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return False  # answered (or the run ended) since the sweeper listed it
-    run = store.step_once(
-        run_id, owner, lambda run, state: engine.step(state, store.clock_only(run, now if now is not None else time.time()))
+    run = driver.step_once(
+        run_id, owner, lambda run, state: engine.step(state, driver.clock_only(run, now if now is not None else time.time()))
     )
     if run is None:
         return False
     if run.state not in states.TERMINAL:
-        from agents import tasks
-
-        tasks.wake(run_id)
+        broker.wake_run(run_id)
     return True
 
 

@@ -12,7 +12,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from agents import notify
 from agents.models import (
     AgentProfile,
     ApiToken,
@@ -23,6 +22,7 @@ from agents.models import (
     NotificationPreference,
     Webhook,
 )
+from agents.notifications import delivery as notify
 
 
 @admin.register(AgentProfile)
@@ -79,6 +79,12 @@ class McpToolInline(admin.TabularInline):
     def has_add_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         return False  # tools come from a sync
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[McpTool]:
+        # A sync pins at most AIRLOCK_MCP_MAX_TOOLS; removed ones (also those past the
+        # limit, pinned before there was one) stay listed under MCP tools, not here,
+        # so the server's page stays small enough to save.
+        return super().get_queryset(request).exclude(status="removed")
+
     @admin.display(description="server claims")
     def claimed(self, tool: McpTool) -> str:
         return _kind(tool.claimed())
@@ -118,6 +124,13 @@ class McpServerAdmin(admin.ModelAdmin):
             text = f"Synced {len(lines)} tool(s) of {server.name}."
             if changed:
                 text += f" Changed, disabled until accepted: {', '.join(changed)}."
+            invalid = [line.name for line in lines if line.status == "invalid"]
+            if invalid:
+                level = messages.WARNING
+                text += f" Not offered, their input schema is refused: {', '.join(invalid)}."
+            for note in lines.notes:
+                level = messages.WARNING
+                text += f" {note}."
             self.message_user(request, text, level)
 
 
@@ -183,7 +196,7 @@ class McpToolAdmin(admin.ModelAdmin):
                 self.message_user(request, f"Accepted the new definition of {tool.name}.", messages.SUCCESS)
 
 
-# -- notifications (issue #14): webhooks, their deliveries and every attempt ----------
+# -- notifications: webhooks, their deliveries and every attempt ----------
 
 
 def _redacted(url: str) -> str:

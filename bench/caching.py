@@ -30,9 +30,9 @@ PRICES = {"price_input_micros": 3_000_000, "price_output_micros": 15_000_000,
 
 
 def caching_bench(steps: int = STEPS) -> dict[str, Any]:
-    from agents import store
     from agents.actions import run_launch
     from agents.models import AgentProfile
+    from agents.runs import driver
     from tests.llm.provider import FakeProvider, Reply
     from tests.llm.shapes import AnthropicPromptCache, anthropic_check, anthropic_message
 
@@ -57,7 +57,7 @@ def caching_bench(steps: int = STEPS) -> dict[str, Any]:
                                          usage=(1, 40)))
             for i in range(steps - 1)
         ], Reply(body=anthropic_message(text="Answered.", usage=(1, 40))))
-        run = store.drive(run_launch(agent=profile, task="Answer the customer's questions.").pk)
+        run = driver.drive(run_launch(agent=profile, task="Answer the customer's questions.").pk)
         assert run.state == "done", run.error
         usages = [t.payload["usage"] for t in run.transitions.filter(kind="model").order_by("seq")]
     finally:

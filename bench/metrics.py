@@ -30,8 +30,8 @@ TOTALS_SQL = (
 
 
 def _watermark() -> int:
-    from agents.metrics import MARK
     from agents.models import MetricTally
+    from agents.ops.metrics import MARK
 
     return MetricTally.objects.filter(name=MARK).values_list("total", flat=True).first() or 0
 

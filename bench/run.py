@@ -198,10 +198,10 @@ def bench_result(args: dict[str, Any], ctx: Any) -> str:
 
 def bench_deps(run: Any) -> Any:
     """The store's deps for `run`, with the bench tool added to its registry."""
-    from agents import store
     from agents.engine.registry import ToolSpec
+    from agents.runs import driver
 
-    deps = store.deps_for(run)
+    deps = driver.deps_for(run)
     deps.registry.add(
         ToolSpec(
             "bench_result", "Returns about 500 bytes.",
@@ -213,9 +213,9 @@ def bench_deps(run: Any) -> Any:
 
 
 def drive(run: Any) -> Any:
-    from agents import store
+    from agents.runs import driver
 
-    return store.drive(run.pk, deps=bench_deps)
+    return driver.drive(run.pk, deps=bench_deps)
 
 
 # The run's history only grows (append-only tables); the run row itself is rewritten
@@ -251,9 +251,9 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     """
     from django.db import connection
 
-    from agents import verify
     from agents.actions import run_launch
     from agents.models import Message, Run, ToolCall, Transition
+    from agents.runs import verify
 
     profile = bench_profile()
     runs = [run_launch(agent=profile, task=f"bench {n}", script=script_of(n)) for _ in range(max(1, total // n))]

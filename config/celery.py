@@ -11,8 +11,11 @@ from typing import Any
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from .fsbroker import register as register_fsbroker
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+register_fsbroker()  # the embedded default's broker, airlockfs:// (before any connection)
 app = Celery("config")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
@@ -55,7 +58,7 @@ def beat_argv(*, schedule: Path) -> list[str]:
 # requests: a connection lives CONN_MAX_AGE (DB_CONN_MAX_AGE; 0 closes it after every
 # task), and one that errored or fails its health check is replaced. (Settings set
 # CELERY_DB_REUSE_MAX so the fixup's own closing never happens.)
-# (issue #20) With the connection pool (PostgreSQL's default) CONN_MAX_AGE is 0, so
+# With the connection pool (PostgreSQL's default) CONN_MAX_AGE is 0, so
 # every task hands its thread's connection back to the pool when it ends: a threaded
 # worker holds connections for the database work in flight, not for its threads.
 

@@ -3,12 +3,13 @@ checkout work (SQLite under var/, a broker that needs no server, demo data)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from kombu import Queue
 
-from .env import EnvError, env_bool, env_float, env_int, env_list, env_str
+from .env import EnvError, env_bool, env_cidrs, env_float, env_int, env_list, env_positive_float, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("AIRLOCK_VAR_DIR", str(BASE_DIR / "var")))
@@ -50,6 +51,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics are answered first: no session, no login, any Host
+    # (agents/ops/operations.py).
+    "agents.ops.operations.OperationsMiddleware",
+    # A database that is down answers 503, not a 500 page (agents/ops/unavailable.py):
+    # before the rest, so it also covers what the other middleware asks of the database.
+    "agents.ops.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -61,30 +68,40 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
-    "agents.middleware.DenialLogMiddleware",
+    "agents.ops.middleware.DenialLogMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
-# A database that is down answers 503, not a 500 page (agents/unavailable.py): first,
-# so it also covers what the other middleware asks of the database.
-MIDDLEWARE.insert(0, "agents.unavailable.DatabaseUnavailableMiddleware")
-# /healthz, /readyz and /metrics are answered first: no session, no login, any Host
-# (agents/operations.py).
-MIDDLEWARE.insert(0, "agents.operations.OperationsMiddleware")
 
-# Login throttling (django-axes): after AIRLOCK_LOGIN_FAILURE_LIMIT wrong passwords for a
-# username, or from one address, even the right one is refused until an admin unlocks it
-# (`manage.py axes_reset_username NAME`) or AIRLOCK_LOGIN_COOLOFF_HOURS pass.
+# Login throttling (django-axes): AIRLOCK_LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair, and only that pair, for
+# AIRLOCK_LOGIN_COOLOFF_MINUTES (the right password included). Locking an address locked
+# everyone behind it (a proxy: everyone) and locking a username let any stranger lock out
+# the admin. The address is REMOTE_ADDR unless that is one of AIRLOCK_TRUSTED_PROXIES
+# (agents/lockout.py). `manage.py axes_reset_username NAME`, or deleting the access
+# attempt in /admin/, lifts a lockout sooner.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("AIRLOCK_LOGIN_FAILURE_LIMIT", 5)
-AXES_COOLOFF_TIME = env_float("AIRLOCK_LOGIN_COOLOFF_HOURS", 0) or None
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+if AXES_FAILURE_LIMIT < 1:
+    raise EnvError("AIRLOCK_LOGIN_FAILURE_LIMIT must be at least 1")
+if env_str("AIRLOCK_LOGIN_COOLOFF_HOURS", ""):
+    # Its 0 meant "locked until an admin resets it"; refuse it rather than quietly change that.
+    raise EnvError("AIRLOCK_LOGIN_COOLOFF_HOURS is gone: set AIRLOCK_LOGIN_COOLOFF_MINUTES (default 15)")
+AXES_COOLOFF_TIME = timedelta(minutes=env_positive_float("AIRLOCK_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# A try while locked is refused but not counted, so the lockout ends when the page said.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+AXES_CLIENT_IP_CALLABLE = "agents.lockout.client_ip"
+AXES_USERNAME_CALLABLE = "agents.lockout.attempted_username"
+AXES_LOCKOUT_CALLABLE = "agents.lockout.lockout_response"
+# Proxies (addresses or CIDR networks) whose X-Forwarded-For is believed; none by default,
+# so a client cannot name its own address.
+AIRLOCK_TRUSTED_PROXIES = env_cidrs("AIRLOCK_TRUSTED_PROXIES")
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -99,7 +116,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "agents.context_processors.roles",
+                "agents.web.context_processors.roles",
             ],
         },
     }
@@ -112,7 +129,7 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-# -- bounded connections (issue #20) ---------------------------------------------------
+# -- bounded connections: a threaded worker holds few, whatever its threads ------------
 # On PostgreSQL each process shares a psycopg_pool of at most AIRLOCK_DB_POOL_MAX
 # connections among its threads; a thread returns its connection whenever it waits
 # (a model call, a tool, the end of a task). Size it so that
@@ -218,6 +235,12 @@ AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
+# What one MCP sync pins: the first tools by name (OpenAI takes 128 tools per request),
+# each description cut to this many characters (docs/mcp.md#limits).
+AIRLOCK_MCP_MAX_TOOLS = env_int("AIRLOCK_MCP_MAX_TOOLS", 128)
+AIRLOCK_MCP_MAX_DESCRIPTION_CHARS = env_int("AIRLOCK_MCP_MAX_DESCRIPTION_CHARS", 4000)
+if AIRLOCK_MCP_MAX_TOOLS < 1 or AIRLOCK_MCP_MAX_DESCRIPTION_CHARS < 1:
+    raise EnvError("AIRLOCK_MCP_MAX_TOOLS and AIRLOCK_MCP_MAX_DESCRIPTION_CHARS must be at least 1")
 
 # LOG_FORMAT=json: one JSON object per line, with the run id and trace id where known.
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")
@@ -228,16 +251,20 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "agents.logs.JsonFormatter"},
+        "json": {"()": "agents.ops.logs.JsonFormatter"},
     },
-    "filters": {"run": {"()": "agents.logs.RunContextFilter"}},
+    "filters": {"run": {"()": "agents.ops.logs.RunContextFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
-        # The MCP SDK's HTTP client logs every request URL at INFO: noise, and a URL
-        # may carry a credential.
+        # httpx (ours) and httpx2 (the MCP SDK's) log every request URL at INFO, and
+        # httpcore every connection at DEBUG: a Slack webhook URL is a credential, a
+        # webhook path or a fetched URL may carry one. Not even at DEBUG.
+        "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "httpcore2": {"level": "WARNING"},
     },
 }
 
@@ -270,7 +297,7 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
-# -- notifications (issue #14): webhooks and the reviewers' email digest ---------------
+# -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
 AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
 # Webhook receivers on private addresses are refused (as for http_get) unless listed
@@ -330,11 +357,15 @@ else:
     BROKER_DIR = VAR_DIR / "broker"
     for _folder in ("queue", "control"):
         (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://localhost//"
+    # (issue 25) Not the stock "filesystem://": its writers and readers race, and a
+    # half-written file killed the worker. config/fsbroker.py writes atomically and
+    # skips (into broker/bad/) any file it cannot read.
+    CELERY_BROKER_URL = "airlockfs://localhost//"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "control_folder": str(BROKER_DIR / "control"),
+        "bad_folder": str(BROKER_DIR / "bad"),
         "polling_interval": 0.1,
         "visibility_timeout": _VISIBILITY,
     }
@@ -351,7 +382,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # the worker logs through LOGGING abov
 # busy worker's time went to reconnecting, measured by `make bench`);
 # config/celery.py applies Django's CONN_MAX_AGE and health checks instead.
 CELERY_DB_REUSE_MAX = 2**62
-# (issue #20) A run spends its life waiting on a model or a tool, so a worker is a pool
+# A run spends its life waiting on a model or a tool, so a worker is a pool
 # of threads (one process, many runs in flight), not of processes; prefork stays the
 # escape hatch for CPU-bound tools (AIRLOCK_WORKER_POOL=prefork, or `--pool prefork`).
 # docs/deployment.md sizes both.
@@ -390,7 +421,7 @@ CELERY_BEAT_SCHEDULE = {
 # -- operations: metrics and traces -------------------------------------------------
 # GET /metrics answers only a bearer of this token; unset, the endpoint is 404.
 AIRLOCK_METRICS_TOKEN = env_str("AIRLOCK_METRICS_TOKEN", "")
-# A transition is folded into the counters once it is this old (agents/metrics.py).
+# A transition is folded into the counters once it is this old (agents/ops/metrics.py).
 AIRLOCK_METRICS_FOLD_LAG_SECONDS = env_float("AIRLOCK_METRICS_FOLD_LAG_SECONDS", 10.0)
 # OpenTelemetry traces, off unless an OTLP endpoint is set (the standard OTEL_*
 # variables configure the exporter); arguments and results only with CAPTURE_CONTENT.

@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from agents import views as agent_views
-from agents import views_demo
 from agents.api import urlpatterns as api_urlpatterns
+from agents.web import views as agent_views
+from agents.web import views_demo
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
@@ -12,7 +12,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     # Runs: list, timeline, launch, cancel, export.
-    path("", include("agents.urls")),
+    path("", include("agents.web.urls")),
     # The JSON API (django-ninja); its own JSON 404 catches anything else under /api/.
     path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
     # The review queue: a UI over agents' approvals.
@@ -26,4 +26,4 @@ urlpatterns += [
 ]
 
 # A database that is down answers 503 even when the error escaped every middleware.
-handler500 = "agents.unavailable.server_error"
+handler500 = "agents.ops.unavailable.server_error"

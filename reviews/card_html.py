@@ -4,7 +4,7 @@ The queue shows 25 cards; through the template engine each cost about 250 µs (e
 variable, filter, `{% if %}` and `{% url %}` is a node to resolve), most of the page's
 time. Here a card is a few string joins, about 16 µs. Everything a model, a tool or a
 person produced (the task, arguments, reasons, fetched text, notes, names) goes through
-`esc` (agents/markup.py), which escapes it as the template's autoescape did: it stays
+`esc` (agents/web/markup.py), which escapes it as the template's autoescape did: it stays
 inert text. The page around the cards stays in reviews/queue.html, whose `card` partial
 calls this through the `review_card` tag, so an htmx decision still renders
 "reviews/queue.html#card".
@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from agents.engine.decisions import DECISIONS
-from agents.markup import esc, plural, url_for
+from agents.web.markup import esc, plural, url_for
 
 from .cards import Card, OnScreen, Quorum, ToolSource
 from .untrusted import Untrusted
@@ -45,7 +45,9 @@ class _Shared:
     def hidden(self) -> str:
         """The queue's filters as hidden inputs: a decision keeps them."""
         filters = self.context.get("filters")
-        return "".join(
+        # On the approval's own page the decision comes back to that page, not the queue.
+        back = '<input type="hidden" name="back" value="approval">' if self.context.get("on_own_page") else ""
+        return back + "".join(
             f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
             for name, value in (filters.query().items() if filters else ())
         )

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
-from agents.formatting import short_duration
 from agents.models import AgentProfile, Approval, ApprovalVote, McpTool, ToolCall
-from agents.rows import fetch
+from agents.runs.rows import fetch
+from agents.web.formatting import short_duration
 
 from .untrusted import Untrusted, untrusted
 
@@ -371,6 +371,11 @@ def queue(
     ahead = pending.filter(beyond).count() if after is not None else matching
     rest = max(ahead - here, 0)
     return Page(items, matching, rest, approvals[-1].pk if approvals and rest else None)
+
+
+def all_votes(a: Approval) -> list[ApprovalVote]:
+    """Every vote of every round (an edit starts a new one), oldest first."""
+    return list(ApprovalVote.objects.filter(approval=a).order_by("at", "pk"))
 
 
 def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:

@@ -14,5 +14,6 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("list/", views.queue_list, name="list"),
     path("badge/", views.badge, name="badge"),
+    path("<int:approval_id>/", views.approval, name="approval"),
     *[path(f"<int:approval_id>/{d}/", views.decide, {"decision": d}, name=d) for d in DECISIONS],
 ]

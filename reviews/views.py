@@ -16,6 +16,7 @@ from django_htmx.http import trigger_client_event
 
 from agents import access
 from agents.actions import ActionError, approval_decide
+from agents.models import Approval
 
 from . import cards
 from .forms import DecisionForm, FilterForm, keep_ids
@@ -101,6 +102,28 @@ def badge(request: HttpRequest) -> HttpResponse:
     return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
 
 
+@login_required
+@require_GET
+def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
+    """One approval in any status, where every notification links: the queue's card
+    (with its buttons while it is pending), every vote of every round, and its run.
+    An approval the viewer may not see is a 404 exactly like a missing one."""
+    card = cards.card(request.user, approval_id) if 0 < approval_id <= access.MAX_ID else None
+    if card is None:
+        # Hidden or missing, the same 404; only the denial log line tells them apart.
+        hidden = 0 < approval_id <= access.MAX_ID and Approval.objects.filter(pk=approval_id).exists()
+        raise (access.RunHidden if hidden else Http404)(f"no approval {approval_id}")
+    run = access.readable_run(request.user, card.approval.run_id)
+    context = {
+        "card": card,
+        "run": run,
+        "votes": cards.all_votes(card.approval),
+        "can_decide": access.can_decide(request.user),
+        "on_own_page": True,
+    }
+    return render(request, "reviews/approval.html", context)
+
+
 def _back_to_queue(request: HttpRequest) -> str:
     # The decision forms carry the page's filters so the redirect lands on the same view.
     filters = FilterForm(request.POST).filters()
@@ -125,13 +148,16 @@ def _summary(card: cards.Card, outcome: str, *, me: Any) -> str:
 
 
 def _respond(request: HttpRequest, card: cards.Card, *, ok: bool) -> HttpResponse:
-    """The card again for htmx; a redirect to the queue with the message otherwise."""
+    """The card again for htmx; a redirect to the queue (or to the approval's own page,
+    when the answer came from there) with the message otherwise."""
+    own_page = request.POST.get("back") == "approval"
     if not request.htmx:
         (messages.success if ok else messages.warning)(request, card.message)
-        response = redirect(_back_to_queue(request))
-        response.status_code = 303  # See Other: the browser GETs the queue
+        back = reverse("reviews:approval", args=[card.approval.pk]) if own_page else _back_to_queue(request)
+        response = redirect(back)
+        response.status_code = 303  # See Other: the browser GETs the page
         return response
-    return render(request, "reviews/queue.html#card", {"card": card, "can_decide": True})
+    return render(request, "reviews/queue.html#card", {"card": card, "can_decide": True, "on_own_page": own_page})
 
 
 def _refused_edit(request: HttpRequest, approval_id: int, why: str) -> HttpResponse:

@@ -44,7 +44,7 @@ from django.db.models import Count  # noqa: E402
 from agents.actions import approval_decide, run_launch  # noqa: E402
 from agents.engine import states  # noqa: E402
 from agents.models import Approval, LedgerEntry, Run  # noqa: E402
-from agents.verify import verify_run  # noqa: E402
+from agents.runs.verify import verify_run  # noqa: E402
 from config.celery import beat_argv, worker_argv  # noqa: E402
 
 

@@ -4,8 +4,11 @@ The worker is one process with a pool of threads (docs/deployment.md): dozens of
 waiting on models and tools in flight at once.
 
 The three run as children in their own process groups (so a worker's pool and the
-dev server's reloader go with them). Ctrl-C or SIGTERM stops all three; if one of them
-dies, the others are stopped too, so nothing half-works in the background.
+dev server's reloader go with them), supervised (issue 25): a child that exits is
+restarted after a back-off (1 s, doubling up to 30 s, back to 1 s once it has stayed
+up a minute), with a log line each time, and the others carry on: a dead worker costs
+the runs it held a lease expiry (the sweeper resumes them), never the dashboard. Only
+Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from pathlib import Path
 BASE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE))
 GRACE_SECONDS = 10.0
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+STEADY_SECONDS = 60.0  # a child up this long starts its back-off again from BACKOFF_FIRST
 
 from config.celery import beat_argv, worker_argv  # noqa: E402
 
@@ -41,7 +47,11 @@ def main() -> int:
     var_dir.mkdir(parents=True, exist_ok=True)
     # MALLOC_ARENA_MAX: a threaded worker's memory stays flat (docs/deployment.md).
     env = {"MALLOC_ARENA_MAX": "2", **os.environ, "PYTHONUNBUFFERED": "1"}
+    argvs = commands(port, var_dir)
     children: dict[str, subprocess.Popen[bytes]] = {}
+    started: dict[str, float] = {}
+    restart_at: dict[str, float] = {}  # children waiting out their back-off
+    backoff = dict.fromkeys(argvs, BACKOFF_FIRST)
     stopping = False
 
     def stop(signum: int | None = None, frame: object = None) -> None:
@@ -54,20 +64,37 @@ def main() -> int:
             return
         stopping = True
 
+    def start(name: str) -> None:
+        children[name] = subprocess.Popen(argvs[name], cwd=BASE, env=env, start_new_session=True)
+        started[name] = time.monotonic()
+        say(f"{name} started (pid {children[name].pid})")
+
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    for name, argv in commands(port, var_dir).items():
-        children[name] = subprocess.Popen(argv, cwd=BASE, env=env, start_new_session=True)
-    print(f"airlock: web on http://127.0.0.1:{port}/ with a worker and the scheduler; Ctrl-C stops all", flush=True)
-    exit_code = 0
+    for name in argvs:
+        start(name)
+    say(f"web on http://127.0.0.1:{port}/ with a worker and the scheduler (pid {os.getpid()}); Ctrl-C stops all")
     while not stopping:
+        now = time.monotonic()
         for name, child in children.items():
+            if name in restart_at:
+                continue
             code = child.poll()
-            if code is not None:
-                print(f"airlock: {name} exited with {code}; stopping the others", file=sys.stderr, flush=True)
-                exit_code = code or 1
-                stopping = True
-                break
+            if code is None:
+                continue
+            # Whatever the dead child left in its group (a prefork pool, the dev
+            # server's inner process holding the port) goes before a new one starts.
+            _signal_group(child, signal.SIGKILL)
+            if now - started[name] >= STEADY_SECONDS:
+                backoff[name] = BACKOFF_FIRST
+            delay = backoff[name]
+            backoff[name] = min(BACKOFF_MAX, delay * 2)
+            restart_at[name] = now + delay
+            say(f"{name} (pid {child.pid}) exited with {code}; restarting it in {delay:g} s", error=True)
+        for name, when in list(restart_at.items()):
+            if now >= when and not stopping:
+                del restart_at[name]
+                start(name)
         time.sleep(0.2)
     for name, child in children.items():
         if child.poll() is None:
@@ -86,7 +113,12 @@ def main() -> int:
         # Whatever is left in the group (a straggler, an orphaned child) goes now.
         _signal_group(child, signal.SIGKILL)
         child.wait()
-    return exit_code
+    say("stopped")
+    return 0
+
+
+def say(line: str, *, error: bool = False) -> None:
+    print(f"airlock: {line}", file=sys.stderr if error else sys.stdout, flush=True)
 
 
 def _signal_group(child: subprocess.Popen[bytes], sig: int) -> None:

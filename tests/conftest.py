@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
+from agents.runs import driver
 from tests.helpers import person, tainted_write
 
 pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider"]
@@ -66,10 +66,10 @@ def drive() -> Callable[..., Run]:
     def _drive(run: Run, *, clock_offset: float = 0.0, **kwargs: Any) -> Run:
         if clock_offset:
             fresh = Run.objects.select_related("profile").get(pk=run.pk)
-            deps = store.deps_for(fresh)
+            deps = driver.deps_for(fresh)
             deps.now = lambda: time.time() + clock_offset
             kwargs["deps"] = deps
-        return store.drive(run.pk, **kwargs)
+        return driver.drive(run.pk, **kwargs)
 
     return _drive
 
@@ -133,7 +133,7 @@ def people(lena: User, leo: User, otto: User, rita: User, root: User) -> dict[st
     return {"launcher": lena, "operator": otto, "reviewer": rita, "superuser": root, "other": leo}
 
 
-# -- webhook receivers (issue #14): a real server on loopback, verifying signatures --
+# -- webhook receivers: a real server on loopback, verifying signatures --
 @pytest.fixture
 def receiver() -> Any:
     from tests.webhook_receiver import Receiver

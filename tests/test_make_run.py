@@ -1,9 +1,11 @@
 """`make run` in a temporary copy of the project: the dashboard on the embedded default
 (SQLite, filesystem broker, no Redis) answers, serves its static files, and its worker
-advances a launched run; Ctrl-C stops everything."""
+advances a launched run; Ctrl-C stops everything. A worker that dies is restarted
+while the web keeps serving, and SIGTERM stops all (issue 25)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -91,5 +94,132 @@ def test_make_run_serves_the_dashboard_and_its_worker_advances_runs(tmp_path: Pa
             os.killpg(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
             raise AssertionError("make run did not stop on Ctrl-C:\n" + output[-3000:]) from None
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftovers == [], f"processes left running: {leftovers}"
+
+
+REFUND = "My blender from order 1042 arrived broken. Please refund it. - Sam (sam@example.com)"
+
+
+class MakeRun:
+    """`make run` in a copy of the project (embedded default), its output in a file, and
+    the API as the project's admin: for the supervisor test and the soak test."""
+
+    def __init__(self, root: Path, **env: str) -> None:
+        copy_project(root)
+        self.root, self.port, self.log = root, free_port(), root / "make-run.log"
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REDIS_URL", "DJANGO_"))}
+        self.env.update({"PORT": str(self.port), "PY": sys.executable, "AIRLOCK_SWEEP_SECONDS": "1", **env})
+        self.headers: dict[str, dict[str, str]] = {}
+
+    def __enter__(self) -> MakeRun:
+        with self.log.open("wb") as out:
+            # -o: the project is installed already (this interpreter); don't rebuild a venv.
+            self.proc = subprocess.Popen(
+                ["make", "-o", ".venv/.installed", f"PY={sys.executable}", "run"],
+                cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        wait_for(served(lambda: self.get("/healthz").status_code == 200), timeout=180, what="make run", every=0.5)
+        # The admin launches; the demo profile separates duties, so a reviewer decides.
+        for user in ("admin", "reviewer"):
+            token = self.manage("create_api_token", user).stdout.strip().splitlines()[-1]
+            self.headers[user] = {"Authorization": f"Bearer {token}"}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for pid in self.pids("web") + self.pids("worker") + self.pids("beat"):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # only after a failure: stop() left none
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def pids(self, name: str) -> list[int]:
+        """Every pid the supervisor started `name` as, in order."""
+        return [int(p) for p in re.findall(rf"^airlock: {name} started \(pid (\d+)\)", self.output(), re.M)]
+
+    def supervisor(self) -> int:
+        return int(re.findall(r"^airlock: web on .* \(pid (\d+)\)", self.output(), re.M)[0])
+
+    def get(self, path: str, user: str = "admin") -> httpx.Response:
+        return httpx.get(self.base + path, headers=self.headers.get(user), timeout=30)
+
+    def post(self, path: str, body: dict[str, Any], user: str = "admin") -> httpx.Response:
+        return httpx.post(self.base + path, json=body, headers=self.headers.get(user), timeout=30)
+
+    def decide(self, approval_id: int, decision: str) -> httpx.Response:
+        return self.post(f"/api/approvals/{approval_id}/decision", {"decision": decision, "note": "ok"}, "reviewer")
+
+    def launch(self, task: str) -> int:
+        launched = self.post("/api/runs", {"agent": "demo", "task": task})
+        assert launched.status_code == 201, launched.text
+        return int(launched.json()["id"])
+
+    def wait_state(self, run_id: int, state: str, timeout: float = 120) -> dict[str, Any]:
+        return wait_for(
+            served(lambda: (r := self.get(f"/api/runs/{run_id}").json())["state"] == state and r),
+            timeout=timeout, what=f"run {run_id} to reach {state}", every=0.5,
+        )  # fmt: skip
+
+    def manage(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *argv], cwd=self.root, env=self.env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
+        return done
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_make_run_restarts_a_dead_worker_while_the_web_keeps_serving(tmp_path: Path) -> None:
+    # What a torn write leaves in the queue: the stock transport's worker died on it.
+    queue = tmp_path / "var" / "broker" / "queue"
+    queue.mkdir(parents=True)
+    (queue / "0_torn.airlock.msg").write_bytes(b'{"body": "eyJydW4iOi')
+    with MakeRun(tmp_path, AIRLOCK_LEASE_SECONDS="3", AIRLOCK_IDLE_SECONDS="2") as app:
+        first = app.launch(REFUND)
+        app.wait_state(first, "awaiting_approval")
+        assert "skipped unreadable message file 0_torn.airlock.msg" in app.output()
+        [worker] = app.pids("worker")  # the torn file did not kill it
+        assert (tmp_path / "var" / "broker" / "bad" / "0_torn.airlock.msg").exists()
+
+        os.killpg(worker, signal.SIGKILL)  # the worker and its pool, as the OOM killer would
+
+        def restarted() -> bool:
+            # The dashboard answers all along, the worker down or not.
+            assert app.get("/healthz").status_code == 200
+            assert app.get(f"/api/runs/{first}").status_code == 200
+            return len(app.pids("worker")) == 2
+
+        wait_for(restarted, timeout=60, what="the worker to be restarted", every=0.2)
+        assert f"airlock: worker (pid {worker}) exited with -9; restarting it in 1 s" in app.output()
+        new_worker = app.pids("worker")[1]
+        assert new_worker != worker and alive(new_worker) and not alive(worker)
+        [web], [beat] = app.pids("web"), app.pids("beat")  # neither was restarted
+        # The new worker does the work: the refund, approved, runs and the run ends.
+        approval = app.get(f"/api/runs/{first}").json()["pending_approval"]["id"]
+        decided = app.decide(approval, "approve")
+        assert decided.status_code == 200, decided.text
+        assert app.wait_state(first, "done")["answer"]
+
+        os.kill(app.supervisor(), signal.SIGTERM)  # what `kill`, systemd or docker stop send
+        assert app.proc.wait(timeout=60) == 0, app.output()[-3000:]
+        assert [pid for pid in (web, beat, new_worker) if alive(pid)] == []
+        assert "airlock: stopped" in app.output()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], f"processes left running: {leftovers}"

@@ -2,35 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router
-from pydantic import Field
+from ninja import Query, Router
 
 from agents import access, actions
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden, plain
-from agents.api.schemas import ApprovalOut, DecisionIn, Error
-from agents.engine import decisions
+from agents.api.listing import OLDEST_FIRST, ApprovalPageQuery, approval_filters, page
+from agents.api.schemas import ApprovalOut, ApprovalPage, DecisionIn, Error
 
 router = Router()
 
 
-@router.get("/approvals", response={200: list[ApprovalOut], ERRORS: Error}, summary="Approvals, oldest first")
-def approvals_list(
-    request: HttpRequest,
-    status: decisions.StatusName | None = None,
-    limit: Annotated[int, Field(ge=1, le=500)] = 100,
-) -> list[dict[str, Any]]:
-    """Approvals of the runs the caller may read, oldest first (the queue's order)."""
+@router.get("/approvals", response={200: ApprovalPage, ERRORS: Error}, summary="Approvals, oldest first")
+def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> dict[str, Any]:
+    """Approvals of the runs the caller may read, oldest first (the queue's order), a
+    page at a time: `next` is the cursor for `?after=`, null on the last page. `status`
+    and `tool` filter the approvals; `state`, `agent`, `launched_by` and `q` their runs;
+    `since` and `until` when the approval was made."""
     user = request.auth  # type: ignore[attr-defined]
     if not (access.reads_all_runs(user) or access.can_launch(user)):
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
-    approvals = access.visible_approvals(user).select_related("decided_by").prefetch_related("votes")
-    if status:
-        approvals = approvals.filter(status=status)
-    return [dict(a.to_dict()) for a in approvals.order_by("created_at", "pk")[:limit]]
+    params = filters.model_dump()
+    approvals = access.visible_approvals(user).filter(approval_filters(params))
+    approvals = approvals.select_related("decided_by").prefetch_related("votes")
+    return page(approvals, params, OLDEST_FIRST, lambda a: dict(a.to_dict()))
 
 
 @router.post(

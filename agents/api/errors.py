@@ -16,7 +16,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from agents import access
 from agents.actions import ActionError
-from agents.middleware import denied
+from agents.ops.middleware import denied
 
 log = logging.getLogger("airlock.api")
 
@@ -85,7 +85,7 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 
 def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A restart or failover, not a bug: a JSON 503 the client may retry.
-    from agents.unavailable import unavailable
+    from agents.ops.unavailable import unavailable
 
     return unavailable(request, exc)
 

@@ -1,16 +1,20 @@
-"""/api/runs: launch, read, follow and cancel runs, and revoke their grants."""
+"""/api/runs: launch, list, export, read, follow and cancel runs, and revoke their grants."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
-from django.http import HttpRequest
-from ninja import Header, Router, Status
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Header, Query, Router, Status
 
 from agents import access, actions
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden
-from agents.api.schemas import Error, GrantOut, RunIn, RunOut, TransitionOut
+from agents.api.listing import NEWEST_FIRST, RunExportQuery, RunPageQuery, page, run_filters, stream, wants_transitions
+from agents.api.schemas import Error, GrantOut, RunIn, RunOut, RunPage, TransitionOut
 from agents.models import Run, Transition
 
 router = Router()
@@ -40,6 +44,61 @@ def runs_create(
         idempotency_body=payload.model_dump(exclude_unset=True, mode="json"),
     )
     return Status(200 if run.replayed else 201, dict(run.to_dict()))
+
+
+def _listable_runs(user: Any, params: dict[str, Any]) -> Any:
+    if not (access.reads_all_runs(user) or access.can_launch(user)):
+        raise forbidden("reading runs needs the reviewer, operator or launcher role")
+    # Launchers see their own runs only (access.visible_runs); the filters only narrow.
+    where = run_filters(params)
+    # The engine state and the script are not in a run's JSON, and can be large.
+    return access.visible_runs(user).filter(where).select_related("profile").defer("engine", "script")
+
+
+@router.get("/runs", response={200: RunPage, ERRORS: Error}, summary="Runs, newest first")
+def runs_list(request: HttpRequest, filters: Query[RunPageQuery]) -> dict[str, Any]:
+    """The runs the caller may read (a launcher: their own), newest first, a page at a
+    time: `next` is the cursor for `?after=`, null on the last page. Each filter narrows;
+    a bad value is a 400 `invalid_filter` naming the field."""
+    params = filters.model_dump()
+    runs = _listable_runs(request.auth, params)  # type: ignore[attr-defined]
+    return page(runs, params, NEWEST_FIRST, lambda r: dict(r.to_dict()), prepare=Run.prefetch_dicts)
+
+
+TRANSITION_FIELDS = list(TransitionOut.model_fields)
+
+
+def _lines(runs: Any, *, transitions: bool) -> Iterator[bytes]:
+    for run in stream(runs, NEWEST_FIRST, prepare=Run.prefetch_dicts):
+        item: dict[str, Any] = dict(run.to_dict())
+        if transitions:
+            item["transitions"] = list(run.transitions.order_by("seq").values(*TRANSITION_FIELDS))
+        yield json.dumps(item, cls=DjangoJSONEncoder, ensure_ascii=False).encode() + b"\n"
+
+
+@router.get(
+    "/runs/export",
+    response={ERRORS: Error},
+    summary="Runs as JSON Lines",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "one run per line, as GET /api/runs/<id> returns it (newest first)",
+                "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+            }
+        }
+    },
+)
+def runs_export(request: HttpRequest, filters: Query[RunExportQuery]) -> StreamingHttpResponse:
+    """Every run the caller may read that matches the filters (those of GET /api/runs),
+    streamed as JSON Lines: one run's JSON per line, with its `transitions` when
+    `transitions=1`. For a notebook or a warehouse: no pages, no limit."""
+    params = filters.model_dump()
+    transitions = wants_transitions(params)
+    runs = _listable_runs(request.auth, params)  # type: ignore[attr-defined]  # refusals before the stream
+    response = StreamingHttpResponse(_lines(runs, transitions=transitions), content_type="application/x-ndjson")
+    response["Content-Disposition"] = 'attachment; filename="runs.jsonl"'
+    return response
 
 
 @router.get("/runs/{int:run_id}", response={200: RunOut, ERRORS: Error}, summary="A run")

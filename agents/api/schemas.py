@@ -127,3 +127,13 @@ class TransitionOut(Schema):
     duration_ms: int
     actor: str
     created_at: dt.datetime
+
+
+class RunPage(Schema):
+    items: list[RunOut]
+    next: str | None = Field(None, description="the cursor of the next page (`?after=`), or null on the last")
+
+
+class ApprovalPage(Schema):
+    items: list[ApprovalOut]
+    next: str | None = Field(None, description="the cursor of the next page (`?after=`), or null on the last")

@@ -8,11 +8,11 @@ arguments after its schema was validated.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import regex
 from .registry import ToolSpec
 
 Action = Literal["allow", "ask", "deny"]
@@ -20,6 +20,11 @@ Action = Literal["allow", "ask", "deny"]
 OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "contains", "matches", "exists")
 THEN = ("allow", "ask", "deny")
 ON_EXPIRY = ("reject", "fail")
+# Who may approve a run's asks: a human reviewer, or nobody (every "ask" becomes a
+# recorded denial). The one list; the API's Literal is held to it by a test.
+HUMAN = "human"
+NO_APPROVER = "none"
+APPROVERS = (HUMAN, NO_APPROVER)
 RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason"})
 MAX_APPROVALS = 10
 MAX_DEPTH = 8
@@ -165,8 +170,8 @@ def validate_condition(cond: Any, *, field: str, depth: int = 0) -> None:
         if not isinstance(value, str) or len(value) > MAX_PATTERN:
             raise PolicyError(f"{field}.value", f"matches takes a regular expression of at most {MAX_PATTERN} characters")
         try:
-            re.compile(value)
-        except re.error as exc:
+            regex.compile(value)
+        except regex.RegexError as exc:
             raise PolicyError(f"{field}.value", f"not a valid regular expression: {exc}") from None
 
 
@@ -295,7 +300,7 @@ def decide(
         asked = f"{rule_label(verdict.rule)}: {verdict.reason}" if verdict.rule else verdict.reason
         reason = f"grant {grant['n']} by {grant.get('by') or 'a reviewer'} allows {how} for this run (else: {asked})"
         return Verdict("allow", reason, rule=verdict.rule, grant=grant["n"])
-    if approver == "none":
+    if approver == NO_APPROVER:
         return Verdict(
             "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
             rule=verdict.rule, required=verdict.required,
@@ -472,9 +477,10 @@ def _test(op: str, actual: Any, value: Any) -> bool:
         if not isinstance(actual, str) or not isinstance(value, str):
             raise Unevaluable("matches needs text")
         try:
-            return re.search(value, actual) is not None
-        except re.error as exc:
-            raise Unevaluable(f"bad regular expression: {exc}") from None
+            # RE2, linear time: a rule's pattern cannot stall the worker (engine/regex.py).
+            return regex.search(value, actual)
+        except regex.RegexError as exc:
+            raise Unevaluable(str(exc)) from None
     raise Unevaluable(f"unknown op {op!r}")
 
 

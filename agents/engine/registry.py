@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import jsonschema
+from . import schemas
 
 Risk = Literal["read", "write", "irreversible"]
 Returns = Literal["internal", "external"]
@@ -66,8 +66,7 @@ class ToolSpec:
             return f"arguments must be a JSON object, not this text: {args[:2000]}"
         if not isinstance(args, dict):
             return f"arguments must be a JSON object, not {type(args).__name__}"
-        validator = _validator(self._schema_key)
-        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+        errors = sorted(schemas.errors(self._schema_key, args), key=lambda e: list(e.path))
         if not errors:
             return None
         first = errors[0]
@@ -84,16 +83,10 @@ class ToolSpec:
         return {"name": self.name, "description": self.description, "parameters": self.schema}
 
 
-@functools.lru_cache(maxsize=1024)
 def _check_schema(text: str) -> None:
-    """Checking a schema against the meta-schema costs a millisecond, and a worker
-    builds its MCP tools' specs for every run: each distinct schema is checked once."""
-    jsonschema.Draft202012Validator.check_schema(json.loads(text))
-
-
-@functools.lru_cache(maxsize=1024)
-def _validator(text: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(json.loads(text))
+    """schemas.SchemaRefused unless every validator built from the schema is safe to run
+    (no retrieval, RE2 patterns, no ref cycles: engine/schemas.py); cached per schema."""
+    schemas.check(text)
 
 
 class Registry:

@@ -17,6 +17,7 @@ from typing import Any
 from . import context, decisions, patch, policy
 from . import limits as limits_mod
 from .fingerprints import fingerprint, idempotency_key
+from .policy import APPROVERS, HUMAN
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
 from .registry import ToolContext, ToolSpec
 from .states import (
@@ -50,7 +51,7 @@ class RunState:
     tainted: bool = False
     taint_source: dict[str, Any] | None = None
     deadline: float = 0.0
-    approver: str = "human"
+    approver: str = HUMAN
     limits: dict[str, int] = field(default_factory=dict)
     # Snapshot of the profile at launch, so a run replays the same whatever edits follow.
     tools: list[str] | None = None
@@ -137,7 +138,7 @@ def new_run(
     *,
     limits: limits_mod.Limits,
     now: float,
-    approver: str = "human",
+    approver: str = HUMAN,
     tools: list[str] | None = None,
     denied_tools: list[str] | None = None,
     always_ask_tools: list[str] | None = None,
@@ -147,8 +148,8 @@ def new_run(
     task: str,
     context_tokens: int | None = None,
 ) -> RunState:
-    if approver not in ("human", "none"):
-        raise ValueError(f"approver must be 'human' or 'none', not {approver!r}")
+    if approver not in APPROVERS:
+        raise ValueError(f"approver must be one of {APPROVERS}, not {approver!r}")
     messages = []
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})

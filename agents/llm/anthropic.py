@@ -19,8 +19,8 @@ from django.conf import settings
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import profile_key
 from .http import Failure, HttpOptions, error_message, exchange
+from .keys import profile_key
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

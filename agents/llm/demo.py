@@ -50,7 +50,7 @@ def _failed(result: Any) -> bool:
 
 
 class DemoPlanner:
-    # Answers from memory: the driver keeps its database connection (store.ReleasingModel).
+    # Answers from memory: the driver keeps its database connection (driver.ReleasingModel).
     waits = False
 
     def decide(self, request: ModelRequest) -> Decision:

@@ -116,7 +116,7 @@ def error_code(body: Any) -> str:
 def tls_context() -> ssl.SSLContext:
     """httpx's default verification context, built once per process: building it reads
     the whole CA bundle (about 30 ms of CPU), which per model call was the largest
-    cost of a threaded worker waiting on many runs (issue #20). A context is safe to
+    cost of a threaded worker waiting on many runs. A context is safe to
     share between threads."""
     return httpx.create_ssl_context()
 

@@ -23,8 +23,8 @@ from typing import Any
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
-from . import profile_key
 from .http import Failure, HttpOptions, error_message, exchange
+from .keys import profile_key
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER = "openai"

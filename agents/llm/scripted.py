@@ -56,7 +56,7 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
 
 
 class ScriptedClient:
-    # Answers from memory: the driver keeps its database connection (store.ReleasingModel).
+    # Answers from memory: the driver keeps its database connection (driver.ReleasingModel).
     waits = False
 
     def __init__(self, script: list[Any]) -> None:

@@ -1,12 +1,12 @@
-"""Template filters for the run pages: formatting (agents/formatting.py), JSON, a page
-of timeline entries (agents/timeline_html.py) and the runs list's rows
-(agents/runs_html.py)."""
+"""Template filters for the run pages: formatting (agents/web/formatting.py), JSON, a page
+of timeline entries (agents/web/timeline_html.py) and the runs list's rows
+(agents/web/runs_html.py)."""
 
 from __future__ import annotations
 
 from django import template
 
-from agents import formatting, runs_html, timeline_html
+from agents.web import formatting, runs_html, timeline_html
 
 register = template.Library()
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 
 from django.conf import settings
 
@@ -18,7 +19,9 @@ def built_in() -> list[ToolSpec]:
     return [kb_search, *http.TOOLS, *mail.TOOLS, refund]
 
 
-def registry() -> Registry:
+def registry(tools: Collection[str] | None = None) -> Registry:
+    """The tools on offer; with `tools` (a run's snapshotted names), the MCP tools among
+    them only: the built-in ones cost nothing, an MCP tool costs a row and a spec."""
     from . import diagnostic
 
     reg = Registry()
@@ -32,7 +35,7 @@ def registry() -> Registry:
             reg.add(spec)
     from . import mcp
 
-    for spec in mcp.specs():
+    for spec in mcp.specs(tools):
         # `NAME__tool` cannot collide with a built-in name, which has no `__`.
         reg.add(spec)
     return reg

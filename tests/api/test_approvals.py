@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agents import store
 from agents.models import Approval, Message, Run
+from agents.runs import driver
 from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
 
 APPROVAL_FIELDS = {
@@ -35,7 +35,7 @@ APPROVAL_FIELDS = {
 
 def paused_run(api, owner: str = "lena") -> tuple[int, int]:
     run_id = api(owner).post("/api/runs", launch_body(tainted_write())).data["id"]
-    store.drive(run_id)
+    driver.drive(run_id)
     return run_id, Approval.objects.get(run_id=run_id, status="pending").pk
 
 
@@ -44,30 +44,32 @@ def test_reviewer_lists_pending_approvals_with_their_fields(api) -> None:
     run_id, approval_id = paused_run(api)
     response = api("rita").get("/api/approvals?status=pending")
     assert response.status_code == 200
-    [approval] = response.data
+    assert response.data["next"] is None
+    [approval] = response.data["items"]
     assert set(approval) == APPROVAL_FIELDS
     assert approval["id"] == approval_id and approval["run"] == run_id and approval["status"] == "pending"
     assert approval["tool"] == "ledger_write" and approval["decided_by"] is None
     assert approval["reason"] == "ledger_write writes and the run has read external content"
-    assert api("rita").get("/api/approvals?status=approved").data == []
-    assert [a["id"] for a in api("rita").get("/api/approvals").data] == [approval_id]
+    assert api("rita").get("/api/approvals?status=approved").data == {"items": [], "next": None}
+    assert [a["id"] for a in api("rita").get("/api/approvals").data["items"]] == [approval_id]
 
 
 @pytest.mark.django_db
 def test_launchers_see_approvals_of_their_own_runs_only(api) -> None:
     _, mine = paused_run(api, "lena")
     _, theirs = paused_run(api, "leo")
-    assert [a["id"] for a in api("lena").get("/api/approvals?status=pending").data] == [mine]
-    assert [a["id"] for a in api("otto").get("/api/approvals?status=pending").data] == [mine, theirs]
+    assert [a["id"] for a in api("lena").get("/api/approvals?status=pending").data["items"]] == [mine]
+    assert [a["id"] for a in api("otto").get("/api/approvals?status=pending").data["items"]] == [mine, theirs]
     assert api("nina").get("/api/approvals?status=pending").status_code == 403  # no role
     assert api(None).get("/api/approvals?status=pending").status_code == 401
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("query", ["status=maybe", "limit=0", "limit=x"])
+@pytest.mark.parametrize("query", ["status=maybe", "limit=0", "limit=x", "limit=201"])
 def test_bad_approval_query_is_400(api, query) -> None:
     response = api("rita").get(f"/api/approvals?{query}")
-    assert response.status_code == 400 and response.data["error"] == "invalid_request"
+    assert response.status_code == 400 and response.data["error"] == "invalid_filter"
+    assert response.data["detail"]["field"] == query.split("=")[0]
 
 
 @pytest.mark.django_db(transaction=True)  # tools write from their own thread and connection
@@ -77,7 +79,7 @@ def test_reviewer_approves_and_the_call_runs_once(api) -> None:
     assert response.status_code == 200
     assert response.data["status"] == "approved" and response.data["decided_by"] == "rita"
     assert response.data["note"] == "fine" and response.data["decided_at"]
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.get(kind="decision").actor == "user:rita"
 
@@ -89,7 +91,7 @@ def test_rejection_reaches_the_model_as_a_tool_result(api) -> None:
         f"/api/approvals/{approval_id}/decision", {"decision": "reject", "note": "no mass email"}
     )
     assert response.status_code == 200 and response.data["status"] == "rejected"
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 0
     result = json.loads(Message.objects.filter(run=run, role="tool").order_by("-index").first().content)
     assert result["error"] == "not_permitted" and "no mass email" in result["detail"]
@@ -160,7 +162,7 @@ def test_two_reviewers_deciding_at_once_through_the_api_execute_once(api) -> Non
     assert [r.status_code for r in responses] == [200, 200, 200]
     deciders = {r.data["decided_by"] for r in responses}
     assert len(deciders) == 1  # everyone is told the same winner
-    run = store.drive(run_id)
+    run = driver.drive(run_id)
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.filter(kind="decision").count() == 1
     assert run.transitions.get(kind="decision").actor == f"user:{deciders.pop()}"

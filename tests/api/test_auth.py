@@ -132,6 +132,14 @@ def test_openapi_schema_lists_the_endpoints(api) -> None:
         "/api/approvals",
         "/api/approvals/{approval_id}/decision",
     }
+    assert set(paths["/api/runs"]) == {"get", "post"}
+    filters = {"state", "agent", "launched_by", "since", "until", "q"}
+    listed = {p["name"] for p in paths["/api/runs"]["get"]["parameters"]}
+    assert listed == filters | {"after", "limit"}
+    assert {p["name"] for p in paths["/api/approvals"]["get"]["parameters"]} == listed | {"status", "tool"}
+    export = paths["/api/runs/export"]["get"]
+    assert {p["name"] for p in export["parameters"]} == filters | {"transitions"}
+    assert list(export["responses"]["200"]["content"]) == ["application/x-ndjson"]
     schemes = response.data["components"]["securitySchemes"]
     assert {s["type"] for s in schemes.values()} == {"http", "apiKey"}
 

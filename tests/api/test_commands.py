@@ -92,7 +92,7 @@ def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults, tmp_pa
 
 
 def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> None:
-    from agents.export import export_run
+    from agents.runs.export import export_run
 
     run = drive(launch(tainted_write(), approver="none"))
     code, out = run_command("export_run", str(run.pk))
@@ -101,7 +101,7 @@ def test_export_run_prints_the_timeline_download(defaults, launch, drive) -> Non
 
 
 def test_shipped_evals_pass(defaults) -> None:
-    code, out = run_command("run_evals", str(EVALS))
+    code, out = run_command("run_evals", "--keep", str(EVALS))  # kept, to look at the runs
     assert code == 0, out
     cases = sorted(EVALS.glob("*.json"))
     assert len(cases) >= 3
@@ -116,6 +116,48 @@ def test_shipped_evals_pass(defaults) -> None:
     assert refund.profile.name == "replay-demo"
     assert Approval.objects.get(run=refund).reason == "refunds of 20 or more need a human"
     assert [e.entry["kind"] for e in LedgerEntry.objects.filter(run=refund)] == ["refund"]
+
+
+def every_row() -> dict[str, list[int]]:
+    """The primary keys of every table Airlock and Django's auth keep."""
+    from django.apps import apps
+
+    models = [*apps.get_app_config("agents").get_models(), *apps.get_app_config("auth").get_models()]
+    return {m._meta.label: sorted(m.objects.values_list("pk", flat=True)) for m in models}
+
+
+def test_evals_leave_the_database_as_they_found_it(defaults, launch, drive) -> None:
+    """Issue 25 item 9: `run_evals evals/` on a deployment filled its runs list, the
+    overview and the launch form (a `replay-demo` profile). Each case now runs in a
+    transaction rolled back at the end; the results are still reported."""
+    from agents.models import AgentProfile
+
+    live = drive(launch(tainted_write(), approver="none", task="a live run"))
+    before = every_row()
+    code, out = run_command("run_evals", str(EVALS))
+    cases = len(list(EVALS.glob("*.json")))
+    assert code == 0, out
+    assert f"{cases} case(s), {cases} passed, 0 failed" in out
+    assert every_row() == before
+    assert not AgentProfile.objects.filter(name__startswith="replay-").exists()
+    assert [r.pk for r in Run.objects.all()] == [live.pk]
+
+
+def test_an_eval_sends_no_email(defaults, tmp_path, settings) -> None:
+    """A case whose replay sends an email (a deployment's SMTP backend) sends nothing."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(tmp_path / "mail")
+    case = {
+        "agent": "demo", "task": "tell Sam", "approver": "human",
+        "script": [{"call": {"tool": "send_email", "args": {"to": "sam@example.com", "subject": "Hi", "body": "Hello"}}},
+                   {"final": "told"}],
+        "expect": {"state": "done", "answer": "told", "ledger_entries": 1},
+    }  # fmt: skip
+    (tmp_path / "case.json").write_text(json.dumps(case))
+    code, out = run_command("run_evals", str(tmp_path / "case.json"))
+    assert code == 0, out
+    assert not (tmp_path / "mail").exists() or list((tmp_path / "mail").iterdir()) == []
+    assert LedgerEntry.objects.count() == 0
 
 
 def doctor(tmp_path: Path, name: str, change) -> Path:
@@ -177,7 +219,7 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
     run = drive(run)
     assert run.state == "done"
     code, out = run_command("export_run", str(run.pk), "--output", str(tmp_path / "case.json"))
-    code, out = run_command("run_evals", str(tmp_path / "case.json"))
+    code, out = run_command("run_evals", "--keep", str(tmp_path / "case.json"))
     assert code == 0, out
     replay = Run.objects.exclude(pk=run.pk).get(task="exported")
     assert replay.answer == run.answer and replay.ledger.count() == 1
@@ -185,7 +227,7 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
 
 def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
     """The engine never lets this happen; the checker must still see it in the rows."""
-    from agents.evals import unapproved_risky_calls
+    from agents.runs.evals import unapproved_risky_calls
 
     run = drive(launch(tainted_write(), approver="none"))
     assert unapproved_risky_calls(run) == []
@@ -219,7 +261,7 @@ def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_
         "expect": {"state": "done", "answer": "found"},
     }
     (tmp_path / "demo.json").write_text(json.dumps(case))
-    code, out = run_command("run_evals", str(tmp_path))
+    code, out = run_command("run_evals", "--keep", str(tmp_path))
     assert code == 0, out
     run = Run.objects.get(task="look it up")
     assert run.profile.name == "replay-demo" and run.profile.provider == "scripted"
@@ -234,11 +276,11 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     from django.db import connection
 
-    from agents import store
-    from agents.evals import run_settle
+    from agents.runs import driver
+    from agents.runs.evals import run_settle
 
     run = launch([{"final": "from the worker"}])
-    assert store.claim(run.pk, "worker:elsewhere")
+    assert driver.claim(run.pk, "worker:elsewhere")
     settled: list[Run] = []
 
     def follow() -> None:
@@ -249,7 +291,7 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     follower = threading.Thread(target=follow)
     follower.start()
-    store.drive(run.pk, owner="worker:elsewhere")  # the "worker" finishes the run
+    driver.drive(run.pk, owner="worker:elsewhere")  # the "worker" finishes the run
     follower.join()
     assert settled[0].state == "done" and settled[0].answer == "from the worker"
     actors = set(Run.objects.get(pk=run.pk).transitions.exclude(kind="launch").values_list("actor", flat=True))

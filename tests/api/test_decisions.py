@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agents import store
 from agents.actions import approval_expire, run_launch
 from agents.models import Approval, LedgerEntry, Run, ToolCall
+from agents.runs import driver
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 BIG = {"tool": "ledger_write", "when": {"arg": "entry", "op": "matches", "value": "1000"}, "then": "deny",
@@ -27,7 +27,7 @@ def waiting(users, *, owner: str = "lena", rules: list[dict[str, Any]] | None = 
         script=[{"call": {"tool": "ledger_write", "args": {"entry": "pay ACME 100"}}}, {"final": "paid"}],
         policy={"rules": rules or [BIG, ONE], **policy},
     )
-    store.drive(run.pk)
+    driver.drive(run.pk)
     return Approval.objects.pending().get(run=run)
 
 
@@ -75,7 +75,7 @@ def test_an_edit_executes_once_under_the_new_key_and_the_ledger_holds_the_edited
     again = post(api, "rita", approval, body)  # a retried request changes nothing
     assert again.status_code == 200 and again.data["status"] == "approved"
 
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done"
     [entry] = LedgerEntry.objects.filter(run=run)
     assert entry.entry == "pay ACME 90"
@@ -99,7 +99,7 @@ def test_the_approval_json_shows_the_votes_and_what_is_missing(api, users) -> No
     assert same.status_code == 200 and same.data["votes"] == first.data["votes"]
     other = post(api, "rita", approval, {"decision": "reject"})
     assert other.status_code == 409 and other.data["error"] == "already_voted"
-    listed = api("otto").get("/api/approvals?status=pending").data
+    listed = api("otto").get("/api/approvals?status=pending").data["items"]
     assert [len(a["votes"]) for a in listed] == [1]
     second = post(api, "rob", approval, {"decision": "approve"})
     assert second.data["status"] == "approved" and [v["by"] for v in second.data["votes"]] == ["rita", "rob"]
@@ -136,8 +136,8 @@ def test_expired_approvals_are_listed_apart_from_rejected_ones(api, users) -> No
     rejected = waiting(users)
     post(api, "rob", rejected, {"decision": "reject"})
 
-    assert [a["id"] for a in api("rita").get("/api/approvals?status=expired").data] == [expiring.pk]
-    assert [a["id"] for a in api("rita").get("/api/approvals?status=rejected").data] == [rejected.pk]
+    assert [a["id"] for a in api("rita").get("/api/approvals?status=expired").data["items"]] == [expiring.pk]
+    assert [a["id"] for a in api("rita").get("/api/approvals?status=rejected").data["items"]] == [rejected.pk]
     run = api("leo").get(f"/api/runs/{expiring.run_id}").data
     assert run["pending_approval"] is None
     steps = api("leo").get(f"/api/runs/{expiring.run_id}/transitions").data

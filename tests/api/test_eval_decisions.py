@@ -32,7 +32,7 @@ def replay(case: dict[str, Any], tmp_path: Path) -> tuple[int, str, Run]:
     case = {**case, "task": f"replay of {case['task']}"}
     path = tmp_path / "case.json"
     path.write_text(json.dumps(case))
-    code, out = run_command("run_evals", str(path))
+    code, out = run_command("run_evals", "--keep", str(path))
     return code, out, Run.objects.get(task=case["task"])
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client, override_settings
 
-from agents import store
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall, Transition
+from agents.runs import driver
 from bench import pages, seed
 from tests.helpers import call, final, requires_postgres
 
@@ -30,7 +30,7 @@ def reviewer_client(defaults: None) -> Client:
 def waiting(launch: Callable[..., Run]) -> Run:
     AgentProfile.objects.filter(name="scripted").update(always_ask_tools=["ledger_write"])
     run = launch([call("echo", text="a"), call("ledger_write", entry="x"), final()])
-    run = store.drive(run.pk)
+    run = driver.drive(run.pk)
     assert run.state == "awaiting_approval"
     return run
 

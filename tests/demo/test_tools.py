@@ -82,7 +82,7 @@ def web_server() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 def test_get_connects_to_the_checked_address_with_the_real_host_name(web_server) -> None:
     port, seen = web_server
-    status, _, text, _ = http.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
+    status, _, text, _, _ = http.get_pinned(httpx.URL(f"http://shop.example:{port}/a?b=1"), "127.0.0.1", 5)
     assert status == 200 and seen == [{"path": "/a?b=1", "host": f"shop.example:{port}"}]
     assert http.html_text(text) == "Hello\npage text"
 

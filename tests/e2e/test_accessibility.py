@@ -77,6 +77,7 @@ def test_every_page_passes_axe_as_each_role(role, new_page, login, pending, laun
         login(page, USERNAMES[role], PASSWORD)
         paths = ["/", "/reviews/", "/runs/", "/runs/?state=failed"]
         paths += [f"/runs/{pk}/" for pk in (waiting.run_id, done.pk, failed.pk, decided.run_id)]
+        paths += [f"/reviews/{a.pk}/" for a in (waiting, decided)]  # an approval's own page, pending and decided
         if role in ("launcher", "superuser"):
             paths.append("/runs/new/")
         for path in paths:
@@ -224,7 +225,7 @@ def test_a_live_timeline_keeps_focus_on_its_links(new_page, login, otto, rita, p
     """(c) the header of a live run is re-sent only when the run moves."""
     approval = pending()
     page = opened(new_page, login, "otto", f"/runs/{approval.run_id}/")
-    link = page.get_by_role("link", name="Open the review queue →")
+    link = page.get_by_role("link", name="Open the call →")
     link.focus()
     for _ in range(3):  # three polls of the live page
         with page.expect_response(re.compile(r"live=1")):

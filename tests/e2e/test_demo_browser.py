@@ -8,6 +8,7 @@ import re
 
 import pytest
 from django.core.management import call_command
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -20,10 +21,10 @@ def test_seeded_reviewer_logs_in_and_reads_the_demo_site(defaults, settings, tmp
     )["reviewer"]
     page, watch = new_page()
     login(page, "reviewer", password)
-    assert page.get_by_role("heading", name="Overview").is_visible()
-    assert page.get_by_text(re.compile("awaiting", re.I)).first.is_visible()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text(re.compile("awaiting", re.I)).first).to_be_visible()
     page.goto("/demo-site/shipping/")
-    assert page.get_by_role("heading", name="Shipping").is_visible()
-    assert page.get_by_text("ignore previous instructions").is_visible()
+    expect(page.get_by_role("heading", name="Shipping")).to_be_visible()
+    expect(page.get_by_text("ignore previous instructions")).to_be_visible()
     screenshot(page, "demo-site-shipping")
     assert not watch.console_errors

@@ -2,7 +2,7 @@
 and allow for this run" lets the tool's later calls through.
 
 Workers are not part of these tests: the test drives the run itself with
-`agents.store.drive`, as a worker would.
+`agents.runs.driver.drive`, as a worker would.
 """
 
 from __future__ import annotations

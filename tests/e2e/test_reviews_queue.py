@@ -1,7 +1,7 @@
 """The review queue in a real browser against the live server.
 
 Workers are not part of these tests: after a decision the test drives the run itself
-with `agents.store.drive`, as a worker would.
+with `agents.runs.driver.drive`, as a worker would.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A launcher starts a scripted run from the form and watches its timeline move on its
 own: to `awaiting_approval`, then (after a reviewer approves) to `done`.
 
-Workers are another issue's: the test advances the run with `agents.store.drive`, the
+Workers are another issue's: the test advances the run with `agents.runs.driver.drive`, the
 same driver a worker calls, between page assertions.
 """
 
@@ -13,9 +13,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents import store
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, Run
+from agents.runs import driver
 from tests.helpers import PASSWORD, person
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -55,7 +55,7 @@ def test_launcher_watches_a_scripted_run_reach_done_live(defaults, new_page, log
     state = page.locator("#run-header h1 .state")
     expect(state).to_have_text("queued")
 
-    store.drive(run.pk)  # a worker's turn: fetch, then the write waits for a human
+    driver.drive(run.pk)  # a worker's turn: fetch, then the write waits for a human
     expect(state).to_have_text("awaiting_approval", timeout=10_000)
     expect(page.locator("#timeline li.step")).to_have_count(5)
     expect(page.get_by_text("This step tainted the run")).to_be_visible()
@@ -63,7 +63,7 @@ def test_launcher_watches_a_scripted_run_reach_done_live(defaults, new_page, log
 
     approval = Approval.objects.get(run=run, status="pending")
     approval_decide(approval_id=approval.pk, user=reviewer, decision="approve", note="matches the PDF")
-    store.drive(run.pk)
+    driver.drive(run.pk)
     expect(state).to_have_text("done", timeout=10_000)
     expect(page.locator("#timeline li.step")).to_have_count(Run.objects.get(pk=run.pk).version)
     expect(page.locator(".decision .who")).to_have_text("rita")
@@ -100,7 +100,7 @@ def test_launch_form_keeps_input_and_shows_errors_inline(defaults, new_page, log
         ("Reconcile the invoice batch", SCRIPT[:1]),
         ("Record the ACME invoice", SCRIPT),
     ]:
-        store.drive(run_launch(agent="scripted", task=task, user=lena, script=script).pk)
+        driver.drive(run_launch(agent="scripted", task=task, user=lena, script=script).pk)
     page.goto("/runs/")
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()
     expect(page.locator("table.runs tbody tr")).to_have_count(3)
@@ -116,7 +116,7 @@ def test_a_long_timeline_shows_50_transitions_and_loads_the_rest(defaults, new_p
     AgentProfile.objects.filter(name="scripted").update(limits={"max_steps": 1000})
     lena = person("lena", "launcher")
     script = [{"call": {"tool": "echo", "args": {"text": f"n{i}"}}} for i in range(30)] + [{"final": "done"}]
-    run = store.drive(run_launch(agent="scripted", task="a long one", script=script, user=lena).pk)
+    run = driver.drive(run_launch(agent="scripted", task="a long one", script=script, user=lena).pk)
     assert run.state == "done" and run.version > 50
     page, watch = new_page()
     login(page, "lena", PASSWORD)

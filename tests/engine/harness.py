@@ -1,5 +1,5 @@
 """The engine without the database: an in-memory journal, an inline tool runner and a
-driver loop that applies each transition's effects the way agents/store.py does.
+driver loop that applies each transition's effects the way agents/runs/store.py does.
 
 Plain Python on plain data, like the engine itself: a run of twenty steps takes a
 millisecond, so the engine's rules are tested here and the store's tests keep only the
@@ -123,7 +123,7 @@ class Run:
         return self
 
     def drive(self, max_transitions: int = 500) -> Run:
-        """step() until the run rests, committing each transition; as store.drive does."""
+        """step() until the run rests, committing each transition; as driver.drive does."""
         for _ in range(max_transitions):
             out = self.untouched(lambda: step(self.state, self.deps))
             if out is None:

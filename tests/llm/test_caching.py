@@ -129,7 +129,7 @@ def test_anthropic_breakpoints_let_each_step_read_the_previous_one(sonnet, provi
 
 @pytest.mark.django_db(transaction=True)
 def test_a_scripted_replay_carries_cache_usage_and_prices_it_the_same(defaults, launch, drive) -> None:
-    from agents.export import replay_script
+    from agents.runs.export import replay_script
 
     AgentProfile.objects.create(name="cachey", provider="scripted", model_name="script", tools=["echo"],
                                 price_input_micros=1_000_000, price_cached_input_micros=100_000,

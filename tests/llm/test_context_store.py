@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import AgentProfile
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from tests.helpers import person
 from tests.llm.provider import Reply
 from tests.llm.shapes import openai_completion

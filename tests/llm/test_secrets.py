@@ -8,8 +8,8 @@ import secrets
 
 import pytest
 
-from agents.export import export_run
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall, Transition
+from agents.runs.export import export_run
 from tests.llm.provider import Reply
 from tests.llm.shapes import openai_error
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from agents.actions import approval_decide
 from agents.models import Approval, McpServer, McpTool, Message, ToolCall
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from tests.helpers import call, final
 from tests.mcp.conftest import command, stdio_command, stray_children
 

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from agents import outbox, store
 from agents.actions import approval_decide, run_cancel
 from agents.engine import step as engine
 from agents.engine.step import Move
 from agents.models import Approval, OutboxEvent, Run
+from agents.notifications import events as outbox
+from agents.runs import driver, store
 from tests.helpers import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db
@@ -151,7 +152,7 @@ def test_a_transition_stays_one_statement_with_or_without_events(
     settings.AIRLOCK_STORE_ONE_STATEMENT = True
     run = Run.objects.select_related("profile").get(pk=launch([final()]).pk)
     state = store.load(run)
-    after, t = engine.cancel(state, "stop") if kind == "events" else engine.step(state, store.deps_for(run))
+    after, t = engine.cancel(state, "stop") if kind == "events" else engine.step(state, driver.deps_for(run))
     assert bool(outbox.events_for(t)) == (kind == "events")
     with django_assert_num_queries(1):
         store.commit(run, state, after, t, actor="test")

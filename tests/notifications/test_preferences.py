@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agents import notify
 from agents.models import NotificationPreference
+from agents.notifications import delivery as notify
 from tests.helpers import person
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_turning_it_back_on(loopback_allowed, rita, waiting, mailoutbox) -> None
     assert "Digest emails are on." in response.content.decode()
     approval = waiting()
     assert notify.send_digest(now=timezone.now() + dt.timedelta(minutes=2)) == 1
-    assert f"#approval-{approval.pk}" in mailoutbox[0].body
+    assert f"/reviews/{approval.pk}/" in mailoutbox[0].body
     assert "Turn these emails off: https://airlock.example.org/account/notifications/" in mailoutbox[0].body
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agents import outbox
+from agents import broker
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> tuple[list[float], threading.Event
         release.wait(5)  # a broker that takes its time
         sent.append(time.monotonic())
 
-    monkeypatch.setattr(outbox, "_send_wake", slow_send)
-    monkeypatch.setattr(outbox, "_waker", outbox._Waker())
+    monkeypatch.setattr(broker, "_send_delivery_wake", slow_send)
+    monkeypatch.setattr(broker, "_waker", broker.Waker())
     return sent, release
 
 
@@ -35,7 +35,7 @@ def wait_for(predicate, seconds: float = 5.0) -> None:
 def test_asking_does_not_wait_for_the_broker_and_a_burst_costs_two_sends(sends) -> None:
     sent, release = sends
     for _ in range(100):
-        outbox.wake()
+        broker.wake_delivery()
     assert sent == []  # every ask returned while the send is still blocked
     release.set()
     wait_for(lambda: len(sent) >= 1)
@@ -47,9 +47,9 @@ def test_asking_does_not_wait_for_the_broker_and_a_burst_costs_two_sends(sends) 
 def test_an_ask_after_a_send_sends_again(sends) -> None:
     sent, release = sends
     release.set()
-    outbox.wake()
+    broker.wake_delivery()
     wait_for(lambda: len(sent) == 1)
-    outbox.wake()
+    broker.wake_delivery()
     wait_for(lambda: len(sent) == 2)
     assert len(sent) == 2
 
@@ -59,10 +59,10 @@ def test_a_stream_of_asks_sends_at_most_one_wake_up_per_interval(sends, monkeypa
     sends one per WAKE_INTERVAL_SECONDS at most, and the last ask still gets its send."""
     sent, release = sends
     release.set()
-    monkeypatch.setattr(outbox, "WAKE_INTERVAL_SECONDS", 0.2)
+    monkeypatch.setattr(broker, "WAKE_INTERVAL_SECONDS", 0.2)
     started = time.monotonic()
     for _ in range(40):
-        outbox.wake()
+        broker.wake_delivery()
         time.sleep(0.01)
     asked_for = time.monotonic() - started
     wait_for(lambda: sent and sent[-1] > started + asked_for)  # the send after the last ask
@@ -76,13 +76,13 @@ def test_a_stream_of_asks_sends_at_most_one_wake_up_per_interval(sends, monkeypa
 def test_a_forked_child_starts_its_own_waker(sends) -> None:
     sent, release = sends
     release.set()
-    outbox.wake()  # the parent's thread, which a forked child does not inherit
+    broker.wake_delivery()  # the parent's thread, which a forked child does not inherit
     wait_for(lambda: len(sent) == 1)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its own thread must send
         try:
-            outbox.wake()
+            broker.wake_delivery()
             wait_for(lambda: len(sent) == 2)
             os.write(write, str(len(sent)).encode())
         finally:

@@ -14,9 +14,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from agents import notify
 from agents.actions import approval_decide, run_launch
 from agents.models import Delivery, DeliveryAttempt, OutboxEvent, Webhook
+from agents.notifications import delivery as notify
 from tests.helpers import person
 from tests.webhook_receiver import Receiver, add_webhook
 
@@ -54,11 +54,11 @@ def test_every_event_arrives_signed_with_the_apis_json_and_a_link(
     assert len({r.msg_id for r in receiver.requests}) == 3
     pending, decided, done = (r.payload for r in receiver.requests)
     base = "https://airlock.example.org"
-    assert pending["data"]["url"] == f"{base}/reviews/#approval-{approval.pk}"
+    assert pending["data"]["url"] == f"{base}/reviews/{approval.pk}/"
     assert pending["data"]["status"] == "pending" and pending["data"]["tool"] == "ledger_write"
     assert decided["data"]["status"] == "approved" and decided["data"]["decided_by"] == "rita"
     # `data` is the API's JSON of the object, plus the link.
-    api_approval = api_get(rita, "/api/approvals?status=approved")[0]
+    api_approval = api_get(rita, "/api/approvals?status=approved")["items"][0]
     assert {k: v for k, v in decided["data"].items() if k != "url"} == api_approval
     api_run = api_get(rita, f"/api/runs/{run.pk}")
     assert done["data"] == {**api_run, "url": f"{base}/runs/{run.pk}/"}
@@ -128,12 +128,12 @@ def test_slack_format_posts_text_and_blocks_with_the_link(loopback_allowed, rece
     deliver_all()
     body = json.loads(receiver.requests[0].body)
     assert set(body) == {"text", "blocks"}
-    link = f"https://airlock.example.org/reviews/#approval-{approval.pk}"
+    link = f"https://airlock.example.org/reviews/{approval.pk}/"
     assert link in body["text"] and "ledger_write" in body["text"]
     assert [b["type"] for b in body["blocks"]] == ["section", "section", "context"]
     assert body["blocks"][0]["text"]["type"] == "mrkdwn"
     assert "ledger_write writes and the run has read external content" in body["blocks"][0]["text"]["text"]
-    assert body["blocks"][1]["text"]["text"] == f"<{link}|Open the review queue>"
+    assert body["blocks"][1]["text"]["text"] == f"<{link}|Open the call>"
     assert not receiver.requests[0].refused  # signed like any other
 
 
@@ -202,7 +202,7 @@ def test_the_demo_produces_verifiable_events_with_working_links(
     deliver_all()
     approval = run.approvals.get()
     card = receiver.requests[0].payload["data"]["url"].removeprefix("https://airlock.example.org")
-    assert card == f"/reviews/#approval-{approval.pk}"
+    assert card == f"/reviews/{approval.pk}/"
     assert f'data-approval-id="{approval.pk}"' in client.get(card).content.decode()
 
     approval_decide(approval_id=approval.pk, user=rita, decision="approve")

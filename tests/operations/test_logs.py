@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
-from agents import telemetry
-from agents.logs import JsonFormatter, RunContextFilter
+from agents.ops import telemetry
+from agents.ops.logs import JsonFormatter, RunContextFilter
 from tests.helpers import call, final
 from tests.workers.cluster import BASE
 

@@ -13,8 +13,8 @@ import httpx
 from django.contrib.auth.models import User
 
 from agents.models import LedgerEntry, Run
+from agents.runs.verify import verify_run
 from agents.tokens import token_create
-from agents.verify import verify_run
 from tests.helpers import wait_for
 from tests.reliability.servers import RedisServer, start_web
 from tests.workers.cluster import MARKS, Cluster

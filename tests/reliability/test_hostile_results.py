@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import store
 from agents.models import AgentProfile, Message, Run, ToolCall
+from agents.runs import driver
 from tests.helpers import call, final, requires_postgres, wait_for
 from tests.reliability import fault_tools
 
@@ -24,9 +24,9 @@ SPEC = next(spec for spec in fault_tools.TOOLS if spec.name == "hostile")
 def run_with_hostile_tool(launch, kind: str) -> Run:
     AgentProfile.objects.filter(name="scripted").update(tools=None)
     run = launch([call("hostile", kind=kind), final("survived")])
-    deps = store.deps_for(Run.objects.select_related("profile").get(pk=run.pk))
+    deps = driver.deps_for(Run.objects.select_related("profile").get(pk=run.pk))
     deps.registry.add(SPEC)
-    return store.drive(run.pk, deps=deps)
+    return driver.drive(run.pk, deps=deps)
 
 
 def test_a_10_mb_result_is_capped_in_the_transcript_and_bounded_in_the_journal(launch, defaults, settings) -> None:

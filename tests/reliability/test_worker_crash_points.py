@@ -16,7 +16,7 @@ import pytest
 
 from agents import faults
 from agents.models import Approval, LedgerEntry, Run, ToolCall
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from tests.helpers import call, final, wait_for
 from tests.reliability.test_crash_points import EXPECTED
 from tests.workers.cluster import BASE, MARKS, Cluster

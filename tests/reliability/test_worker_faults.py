@@ -7,7 +7,7 @@ import re
 import signal
 
 from agents.models import AgentProfile, LedgerEntry, Run, ToolCall
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from tests.helpers import call, final, seqs, state_of, wait_for
 from tests.reliability import fault_tools
 from tests.workers.cluster import LEASE_SECONDS, MARKS, Cluster

@@ -1,4 +1,4 @@
-"""agents/formatting.py: money and durations read the same on every page."""
+"""agents/web/formatting.py: money and durations read the same on every page."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from agents import formatting
+from agents.web import formatting
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,12 @@
-"""agents.rows: plain SQL reads give what the ORM's values_list(named=True) gives."""
+"""agents.runs.rows: plain SQL reads give what the ORM's values_list(named=True) gives."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents import timeline
 from agents.models import Message, ToolCall, Transition
-from agents.rows import Rows, placeholders
+from agents.runs.rows import Rows, placeholders
+from agents.web import timeline
 from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The runs list's rows built in Python (agents/runs_html.py) are the HTML the template
+"""The runs list's rows built in Python (agents/web/runs_html.py) are the HTML the template
 loop printed, escaping included; the old loop is kept here as the reference."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from django.template import Context, Template
 from django.utils import timezone
 
-from agents import runs_html
 from agents.models import Run
+from agents.web import runs_html
 from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db

@@ -64,7 +64,7 @@ def test_visible_approvals_are_the_same_set_in_the_queue_and_the_api(people, pen
     for role in ("launcher", "operator", "reviewer", "superuser"):
         expected = {a.pk for a in access.visible_approvals(people[role]).filter(status="pending")}
         listed = Client(headers={"Authorization": f"Bearer {tokens[role]}"}).get("/api/approvals?status=pending")
-        assert {a["id"] for a in listed.json()} == expected, role
+        assert {a["id"] for a in listed.json()["items"]} == expected, role
         page = Client()
         page.force_login(people[role])
         html = page.get("/reviews/").content.decode()

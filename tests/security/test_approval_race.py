@@ -13,8 +13,8 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from agents import store
 from agents.models import Approval, LedgerEntry, Run, Transition
+from agents.runs import driver
 from agents.tokens import token_create
 from tests.helpers import at_once, person, requires_postgres
 
@@ -68,7 +68,7 @@ def test_fifty_simultaneous_approvals_record_one_decision_and_one_ledger_row(wid
     assert Approval.objects.filter(run=approval.run).count() == 1
     assert exits_from_waiting(approval.run) == 1
 
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done", run.error
     assert LedgerEntry.objects.filter(run=run).count() == 1
     assert exits_from_waiting(run) == 1
@@ -100,7 +100,7 @@ def test_forty_approvals_and_ten_rejections_at_once_one_wins_the_rest_agree_or_g
     assert sum(1 for s, _ in results if s == 409) == THREADS - decisions.count(won)
     assert exits_from_waiting(approval.run) == 1
 
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done", run.error
     assert LedgerEntry.objects.filter(run=run).count() == (1 if won == "approve" else 0)
     assert exits_from_waiting(run) == 1
@@ -136,5 +136,5 @@ def test_fifty_reviewers_clicking_approve_in_their_browsers_at_once_run_the_call
     told = [body for _, body in results if f"{winner} decided first" in body]
     assert len(told) == THREADS - 1  # every loser's card names the winner
     assert exits_from_waiting(approval.run) == 1
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done" and LedgerEntry.objects.filter(run=run).count() == 1

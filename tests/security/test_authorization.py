@@ -57,6 +57,8 @@ PAGES = [
     ("review queue, wrong method",          "POST",   "/reviews/",                        (302, 405, 405, 405, 405)),
     ("review list poll",                    "GET",    "/reviews/list/",                   (302, 200, 200, 200, 200)),
     ("review badge",                        "GET",    "/reviews/badge/",                  (302, 200, 200, 200, 200)),
+    ("other's approval page",               "GET",    "/reviews/{a}/",                    (302, 404, 200, 200, 200)),
+    ("approval page, wrong method",         "POST",   "/reviews/{a}/",                    (302, 405, 405, 405, 405)),
     ("approve",                             "POST",   "/reviews/{a}/approve/",            (302, 403, 403, 303, 303)),
     ("reject",                              "POST",   "/reviews/{a}/reject/",             (302, 403, 403, 303, 303)),
     ("happened on a policy approval",       "POST",   "/reviews/{a}/happened/",           (302, 403, 403, 400, 400)),
@@ -89,6 +91,8 @@ PAGES = [
 API = [
     ("launch",                              "POST",   "/api/runs",                        (401, 201, 403, 403, 201)),
     ("launch, wrong method",                "PUT",    "/api/runs",                        (405, 405, 405, 405, 405)),
+    ("runs",                                "GET",    "/api/runs",                        (401, 200, 200, 200, 200)),
+    ("other's runs",                        "GET",    "/api/runs?launched_by=leo",        (401, 200, 200, 200, 200)),
     ("own run",                             "GET",    "/api/runs/{own}",                  (401, 200, 200, 200, 200)),
     ("other's run",                         "GET",    "/api/runs/{other}",                (401, 404, 200, 200, 200)),
     ("run, wrong method",                   "DELETE", "/api/runs/{other}",                (405, 405, 405, 405, 405)),
@@ -153,7 +157,7 @@ def is_denial(status: int, response: Any, role: str, path: str) -> bool:
         return True
     if status == 302 and response["Location"].split("?")[0] in ("/login/", "/admin/login/"):
         return True
-    return status == 404 and role == "launcher" and "{other}" in path
+    return status == 404 and role == "launcher" and ("{other}" in path or "{a}" in path)
 
 
 def check(
@@ -230,4 +234,4 @@ def test_a_launcher_sees_nothing_of_another_launchers_run(people, pending) -> No
     assert [i for i, text in enumerate(shown) if secret in text] == []
     assert f"/runs/{theirs.run_id}/" not in "".join(shown)
     assert f"/runs/{mine.run_id}/" in shown[1]  # while the launcher's own run is listed
-    assert [a["id"] for a in api.get("/api/approvals").json()] == [mine.pk]
+    assert [a["id"] for a in api.get("/api/approvals").json()["items"]] == [mine.pk]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents import store
 from agents.models import Approval, LedgerEntry, Transition
+from agents.runs import driver
 from tests.helpers import PASSWORD as PW
 
 pytestmark = [pytest.mark.e2e, pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
@@ -44,6 +44,6 @@ def test_two_simultaneous_posts_from_the_page_run_the_call_once(new_page, login,
     assert Transition.objects.filter(run=approval.run, from_state="awaiting_approval").count() == 1
     assert Approval.objects.filter(run=approval.run).count() == 1
 
-    run = store.drive(approval.run_id)
+    run = driver.drive(approval.run_id)
     assert run.state == "done"
     assert LedgerEntry.objects.filter(run=run).count() == (1 if approval.decision == "approve" else 0)

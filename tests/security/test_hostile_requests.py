@@ -16,7 +16,7 @@ ODD = ["-1", "0", HUGE, f"-{HUGE}", "1e400", "nan", "%00", "\x00", "1.2.3", "' O
 
 
 def hostile_urls(run_id: int, approval_id: int) -> list[str]:
-    urls = [f"/runs/{HUGE}/", f"/runs/{HUGE}/export/", f"/reviews/{HUGE}/approve/"]
+    urls = [f"/runs/{HUGE}/", f"/runs/{HUGE}/export/", f"/reviews/{HUGE}/approve/", f"/reviews/{HUGE}/"]
     for v in ODD:
         urls += [
             f"/runs/?before={v}",
@@ -30,6 +30,11 @@ def hostile_urls(run_id: int, approval_id: int) -> list[str]:
             f"/runs/{run_id}/?after={v}&live=1",
             f"/reviews/?agent={v}&tool={v}&risk={v}",
             f"/reviews/list/?keep={v}&shown={v}",
+            # The API's lists (through the session): a 400 naming the field, never a 500.
+            f"/api/runs?state={v}&agent={v}&launched_by={v}&q={v}",
+            f"/api/runs?since={v}&until={v}&after={v}&limit={v}",
+            f"/api/runs/export?since={v}&until={v}&transitions={v}&launched_by={v}",
+            f"/api/approvals?status={v}&tool={v}&q={v}&after={v}&limit={v}",
         ]
     return urls
 

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import secrets
+import socket
 from typing import Any
 
 import pytest
@@ -144,3 +145,48 @@ def test_a_real_worker_logs_no_canary_key_at_debug_level(
     log = cluster.log("w1")
     assert "committed run=" in log and "DEBUG" in log  # the worker really logged, at DEBUG
     assert openai_key not in log and anthropic_key not in log
+
+
+@pytest.mark.django_db
+def test_webhook_urls_and_secrets_appear_in_no_log_line(receiver, settings, monkeypatch, launch, drive, caplog) -> None:
+    """Issue 34, item 6: httpx logged every request URL at INFO, so a Slack webhook URL
+    (a credential the admin hides), every webhook path and every http_get URL reached
+    the worker's log. Delivered, failed and fetched, at DEBUG: none of them is logged."""
+    from agents.models import Delivery, Webhook
+    from agents.notifications import delivery as notify
+    from agents.tools import http
+
+    caplog.set_level(logging.DEBUG)
+    settings.AIRLOCK_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.AIRLOCK_WEBHOOK_RETRY_BASE_SECONDS = 0.0
+    port = receiver.server.server_address[1]
+    slack = f"T0CANARY/B0CANARY/{secrets.token_hex(12)}"
+    path = f"hooks/{secrets.token_hex(12)}"
+    receiver.secret = notify.new_secret()
+    hooks = [
+        Webhook.objects.create(
+            url=f"http://127.0.0.1:{port}/services/{slack}",
+            format="slack",
+            events=["run.done"],
+            secret=notify.new_secret(),
+        ),
+        Webhook.objects.create(url=f"http://127.0.0.1:{port}/{path}", events=["run.done"], secret=receiver.secret),
+    ]
+    # A receiver that is down: the attempt fails, its error is logged.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}/{secrets.token_hex(12)}"
+    hooks.append(Webhook.objects.create(url=down, events=["run.done"], secret=notify.new_secret()))
+    receiver.statuses.extend([200, 500])  # one delivered, one failed
+    drive(launch([{"final": "ok"}]))
+    notify.dispatch()
+    assert sorted(Delivery.objects.values_list("status", flat=True)) == ["delivered", "pending", "pending"]
+    assert len(receiver.requests) == 2  # the secret URLs were really used
+    # A fetched URL carrying a token (DNS stubbed to the loopback receiver).
+    token = secrets.token_hex(12)
+    settings.AIRLOCK_HTTP_ALLOWED_HOSTS = ["pages.example"]
+    monkeypatch.setattr(http, "public_addresses", lambda host, port: ["127.0.0.1"])
+    assert http.fetch(f"http://pages.example:{port}/private?token={token}")["status"] == 501  # GET: unsupported
+    assert "webhook delivery=" in caplog.text  # the deliveries were logged, at DEBUG
+    for secret in [slack, path, down, token, *(h.secret for h in hooks)]:
+        assert secret not in caplog.text

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from agents import store
 from agents.actions import approval_decide
 from agents.models import Approval, Message, Run
+from agents.runs import driver
 from tests.helpers import PASSWORD as PW
 from tests.helpers import call, final
 
@@ -96,7 +96,7 @@ def test_hostile_text_is_shown_verbatim_and_stays_inert(new_page, login, launch,
     for approval in approvals[1:]:
         approval_decide(approval_id=approval.pk, user=people["reviewer"], decision="reject", note=notes[approval.pk])
     for approval in approvals:
-        assert store.drive(approval.run_id).state == "done"
+        assert driver.drive(approval.run_id).state == "done"
 
     # 3. Each timeline: task, answer, fetched text, arguments, the note.
     for approval, p in zip(approvals, PAYLOADS, strict=True):

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from agents import access, store
+from agents import access
 from agents.actions import ActionError, approval_decide, approval_expire
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEntry, Run, ToolCall, Transition
+from agents.runs import store
 from tests.helpers import at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""The drive's reads written as SQL (agents/rows.py) give what the ORM gives: the same
+"""The drive's reads written as SQL (agents/runs/rows.py) give what the ORM gives: the same
 field values, the related row attached, the same rows in the same order."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents import access, store
+from agents import access
 from agents.models import McpServer, McpTool, Message, Run
+from agents.runs import store
 from agents.tools import mcp
 from tests.helpers import call, final
 

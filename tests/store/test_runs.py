@@ -108,12 +108,12 @@ def test_huge_result_is_capped_in_the_transcript_and_kept_in_the_journal(launch,
 
 
 def test_engine_json_is_cleaned_only_when_it_needs_to_be() -> None:
-    from agents import store
+    from agents.runs import sanitize
 
     dirty = {"a": ["ok", {"b": "x\x00y"}], "c": "\ud800", "n": 1}
-    cleaned, text = store.clean_json(dirty)
+    cleaned, text = sanitize.clean_json(dirty)
     assert cleaned == {"a": ["ok", {"b": "x\ufffdy"}], "c": "?", "n": 1}
     assert json.loads(text) == cleaned
     plain = {"a": [1, "é", None], "b": {"c": True}}
-    value, text = store.clean_json(plain)
+    value, text = sanitize.clean_json(plain)
     assert value is plain and json.loads(text) == plain

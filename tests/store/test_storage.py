@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import AgentProfile
-from agents.verify import payload_bytes
+from agents.runs.verify import payload_bytes
 from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)

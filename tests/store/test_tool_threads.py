@@ -30,11 +30,11 @@ def test_each_drive_leaves_no_tool_thread_behind(launch, drive) -> None:
 
 
 def test_a_closed_runner_starts_a_fresh_thread_on_the_next_drive(launch, drive) -> None:
-    from agents import store
     from agents.models import Run
+    from agents.runs import driver
 
     run = launch([call("echo", text="one"), call("echo", text="two"), final()])
-    deps = store.deps_for(Run.objects.select_related("profile").get(pk=run.pk))
+    deps = driver.deps_for(Run.objects.select_related("profile").get(pk=run.pk))
     # Pickup, the first call, its result: the drive stops and closes the runner.
     assert drive(run, deps=deps, max_transitions=3).state == "planning"
     # The same deps again (a caller may reuse them): the closed runner still runs tools.

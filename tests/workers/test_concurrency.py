@@ -1,4 +1,4 @@
-"""One threaded worker keeps dozens of waiting runs in flight (issue #20), and killing
+"""One threaded worker keeps dozens of waiting runs in flight, and killing
 it kills all of them at once without losing one or repeating a side effect."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 from bench.waiting import Sampler, SlowProvider
 from tests.helpers import call, final, wait_for
 from tests.workers.cluster import MARKS, Cluster

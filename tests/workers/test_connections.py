@@ -1,5 +1,5 @@
 """A worker's database connections follow its database work, not its threads: they
-come from a bounded pool and go back to it whenever a run waits (issue #20); a
+come from a bounded pool and go back to it whenever a run waits; a
 connection the server dropped is replaced at the next use."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The embedded default (SQLite in WAL mode, the filesystem broker, no server at all)
 with the threaded worker: 40 runs waiting on a slow model are in flight together, and
 its writers queue behind the busy timeout instead of failing with "database is
-locked" (issue #20)."""
+locked"."""
 
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ import threading
 import pytest
 from django.utils import timezone
 
-from agents import store, tasks
+from agents import broker, tasks
 from agents.models import Approval, Run
+from agents.runs import driver
 from tests.helpers import at_once, call, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,7 +26,7 @@ def woken(monkeypatch) -> list[int]:
         with lock:
             sent.append(run_id)
 
-    monkeypatch.setattr(tasks, "wake", record)
+    monkeypatch.setattr(broker, "wake_run", record)
     return sent
 
 
@@ -49,7 +50,7 @@ def test_idle_runs_and_dead_leases_are_woken_and_live_ones_left_alone(launch, wo
     # The stamp is no lease: a worker takes the run at once, and the run's own
     # updated_at still says when it last moved.
     assert Run.objects.get(pk=idle.pk).updated_at == before
-    assert store.claim(idle.pk, "worker:new:3") and store.claim(expired.pk, "worker:new:3")
+    assert driver.claim(idle.pk, "worker:new:3") and driver.claim(expired.pk, "worker:new:3")
 
 
 def test_runs_waiting_for_a_human_or_ended_are_not_woken(launch, drive, woken) -> None:
@@ -93,10 +94,10 @@ def test_claims_that_die_are_counted_and_a_fourth_claim_fails_the_run(launch, se
     run = launch([call("echo", text="hi"), final()])
     past = timezone.now() - dt.timedelta(seconds=1)
     for n in range(3):
-        assert store.claim(run.pk, f"worker:dead:{n}")
+        assert driver.claim(run.pk, f"worker:dead:{n}")
         Run.objects.filter(pk=run.pk).update(lease_expires=past)  # the worker died: no release
     assert Run.objects.get(pk=run.pk).claims_without_progress == 3
-    run = store.drive(run.pk)
+    run = driver.drive(run.pk)
     assert run.state == "failed"
     assert run.error == (
         "poison run: 3 worker claims in a row ended without progress "
@@ -116,7 +117,7 @@ def test_clean_claims_without_progress_do_not_count(launch, drive) -> None:
 def test_progress_clears_the_count(launch) -> None:
     run = launch([call("echo", text="hi"), final()])
     Run.objects.filter(pk=run.pk).update(claims_without_progress=2)
-    run = store.drive(run.pk)
+    run = driver.drive(run.pk)
     assert run.state == "done" and run.claims_without_progress == 0
 
 
@@ -126,6 +127,6 @@ def test_wake_logs_and_returns_when_the_broker_refuses(monkeypatch, caplog) -> N
     def refuse(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
-    monkeypatch.setattr(tasks.advance_run, "apply_async", refuse)
-    tasks.wake(12345)
+    monkeypatch.setattr(broker, "send", refuse)
+    broker.wake_run(12345)
     assert "wake-up for run=12345 not sent (OperationalError" in caplog.text

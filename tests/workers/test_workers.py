@@ -13,8 +13,8 @@ import pytest
 
 from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
+from agents.runs.verify import verify_run
 from agents.tasks import advance_run
-from agents.verify import verify_run
 from tests.helpers import call, final, seqs, state_of, wait_for
 from tests.workers.cluster import BASE, MARKS, Cluster
 

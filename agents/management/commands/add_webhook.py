@@ -5,8 +5,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents import notify
 from agents.models import EVENT_TYPES, Webhook
+from agents.notifications import delivery as notify
 from agents.tools.http import UrlRefused
 
 

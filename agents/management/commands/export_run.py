@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.export import export_run
 from agents.models import Run
+from agents.runs.export import export_run
 
 
 class Command(BaseCommand):

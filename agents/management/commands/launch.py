@@ -8,8 +8,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from agents.actions import ActionError, run_launch
-from agents.evals import run_settle
+from agents.engine import policy as engine_policy
 from agents.models import Run
+from agents.runs.evals import run_settle
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 1, "awaiting_approval": 2}
 
@@ -23,7 +24,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--agent", required=True)
         parser.add_argument("--task", required=True)
-        parser.add_argument("--approver", choices=["human", "none"], default="human")
+        parser.add_argument("--approver", choices=engine_policy.APPROVERS, default=engine_policy.HUMAN)
         parser.add_argument("--script", help="a JSON file with the scripted agent's decisions")
         parser.add_argument("--limits", help="JSON object tightening the profile's limits, e.g. '{\"max_steps\": 5}'")
         parser.add_argument("--policy", help="JSON object tightening the profile's policy (docs/policy.md)")

@@ -28,5 +28,7 @@ class Command(BaseCommand):
             raise CommandError(f"could not list the tools of {name}: {exc}") from None
         for line in lines:
             self.stdout.write(str(line))
+        for note in lines.notes:
+            self.stdout.write(note)
         if not lines:
             self.stdout.write(f"{name} lists no tools.")

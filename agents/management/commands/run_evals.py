@@ -4,24 +4,29 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.evals import load_cases, run_case
+from agents.runs.evals import load_cases, run_isolated
 
 
 class Command(BaseCommand):
     help = (
         "Replay eval cases (files or directories of JSON in the export format) with the scripted "
-        "model; print a table; exit 1 if any case fails."
+        "model; print a table; exit 1 if any case fails. Each case runs in a transaction rolled "
+        "back at the end: the database is left as it was."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("paths", nargs="+")
         parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one case's run")
+        parser.add_argument(
+            "--keep", action="store_true",
+            help="commit the replayed runs (and replay-* profiles) to look at them; not on a deployment's database",
+        )  # fmt: skip
 
-    def handle(self, *args: Any, paths: list[str], timeout: float, **options: Any) -> None:
+    def handle(self, *args: Any, paths: list[str], timeout: float, keep: bool, **options: Any) -> None:
         cases = load_cases(paths)
         if not cases:
             raise CommandError(f"no eval cases in {' '.join(paths)}")
-        results = [run_case(name, case, timeout=timeout) for name, case in cases]
+        results = [run_isolated(name, case, timeout=timeout, keep=keep) for name, case in cases]
         width = max(len(r.name) for r in results)
         self.stdout.write(
             f"{'case':<{width}}  {'result':<6}  {'expected':<17}  {'got':<17}  steps  cost_micros  tokens  run"
@@ -30,7 +35,7 @@ class Command(BaseCommand):
             run = r.run
             got = run.state if run else "-"
             nums = (
-                f"{run.steps:>5}  {run.cost_micros:>11}  {run.tokens:>6}  {run.pk}"
+                f"{run.steps:>5}  {run.cost_micros:>11}  {run.tokens:>6}  {run.pk if keep else '-'}"
                 if run
                 else f"{'-':>5}  {'-':>11}  {'-':>6}  -"
             )

@@ -19,11 +19,11 @@ from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents import store
 from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.demo import SCENARIOS
 from agents.models import AgentProfile, Run
+from agents.runs import driver
 
 USERS = [("admin", None), ("reviewer", "reviewer"), ("operator", "operator"), ("launcher", "launcher")]
 
@@ -89,5 +89,5 @@ class Command(BaseCommand):
         launcher = User.objects.get(username="launcher")
         for scenario in SCENARIOS:
             run = run_launch(agent=scenario["agent"], task=scenario["task"], user=launcher)
-            run = store.drive(run.pk)
+            run = driver.drive(run.pk)
             self.stdout.write(f"Demo run {run.pk} ({scenario['name']}): {run.state}")

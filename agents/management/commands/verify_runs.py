@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.models import Run
-from agents.verify import verify_run
+from agents.runs.verify import verify_run
 
 
 class Command(BaseCommand):

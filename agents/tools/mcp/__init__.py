@@ -10,19 +10,21 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from agents import rows
 from agents.engine.registry import ToolContext, ToolError, ToolSpec
+from agents.engine.schemas import SchemaRefused, schema_problem
 from agents.models import McpServer, McpTool
+from agents.runs import rows
 
-from .mapping import Kind, definition, definition_sha256, tool_name
+from .mapping import SEPARATOR, Kind, definition, definition_sha256, tool_name
 
 if TYPE_CHECKING:
     from . import client
@@ -111,16 +113,33 @@ class SyncLine:
         return "  ".join(parts)
 
 
-def _line(tool: McpTool, change: str) -> SyncLine:
-    return SyncLine(tool.name, tool.status, change, tool.claimed(), tool.effective(), tool.name_note)
+def _line(tool: McpTool, change: str, notes: list[str] | None = None) -> SyncLine:
+    notes = [tool.name_note, *(notes or [])]
+    if tool.status == "invalid":
+        notes.append(f"why: {schema_problem(tool.input_schema)}")
+    return SyncLine(tool.name, tool.status, change, tool.claimed(), tool.effective(), "; ".join(n for n in notes if n))
 
 
-def _schema_problem(schema: Any) -> str | None:
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return exc.message
-    return None if isinstance(schema, dict) else "the input schema is not an object"
+class SyncLines(list[SyncLine]):
+    """One line per synced tool, and `notes` on what the limits left out (printed after)."""
+
+    notes: list[str]
+
+
+def _pinned(defn: dict[str, Any]) -> dict[str, Any]:
+    """The definition as Airlock keeps it: the description cut to the limit (the hash
+    stays the listed definition's, so a cut is not a change)."""
+    limit = settings.AIRLOCK_MCP_MAX_DESCRIPTION_CHARS
+    if len(defn["description"]) <= limit:
+        return defn
+    return {**defn, "description": defn["description"][:limit]}
+
+
+def _cut_note(defn: dict[str, Any]) -> list[str]:
+    limit = settings.AIRLOCK_MCP_MAX_DESCRIPTION_CHARS
+    if len(defn["description"]) <= limit:
+        return []
+    return [f"description cut from {len(defn['description']):,} to {limit:,} characters (AIRLOCK_MCP_MAX_DESCRIPTION_CHARS)"]
 
 
 def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
@@ -129,6 +148,10 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
     A new tool is pinned as listed; a listed definition that differs from the pinned one
     disables the tool (`changed`) until an operator accepts it; a tool the server no
     longer lists is `removed`. Nothing an operator set (overrides, switches) is touched.
+
+    Limits (settings): only the first `AIRLOCK_MCP_MAX_TOOLS` tools by name are pinned
+    (a pinned tool past the limit becomes `removed`), descriptions are cut to
+    `AIRLOCK_MCP_MAX_DESCRIPTION_CHARS`; `SyncLines.notes` says what was left out.
     """
     from . import client
 
@@ -138,12 +161,22 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
         McpServer.objects.filter(pk=server.pk).update(last_error=exc.detail[:2000])
         raise McpError(exc.detail) from None
     now = timezone.now()
-    lines = []
+    lines = SyncLines()
+    lines.notes = []
+    listed = sorted(listed, key=lambda t: str(t.get("name", "")))
+    limit = settings.AIRLOCK_MCP_MAX_TOOLS
+    over = listed[limit:]
+    if over:
+        names = ", ".join(str(t.get("name", "")) for t in over[:5]) + (", ..." if len(over) > 5 else "")
+        lines.notes.append(
+            f"{server.name} lists {len(listed):,} tools: only the first {limit:,} by name are synced "
+            f"(AIRLOCK_MCP_MAX_TOOLS); {len(over):,} not offered: {names}"
+        )
     with transaction.atomic():
         existing = {t.mcp_name: t for t in server.tools.select_for_update()}
         taken = set(McpTool.objects.values_list("name", flat=True))
-        for raw in sorted(listed, key=lambda t: str(t.get("name", ""))):
-            defn, sha = definition(raw), definition_sha256(raw)
+        for raw in listed[:limit]:
+            defn, sha = _pinned(definition(raw)), definition_sha256(raw)
             tool = existing.pop(defn["name"], None)
             if tool is None:
                 name, note = tool_name(server.name, defn["name"], taken)
@@ -155,29 +188,36 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
                 change = "restored" if tool.status == "removed" else "unchanged"
                 if tool.status in ("changed", "removed"):
                     # The server lists the pinned definition (again): nothing to accept.
-                    tool.status = "invalid" if _schema_problem(tool.input_schema) else "active"
                     tool.pending_definition, tool.pending_sha256 = None, ""
+                # Checked again: a pin made before a stricter check (issue 34) is refused now.
+                tool.status = "invalid" if schema_problem(tool.input_schema) else "active"
+                tool.description = _pinned(tool.definition())["description"]
             else:
                 change = "changed"
                 tool.status, tool.pending_definition, tool.pending_sha256 = "changed", defn, sha
             tool.synced_at = now
             tool.save()
-            lines.append(_line(tool, change))
+            lines.append(_line(tool, change, _cut_note(definition(raw))))
+        beyond = {str(t.get("name", "")) for t in over}
         for tool in existing.values():
             if tool.status != "removed":
                 tool.status = "removed"
                 tool.save(update_fields=["status"])
-            lines.append(_line(tool, "removed"))
+            if tool.mcp_name not in beyond:  # those are in the note
+                lines.append(_line(tool, "removed"))
         McpServer.objects.filter(pk=server.pk).update(synced_at=now, last_error="")
     return lines
 
 
 def _install(tool: McpTool, defn: dict[str, Any], sha: str) -> None:
+    # `schema_problem` is the engine's own check (nothing fetched, RE2 patterns, no ref
+    # cycles): a tool the registry would refuse to build is not offered, and its sync
+    # line says why.
     tool.description = defn["description"]
     tool.input_schema = defn["inputSchema"]
     tool.annotations = defn["annotations"]
     tool.sha256 = sha
-    tool.status = "invalid" if _schema_problem(tool.input_schema) else "active"
+    tool.status = "invalid" if schema_problem(tool.input_schema) else "active"
     tool.pending_definition, tool.pending_sha256 = None, ""
 
 
@@ -218,7 +258,7 @@ def _changed_under(tool_id: int, pinned: str) -> Any:
             updated = rows.update(status="removed")
         else:
             updated = rows.update(
-                status="changed", pending_definition=definition(found), pending_sha256=definition_sha256(found)
+                status="changed", pending_definition=_pinned(definition(found)), pending_sha256=definition_sha256(found)
             )
         if updated:
             log.warning("mcp tool %s changed under a run; disabled until accepted", tool_id)
@@ -258,18 +298,33 @@ def _spec(tool: McpTool) -> ToolSpec:
 _OFFERED = rows.Joined(McpTool, ["server"], "a.status = 'active' AND a.enabled = %s AND b0.enabled = %s ORDER BY a.id")
 
 
-def offered_tools() -> list[McpTool]:
+def offered_tools(names: Collection[str] | None = None) -> list[McpTool]:
     """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
-    true. Every drive asks, so the query is written out once (agents/rows.py)."""
-    return _OFFERED.fetch([True, True])
+    true, only those `names` when given. Every drive asks, so the query is written out
+    (agents/runs/rows.py)."""
+    if names is None:
+        return _OFFERED.fetch([True, True])
+    wanted = sorted({n for n in names if SEPARATOR in n})  # built-in names have no `__`
+    if not wanted:
+        return []
+    named = rows.Joined(
+        McpTool, ["server"],
+        f"a.status = 'active' AND a.enabled = %s AND b0.enabled = %s AND a.name IN ({rows.placeholders(wanted)})"
+        " ORDER BY a.id",
+    )
+    return named.fetch([True, True, *wanted])
 
 
-def specs() -> list[ToolSpec]:
-    """The ToolSpecs of the `offered_tools()`."""
+def specs(names: Collection[str] | None = None) -> list[ToolSpec]:
+    """The ToolSpecs of the `offered_tools(names)`: a run builds only the tools its
+    profile offers, not every tool of every server."""
     found = []
-    for tool in offered_tools():
+    for tool in offered_tools(names):
         try:
             found.append(_spec(tool))
+        except SchemaRefused as exc:
+            # Pinned before the check refused such schemas; its next sync marks it invalid.
+            log.warning("mcp tool %s left out of the registry: its input schema is refused: %s", tool.name, exc)
         except Exception:  # noqa: BLE001 - one bad row must not take the registry down
             log.exception("mcp tool %s left out of the registry", tool.name)
     return found

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import re
 import shlex
@@ -31,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
+from agents.engine import schemas
 from agents.engine.registry import ToolError
 
 from .mapping import definition_sha256
@@ -217,6 +219,9 @@ class Call:
                 if found is None or definition_sha256(found) != self.pinned_sha256:
                     raise _Changed(found)
                 sent = True
+                # The SDK would check structured output against the server's (unpinned)
+                # outputSchema with Python's backtracking `re`: checked our way instead.
+                client.session.validate_tool_result = _output_check(found)  # type: ignore[method-assign]
                 return await client.call_tool(
                     self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key}
                 )
@@ -259,6 +264,29 @@ class Call:
         if text or result.structured_content is None:
             return text
         return result.structured_content
+
+
+def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None]]:
+    """`ClientSession.validate_tool_result` for one call: the tool's outputSchema as the
+    server lists it now, validated as input schemas are (engine/schemas.py: RE2
+    patterns, nothing fetched, hostile schemas refused). A refusal is an answer from the
+    server, not a transport failure: it is not retried."""
+    schema = listed.get("outputSchema")
+
+    async def check(name: str, result: Any) -> None:
+        if schema is None:
+            return
+        if result.structured_content is None:
+            raise ToolError("invalid_output", f"{name} has an output schema but returned no structured content")
+        problem = schemas.schema_problem(schema)
+        if problem is not None:
+            raise ToolError("invalid_output", f"the output schema of {name} is refused: {problem}")
+        found = schemas.errors(json.dumps(schema, sort_keys=True), result.structured_content)
+        if found:
+            raise ToolError("invalid_output", f"{name} returned structured content its output schema refuses: "
+                            f"{found[0].message}")
+
+    return check
 
 
 def content_text(blocks: list[Any]) -> str:

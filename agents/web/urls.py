@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from agents import views
+from agents.web import views
 
 urlpatterns = [
     path("runs/", views.runs, name="runs"),

@@ -244,7 +244,7 @@ def _root_span(tracer: Tracer, run: Run, ids: tuple[int, int], after: RunState, 
     from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    from agents.metrics import reason_kind
+    from agents.ops.metrics import reason_kind
 
     profile = run.profile
     attributes: dict[str, Any] = {

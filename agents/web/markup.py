@@ -1,5 +1,5 @@
-"""What the page fragments built in Python share (agents/timeline_html.py,
-agents/runs_html.py, reviews/card_html.py): text escaped as the templates' autoescape
+"""What the page fragments built in Python share (agents/web/timeline_html.py,
+agents/web/runs_html.py, reviews/card_html.py): text escaped as the templates' autoescape
 escapes it, the `pluralize` filter they stand in for, and `{% url %}` for many ids."""
 
 from __future__ import annotations

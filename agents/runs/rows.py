@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections import namedtuple
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, models
 
@@ -61,7 +61,7 @@ class Columns:
 def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return list(cursor.fetchall())
 
 
 class Joined:
@@ -129,7 +129,8 @@ class Rows:
         sql = f"SELECT {self.columns.sql} FROM {self.table} WHERE {where} ORDER BY {order_by}"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [self.row._make(self.columns.values(r)) for r in fetch(sql, params)]
+        make = cast(Any, self.row)._make  # a namedtuple class
+        return [make(self.columns.values(r)) for r in fetch(sql, params)]
 
 
 def placeholders(values: Sequence[Any]) -> str:

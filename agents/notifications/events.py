@@ -4,23 +4,21 @@
 in both of its commit paths (one PostgreSQL statement, or the ORM). Code that raises an
 event outside a transition calls `emit()` inside its own transaction, or `emit_once()`
 for a warning a periodic job may find more than once (`approval.expiring`).
-Delivery is `agents.notify`'s job, woken after commit and by the beat.
+Delivery is `agents.notifications.delivery`'s job, woken after commit and by the beat.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import secrets
-import threading
-import time
 from dataclasses import dataclass
 from typing import Literal
 
 from django.db import transaction
 from django.utils import timezone
 
+from agents import broker
 from agents.engine import decisions, states
 from agents.engine.step import Move
 from agents.models import EVENT_TYPES, Approval, OutboxEvent, Run
@@ -111,57 +109,4 @@ def emit_once(event_type: str, approval: Approval) -> OutboxEvent | None:
 
 
 def wake_after_commit() -> None:
-    transaction.on_commit(wake)
-
-
-def wake() -> None:
-    """Ask a worker to deliver now, from this process's waker thread: the committing
-    thread does not wait on the broker, and the wake-ups asked for while one is being
-    sent (a hundred runs ending at once) cost one more. Never raises: a lost wake-up
-    (the broker is down, the process exits first) is the beat's to cover."""
-    _waker.ask()
-
-
-def _send_wake() -> None:
-    from agents.tasks import deliver_notifications
-
-    try:
-        deliver_notifications.apply_async(retry=False)
-    except Exception as exc:  # noqa: BLE001 - any broker failure is the beat's job
-        log.warning("delivery wake-up not sent (%s: %s); the beat will deliver", type(exc).__name__, exc)
-
-
-# The least time between two wake-ups from one process. A delivery task works through
-# every undelivered event, so a wake-up per event is waste: a worker ending fifty runs a
-# second spent about a millisecond of CPU sending each one, and then ran a delivery task
-# for each. A lone event still goes out at once; events in a stream wait this long at most.
-WAKE_INTERVAL_SECONDS = 0.1
-
-
-class _Waker:
-    """One daemon thread per process that sends wake-ups while any are asked for. Asks
-    that arrive while a wake-up is on its way, or within WAKE_INTERVAL_SECONDS after it,
-    fold into the next one."""
-
-    def __init__(self) -> None:
-        self._asked = threading.Event()
-        self._lock = threading.Lock()
-        self._pid = 0  # the process whose thread runs (a forked child starts its own)
-
-    def ask(self) -> None:
-        self._asked.set()
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    threading.Thread(target=self._loop, name="airlock-wake", daemon=True).start()
-                    self._pid = os.getpid()
-
-    def _loop(self) -> None:
-        while True:
-            self._asked.wait()
-            self._asked.clear()
-            _send_wake()
-            time.sleep(WAKE_INTERVAL_SECONDS)
-
-
-_waker = _Waker()
+    transaction.on_commit(broker.wake_delivery)

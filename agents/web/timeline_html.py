@@ -4,7 +4,7 @@ A page shows 50 entries; through the template engine each cost about 170 µs (ev
 variable, filter and `{% if %}` is a node to resolve), which made the entries most of
 the page's time. Here an entry is a few string joins, about 20 µs. Everything a model,
 a tool or a reviewer produced (payloads, messages, notes, names) goes through `esc`
-(agents/markup.py), which escapes it as the template's autoescape did: it stays inert
+(agents/web/markup.py), which escapes it as the template's autoescape did: it stays inert
 text. The page around the entries (header, chart, poller) stays in
 agents/run_detail.html, whose `more` and `live` partials call `entries`.
 """
@@ -19,9 +19,9 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from agents.engine.step import TRANSCRIPT_CAP
-from agents.formatting import ms, number, pretty_json, usd
-from agents.markup import esc, plural
-from agents.timeline import Entry, cut_for_model
+from agents.web.formatting import ms, number, pretty_json, usd
+from agents.web.markup import esc, plural, url_for
+from agents.web.timeline import Entry, cut_for_model
 
 FOLD_OVER = 600  # characters: a longer result or argument list is folded into <details>
 
@@ -146,17 +146,22 @@ def _journal(j: Any) -> str:
     )
 
 
+def _approval_link(pk: int) -> str:
+    # The approval's own page, in any status: the queue shows only the first cards.
+    return f'<a class="approval-link" href="{url_for("reviews:approval", pk)}">Approval #{pk}</a>'
+
+
 def _approval(e: Entry, tz: tzinfo) -> str:
     a = e.approval
     assert a is not None
     if a.status == "denied":
         return (
-            f'<p class="approval-line">Approval #{a.pk}: <span class="status status-denied">denied</span> '
+            f'<p class="approval-line">{_approval_link(a.pk)}: <span class="status status-denied">denied</span> '
             "— the run has no approver.</p>"
         )
     if e.t.to_state != "awaiting_approval":
         return ""
-    line = f'<p class="approval-line">Approval #{a.pk} requested'
+    line = f'<p class="approval-line">{_approval_link(a.pk)} requested'
     if a.kind == "outcome_unknown":
         line += " (outcome unknown)"
     if a.required > 1:

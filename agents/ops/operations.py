@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agents.unavailable import DATABASE_DOWN, unavailable
+from agents.ops.unavailable import DATABASE_DOWN, unavailable
 
 log = logging.getLogger("airlock.operations")
 
@@ -98,7 +98,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse("403 Forbidden: wrong token\n", status=403, content_type="text/plain")
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    from agents.metrics import REGISTRY
+    from agents.ops.metrics import REGISTRY
 
     try:
         body = generate_latest(REGISTRY)

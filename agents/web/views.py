@@ -19,14 +19,15 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import access, timeline
+from agents import access
 from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
 from agents.demo import SCENARIOS
 from agents.engine import states
-from agents.export import export_run
-from agents.forms import LaunchForm, RunFilterForm
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
+from agents.runs.export import export_run
+from agents.web import timeline
+from agents.web.forms import LaunchForm, RunFilterForm
 
 LIST_PAGE = 50
 LIVE_POLL = "every 1s"
@@ -324,7 +325,7 @@ EXAMPLE_SCRIPT = json.dumps(
 )
 
 
-# -- notifications (issue #14) -------------------------------------------------------
+# -- notifications: a reviewer's own email and digest settings ---------------------------
 
 
 @require_http_methods(["GET", "POST"])

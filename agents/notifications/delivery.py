@@ -28,13 +28,22 @@ from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, QuerySet, prefetch_related_objects
 from django.urls import reverse
 from django.utils import timezone
 
 from agents import access
-from agents.models import Approval, Delivery, DeliveryAttempt, OutboxEvent, Run, Webhook
-from agents.tools.http import UrlRefused, public_addresses
+from agents.models import (
+    Approval,
+    Delivery,
+    DeliveryAttempt,
+    DigestEntry,
+    NotificationPreference,
+    OutboxEvent,
+    Run,
+    Webhook,
+)
+from agents.tools.http import Deadline, UrlRefused, client, public_addresses
 
 log = logging.getLogger("airlock.notify")
 
@@ -62,10 +71,15 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 # -- what is sent ---------------------------------------------------------------------
 
 
+def approval_url(approval_id: int) -> str:
+    """The approval's own page (any status): the queue shows only its first cards."""
+    return settings.AIRLOCK_BASE_URL + reverse("reviews:approval", args=[approval_id])
+
+
 def link(event: OutboxEvent) -> str:
-    """The approval's card in the review queue, or the run's timeline."""
+    """The approval's own page, or the run's timeline."""
     if event.approval_id is not None:
-        return f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{event.approval_id}"
+        return approval_url(event.approval_id)
     return settings.AIRLOCK_BASE_URL + reverse("run_detail", args=[event.run_id])
 
 
@@ -110,7 +124,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         }.get(event_type, event_type)
         text = f"{e(data.get('tool'))} on run {data.get('run')} {what}"
         detail = f"*`{e(data.get('tool'))}`* on run {data.get('run')} {what}\n>{e(data.get('reason'))}"
-        action = "Open the review queue"
+        action = "Open the call"
     else:
         state = data.get("state", event_type.removeprefix("run."))
         text = f"Run {data.get('id')} ({e(data.get('agent'))}) {e(state)}"
@@ -158,12 +172,19 @@ def target(url: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
     return parsed.copy_with(host=address), {"Host": host_header}, extensions
 
 
-def post(url: str, content: bytes, headers: dict[str, str]) -> int:
-    """POST and return the status code; raises UrlRefused or httpx.HTTPError."""
+def post(url: str, content: bytes, headers: dict[str, str], deadline: Deadline | None = None) -> int:
+    """POST and return the status code; raises UrlRefused or httpx.HTTPError.
+
+    The whole exchange ends by `deadline` (default: AIRLOCK_WEBHOOK_TIMEOUT from now),
+    however slowly the receiver answers; its body is never read (the status is the
+    answer), so a receiver cannot make us read, or hold, a large one."""
+    deadline = deadline or Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     where, extra, extensions = target(url)
     # No redirects (a 3xx is a failure: a redirect could point inside), no proxies.
-    with httpx.Client(timeout=settings.AIRLOCK_WEBHOOK_TIMEOUT, follow_redirects=False, trust_env=False) as client:
-        response = client.post(where, content=content, headers={**headers, **extra}, extensions=extensions)
+    with (
+        client(deadline) as session,
+        session.stream("POST", where, content=content, headers={**headers, **extra}, extensions=extensions) as response,
+    ):
         return response.status_code
 
 
@@ -235,9 +256,14 @@ def attempt(delivery_id: int) -> bool | None:
     2. POST outside any transaction, signed with this attempt's timestamp.
     3. Record the outcome, only if the claim is still ours.
     """
+    # The request's overall deadline starts with the claim, so everything up to the
+    # POST (rendering, DNS) counts too, and no byte is sent once it has passed. The
+    # claim holds the delivery for twice as long plus 5 s (clock skew between workers,
+    # recording the outcome): another worker can claim it only after this attempt can
+    # no longer be sending, so a slow receiver cannot get it twice at once.
+    deadline = Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     now = timezone.now()
-    # Past the request's timeout with room to record it: a live attempt is never overtaken.
-    hold = now + dt.timedelta(seconds=2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5)
+    hold = now + dt.timedelta(seconds=claim_seconds())
     with transaction.atomic():
         claimed = Delivery.objects.filter(pk=delivery_id, status="pending", next_attempt_at__lte=now).update(
             attempts=F("attempts") + 1, next_attempt_at=hold
@@ -263,7 +289,7 @@ def attempt(delivery_id: int) -> bool | None:
     code: int | None = None
     error = ""
     try:
-        code = post(hook.url, content, headers)
+        code = post(hook.url, content, headers, deadline)
         if not 200 <= code < 300:
             error = f"HTTP {code}"
     except UrlRefused as exc:
@@ -297,6 +323,12 @@ def attempt(delivery_id: int) -> bool | None:
     return ok
 
 
+def claim_seconds() -> float:
+    """How long a claimed delivery is held: past the request's overall deadline
+    (AIRLOCK_WEBHOOK_TIMEOUT from the claim), with room to record the outcome."""
+    return 2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5
+
+
 def backoff(attempts: int) -> float:
     """Seconds before the next attempt after `attempts` failed ones: exponential, capped,
     with +-20% jitter so receivers coming back are not hit by every sender at once."""
@@ -310,7 +342,7 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
         status="pending", attempts=0, next_attempt_at=timezone.now(), last_error=""
     )
     if count:
-        from agents import outbox
+        from agents.notifications import events as outbox
 
         outbox.wake_after_commit()
     return count
@@ -319,42 +351,85 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
 # -- the reviewers' digest ------------------------------------------------------------
 
 
-def digest_recipients() -> list[str]:
-    users = access.reviewers().exclude(email="").exclude(notification_preference__email_digest=False).order_by("pk")
-    return [u.email for u in users]
+def digest_recipients() -> list[Any]:
+    """Reviewers with an email address who did not turn the digest off."""
+    return list(
+        access.reviewers().exclude(email="").exclude(notification_preference__email_digest=False).order_by("pk")
+    )
+
+
+def digest_for(user: Any) -> list[Approval]:
+    """What `user`'s next digest holds: every pending call they may decide (so not the
+    calls of a run they launched whose duties are separated, nor those waiting for
+    other reviewers' votes after theirs), not yet mailed to them, oldest first. At most
+    DIGEST_MAX; the rest follow in the next one."""
+    if not access.can_decide(user):
+        return []
+    calls = list(
+        access.visible_approvals(user)
+        .pending()
+        .exclude(digest_entries__user=user)
+        .annotate(launcher=F("run__created_by_id"))
+        .order_by("created_at", "pk")[:DIGEST_MAX]
+    )
+    own = {a.run_id for a in calls if a.launcher == user.pk}  # type: ignore[attr-defined]
+    if own:
+        runs = Run.objects.filter(pk__in=own).select_related("profile").defer("script")
+        separated = {r.pk for r in runs if access.duties_separated(user, r)}
+        calls = [a for a in calls if a.run_id not in separated]
+    voting = [a for a in calls if a.may_have_votes]  # several votes needed: read them
+    if voting:
+        prefetch_related_objects(voting, "votes")
+        voted = {a.pk for a in voting if any(v.by_id == user.pk for v in a.current_votes())}
+        calls = [a for a in calls if a.pk not in voted]
+    return calls
+
+
+def _digest_text(calls: list[Approval]) -> tuple[str, str]:
+    n = len(calls)
+    subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
+    lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
+    for a in calls:
+        lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {approval_url(a.pk)}", ""]
+    lines.append(
+        f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
+    )
+    return subject, "\n".join(lines)
 
 
 def send_digest(*, now: dt.datetime | None = None) -> int:
-    """Email the reviewers the calls waiting for them, once the oldest unsent one has
-    waited AIRLOCK_EMAIL_DIGEST_SECONDS; returns the number of emails sent.
+    """Email each reviewer the calls waiting for them (`digest_for`) once the oldest of
+    those has waited AIRLOCK_EMAIL_DIGEST_SECONDS; returns the number of emails sent.
 
-    The events stay locked while the mail goes out: a failure rolls back and the next
-    round sends (at least once); calls decided meanwhile are left out.
+    Per reviewer, in one transaction: lock their preference row (another dispatcher
+    holding it is mailing them: skip), read what they were not told, send, record it
+    (DigestEntry). A failed send rolls back and the next round tries again (at least
+    once); calls decided meanwhile are left out.
     """
     now = now or timezone.now()
-    window = dt.timedelta(seconds=settings.AIRLOCK_EMAIL_DIGEST_SECONDS)
-    with transaction.atomic():
-        events = list(
-            OutboxEvent.objects.select_for_update(skip_locked=True)
-            .filter(type="approval.pending", emailed_at__isnull=True)
-            .order_by("created_at", "pk")[:DIGEST_MAX]
-        )
-        if not events or events[0].created_at > now - window:
-            return 0
-        ids = [e.approval_id for e in events if e.approval_id is not None]
-        waiting = list(Approval.objects.filter(pk__in=ids).pending().order_by("created_at", "pk"))
-        to = digest_recipients() if waiting else []
-        if to:
-            n = len(waiting)
-            subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
-            lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
-            for a in waiting:
-                url = f"{settings.AIRLOCK_BASE_URL}{reverse('reviews:queue')}#approval-{a.pk}"
-                lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {url}", ""]
-            lines.append(f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}")
-            text = "\n".join(lines)
-            messages = [EmailMessage(subject, text, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
-            with get_connection() as connection:
-                connection.send_messages(messages)
-        OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(emailed_at=now)
-    return len(to)
+    due = now - dt.timedelta(seconds=settings.AIRLOCK_EMAIL_DIGEST_SECONDS)
+    # The common answer, in one indexed query: nothing has waited a window.
+    if not Approval.objects.pending().filter(created_at__lte=due).exists():
+        return 0
+    sent = 0
+    for user in digest_recipients():
+        NotificationPreference.objects.get_or_create(user=user)
+        try:
+            with transaction.atomic():
+                mine = NotificationPreference.objects.select_for_update(skip_locked=True).filter(user=user).first()
+                if mine is None or not mine.email_digest:
+                    # Another dispatcher holds it (it sends), or they turned it off just now.
+                    continue
+                calls = digest_for(user)
+                if not calls or calls[0].created_at > due:
+                    continue
+                subject, text = _digest_text(calls)
+                with get_connection() as connection:
+                    connection.send_messages([EmailMessage(subject, text, settings.DEFAULT_FROM_EMAIL, [user.email])])
+                DigestEntry.objects.bulk_create(
+                    [DigestEntry(user=user, approval=a, mailed_at=now) for a in calls], ignore_conflicts=True
+                )
+                sent += 1
+        except Exception:  # noqa: BLE001 - one failing address must not hold up the others
+            log.exception("digest to user=%s failed; the next round tries again", user.pk)
+    return sent

@@ -7,32 +7,46 @@ each with its `decision`, or its `votes` and `edited_args`, or `expired`) and `e
 (`state`, `answer`, and optionally `error_contains`, `ledger_entries`, `max_steps`,
 `max_cost_micros`, `max_tokens`).
 `manage.py export_run ID` writes one; `evals/` holds hand-written ones.
+
+Evals never write into a deployment's data (issue 25, item 9): `run_isolated` replays
+a case inside a transaction that is rolled back at the end, with its tools on the same
+connection (the driver's usual tool thread would write through another connection,
+outside the transaction) and email kept in memory. No run, replay profile, ledger row,
+notification or wake-up outlives the case.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from agents import store
+from django.db import transaction
+from django.test.utils import override_settings
+
 from agents.actions import ActionError, approval_decide, approval_expire, run_launch
 from agents.engine import decisions as names
+from agents.engine import policy as engine_policy
 from agents.engine import states
+from agents.engine.protocols import Deps, ThreadRunner
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
+from agents.runs import driver
 
 RISKY = ("write", "irreversible")
 
 
-def run_settle(run_id: int, *, timeout: float = 60.0) -> Run:
+def run_settle(run_id: int, *, timeout: float = 60.0, deps: Callable[[Run], Deps] | None = None) -> Run:
     """Drive the run in this process until it rests (done, failed, cancelled, or waiting
     for a human). If a worker holds its lease, `drive` returns at once: poll until the
     worker lets it rest, bounded by `timeout`."""
     give_up = time.monotonic() + timeout
     while True:
-        run = store.drive(run_id)
+        run = driver.drive(run_id, deps=deps)
         if run.state in states.TERMINAL or run.state == states.AWAITING_APPROVAL:
             return run
         if time.monotonic() > give_up:
@@ -117,10 +131,59 @@ def replay_profile(name: str) -> AgentProfile | str:
             **original.policy_fields(),
         },
     )
-    return twin
+    return cast(AgentProfile, twin)
 
 
-def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
+class _Inline:
+    """A ThreadRunner's helper, minus the thread: the job runs as it is submitted."""
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the runner's wait
+            future.set_exception(exc)
+        return future
+
+    def abandon(self) -> None:
+        pass
+
+
+class SameConnectionRunner(ThreadRunner):
+    """Runs each tool on the driver's thread, hence on its database connection and
+    inside the eval's transaction, with the ThreadRunner's mapping of errors to
+    results. A tool's timeout is not enforced: an eval's tools are the scripted
+    diagnostic and demo ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._worker = _Inline()  # type: ignore[assignment]
+
+    def close(self) -> None:
+        pass
+
+
+def eval_deps(run: Run) -> Deps:
+    return dataclasses.replace(driver.deps_for(run), runner=SameConnectionRunner())
+
+
+def run_isolated(name: str, case: Any, *, timeout: float = 60.0, keep: bool = False) -> CaseResult:
+    """Replay one case in a transaction rolled back at the end (`keep`: committed, to
+    look at the runs in the dashboard; never on a deployment). What the result holds
+    (the run, its counters) is read before the rollback.
+
+    On SQLite the transaction holds the write lock while the case replays (a second,
+    as a rule): the web and the worker wait behind the busy timeout meanwhile.
+    """
+    # Email goes to memory: an approved send_email in a case must not reach anyone.
+    with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"), transaction.atomic():
+        result = run_case(name, case, timeout=timeout, deps=eval_deps)
+        if not keep:
+            transaction.set_rollback(True)
+    return result
+
+
+def run_case(name: str, case: Any, *, timeout: float = 60.0, deps: Callable[[Run], Deps] | None = None) -> CaseResult:
     """Replay one case.
 
     1. Launch it as a scripted run (the case's task, approver, limits and script) under
@@ -141,7 +204,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
         run = run_launch(
             agent=replay_profile(str(case.get("agent") or "scripted")),
             task=case.get("task") or name,
-            approver=case.get("approver") or "human",
+            approver=case.get("approver") or engine_policy.HUMAN,
             limits=case.get("limits") or None,
             script=case.get("script") or [],
             policy=case.get("policy") or None,
@@ -152,7 +215,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
     decisions = [
         d for d in case.get("decisions") or [] if d.get("decision") in names.DECISIONS or d.get("expired")
     ]
-    run = run_settle(run.pk, timeout=timeout)
+    run = run_settle(run.pk, timeout=timeout, deps=deps)
     while run.state == states.AWAITING_APPROVAL:
         pending = run.pending_approval()
         if pending is None or not decisions:
@@ -170,7 +233,7 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0) -> CaseResult:
         if problem:
             result.problems.append(problem)
             break
-        run = run_settle(run.pk, timeout=timeout)
+        run = run_settle(run.pk, timeout=timeout, deps=deps)
     result.run = run
     result.problems.extend(check(run, case, decisions_left=len(decisions)))
     return result

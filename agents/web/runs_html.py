@@ -3,7 +3,7 @@
 The list shows 50 runs; through the template engine a row cost about 110 µs (every
 variable and filter of it a node to resolve), two thirds of the page's time. Here a
 row is a few string joins. The task and the agent's name go through `esc`
-(agents/markup.py), as the template's autoescape did; times are shown in the current
+(agents/web/markup.py), as the template's autoescape did; times are shown in the current
 time zone, as the `date` filter shows them. The page around the rows stays in
 agents/runs.html, which calls `rows`.
 """
@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from agents.formatting import number, since, usd
-from agents.markup import esc, url_for
+from agents.web.formatting import number, since, usd
+from agents.web.markup import esc, url_for
 
 TASK_CHARS = 90  # the task's first line under the run's number
 

@@ -14,6 +14,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
+from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS
 from agents.models import AgentProfile
@@ -96,8 +97,11 @@ class LaunchForm(forms.Form):
     # Neither `required` nor `max_length`: run_launch owns those rules and their wording.
     task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
     approver = forms.ChoiceField(
-        choices=[("human", "a human reviewer approves risky calls"), ("none", "no approver: risky calls are denied")],
-        initial="human",
+        choices=[
+            (engine_policy.HUMAN, "a human reviewer approves risky calls"),
+            (engine_policy.NO_APPROVER, "no approver: risky calls are denied"),
+        ],
+        initial=engine_policy.HUMAN,
         widget=forms.RadioSelect,
     )
     script = forms.CharField(

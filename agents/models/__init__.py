@@ -1,0 +1,66 @@
+"""The ORM, a module by subject; `from agents.models import X` names every model.
+
+runs.py        profiles, runs, transitions, the transcript, the tool-call journal
+approvals.py   approvals, votes, grants
+notifications.py  webhooks, outbox events, deliveries, notification preferences
+mcp.py         MCP servers and their pinned tools
+api.py         API tokens, launch idempotency keys
+ops.py         metric tallies
+testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
+"""
+
+from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
+from agents.models.approvals import Approval, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
+from agents.models.mcp import McpServer, McpTool
+from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
+from agents.models.notifications import (
+    EVENT_TYPES,
+    Delivery,
+    DeliveryAttempt,
+    DigestEntry,
+    NotificationPreference,
+    OutboxEvent,
+    Webhook,
+)
+from agents.models.ops import MetricTally
+from agents.models.runs import (
+    AgentProfile,
+    AgentProfileQuerySet,
+    Message,
+    Run,
+    RunDict,
+    ToolCall,
+    Transition,
+    engine_message,
+)
+from agents.models.testing import LedgerEntry
+
+__all__ = [
+    "EVENT_TYPES",
+    "AgentProfile",
+    "AgentProfileQuerySet",
+    "ApiToken",
+    "ApiTokenQuerySet",
+    "Approval",
+    "ApprovalDict",
+    "ApprovalQuerySet",
+    "ApprovalVote",
+    "Delivery",
+    "DeliveryAttempt",
+    "DigestEntry",
+    "Grant",
+    "IdempotencyKey",
+    "LedgerEntry",
+    "McpServer",
+    "McpTool",
+    "Message",
+    "MetricTally",
+    "NotificationPreference",
+    "OutboxEvent",
+    "Run",
+    "RunDict",
+    "ToolCall",
+    "Transition",
+    "Webhook",
+    "engine_message",
+]

@@ -1,0 +1,229 @@
+"""Calls waiting for a human: approvals, their votes, and run-scoped grants."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import models
+from django.db.models import prefetch_related_objects
+
+from agents.engine import decisions
+from agents.engine import policy as engine_policy
+
+
+class ApprovalQuerySet(models.QuerySet["Approval"]):
+    def pending(self) -> ApprovalQuerySet:
+        return self.filter(status=Approval.Status.PENDING)
+
+
+class ApprovalDict(TypedDict):
+    id: int
+    run: int
+    status: str
+    kind: str
+    tool: str
+    risk: str
+    args: Any
+    edited_args: Any
+    reason: str
+    taint_source: dict[str, Any] | None
+    rule: dict[str, Any] | None
+    required: int
+    votes: list[dict[str, Any]]
+    decided_by: str | None
+    decided_at: dt.datetime | None
+    note: str
+    expires_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+class Approval(models.Model):
+    class Status(models.TextChoices):
+        PENDING = decisions.PENDING
+        APPROVED = decisions.APPROVED
+        REJECTED = decisions.REJECTED
+        EXPIRED = decisions.EXPIRED
+        DENIED = decisions.DENIED
+
+    class Kind(models.TextChoices):
+        POLICY = decisions.POLICY
+        OUTCOME_UNKNOWN = decisions.OUTCOME_UNKNOWN, "outcome unknown"
+
+    run = models.ForeignKey("agents.Run", on_delete=models.CASCADE, related_name="approvals")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.POLICY)
+    # The call this approval would run: the model's, or after an edit the reviewer's.
+    idempotency_key = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=200)
+    step = models.PositiveIntegerField(default=0)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True, help_text="the arguments the model proposed")
+    risk = models.CharField(max_length=20)
+    reason = models.TextField()
+    taint_source = models.JSONField(null=True, blank=True)
+    rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
+    required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decision = models.CharField(max_length=10, blank=True, help_text=", ".join(decisions.DECISIONS))
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    edited_args = models.JSONField(null=True, blank=True, help_text="a reviewer's arguments, run instead")
+    edited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Votes count within a round; an edit starts the next one (earlier votes were for
+    # other arguments).
+    round = models.PositiveSmallIntegerField(default=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ApprovalQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="approval_status_created"),
+            # The sweeper's "due" query and the queue's "expires soonest" order.
+            models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
+            # The queue's tool choices, read by skipping from tool to tool (reviews.cards).
+            models.Index(fields=["tool"], condition=models.Q(status=decisions.PENDING), name="approval_pending_tool"),
+        ]
+        constraints = [
+            # At most one open question per run: the engine waits on one call at a time.
+            models.UniqueConstraint(
+                fields=["run"], condition=models.Q(status=decisions.PENDING), name="approval_one_pending_per_run"
+            )
+        ]
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING
+
+    @property
+    def decided_label(self) -> str:
+        return decisions.label(self.decision, self.status)
+
+    @property
+    def status_text(self) -> str:
+        return decisions.status_text(self.status, self.decision)
+
+    @staticmethod
+    def prefetch_people(approvals: list[Approval]) -> None:
+        """Read who decided or edited `approvals` in one query, and only if one of them
+        names someone: most are pending and unedited, and joining the users table twice
+        for them cost a page more than the rest of reading them."""
+        if any(a.decided_by_id or a.edited_by_id for a in approvals):
+            prefetch_related_objects(approvals, "decided_by", "edited_by")
+
+    @property
+    def may_have_votes(self) -> bool:
+        """False for a pending approval that needs one vote: the first vote of a round
+        decides it, in the transaction that records the vote, so outside that
+        transaction it has none in its round."""
+        return not (self.is_pending and self.required <= 1)
+
+    def current_votes(self) -> list[ApprovalVote]:
+        """This round's votes, oldest first (prefetched `votes` are used when present)."""
+        return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))
+
+    def grant_refusal(self) -> str | None:
+        """Why approving this call may not also grant it for the run, or None."""
+        return engine_policy.grant_refusal(
+            risk=self.risk, required=self.required, tainted=self.run.tainted, kind=self.kind
+        )
+
+    @property
+    def rule_label(self) -> str:
+        """'rule 2 of the profile' for an approval a rule asked for, else ''."""
+        return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
+
+    def to_dict(self) -> ApprovalDict:
+        """The approval as the JSON API returns it (a run's `pending_approval` too)."""
+        return {
+            "id": self.pk,
+            "run": self.run_id,
+            "status": self.status,
+            "kind": self.kind,
+            "tool": self.tool,
+            "risk": self.risk,
+            "args": self.args,
+            "edited_args": self.edited_args,
+            "reason": self.reason,
+            "taint_source": self.taint_source,
+            "rule": self.rule,
+            "required": self.required,
+            "votes": [v.to_dict() for v in self.current_votes()],
+            "decided_by": self.decided_by.get_username() if self.decided_by else None,
+            "decided_at": self.decided_at,
+            "note": self.note,
+            "expires_at": self.expires_at,
+            "created_at": self.created_at,
+        }
+
+
+class ApprovalVote(models.Model):
+    """One reviewer's answer to one round of an approval: a reviewer votes once a round
+    (the constraint), so a second click or a retried request records nothing."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes", db_index=False)
+    round = models.PositiveSmallIntegerField(default=0)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # The name as it was when the vote was cast: votes stay readable if the user goes.
+    by_name = models.CharField(max_length=150)
+    decision = models.CharField(max_length=10)
+    note = models.TextField(blank=True)
+    # What this round was about: a reviewer's edited arguments, or null for the model's.
+    # A later edit replaces the approval's `edited_args`; the record of this one stays.
+    args = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "round", "by_name"], name="vote_once_per_round"),
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+
+
+class Grant(models.Model):
+    """A run-scoped grant: a reviewer approved a call and let the same call (`args`
+    set) or any call of the tool (`args` null) through for the rest of the run. The
+    engine state holds it as grant `number`; this row is the record people read."""
+
+    run = models.ForeignKey("agents.Run", on_delete=models.CASCADE, related_name="grants", db_index=False)
+    number = models.PositiveIntegerField(help_text="the engine's grant number within the run")
+    approval = models.ForeignKey(Approval, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True, blank=True, help_text="the exact call's arguments; null: any call of the tool")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="grant_run_number")]
+        ordering = ["run", "number"]
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def scope(self) -> str:
+        return "tool" if self.args is None else "call"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.pk,
+            "tool": self.tool,
+            "args": self.args,
+            "by": self.by.get_username() if self.by else None,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }

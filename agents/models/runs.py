@@ -1,0 +1,368 @@
+"""A run and what it is made of: agent profiles, runs, immutable transitions, the
+transcript (message rows) and the tool-call journal."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import connection, models
+from django.db.models import Prefetch, Sum, prefetch_related_objects
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+
+from agents.engine import policy as engine_policy
+from agents.engine import states
+from agents.engine.limits import DEFAULTS, Limits
+from agents.llm.keys import API_KEY_ENV
+from agents.models.approvals import Approval, ApprovalDict, Grant
+from agents.runs import rows
+
+
+class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
+    def launchable(self) -> AgentProfileQuerySet:
+        """The profiles a launch may offer, by name: scripted ones only while
+        AIRLOCK_ALLOW_SCRIPTED is on."""
+        profiles = self.order_by("name")
+        if not settings.AIRLOCK_ALLOW_SCRIPTED:
+            profiles = profiles.exclude(provider="scripted")
+        return profiles
+
+
+class AgentProfile(models.Model):
+    PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic")]
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    provider = models.CharField(max_length=20, choices=PROVIDERS)
+    model_name = models.CharField(max_length=100, blank=True)
+    # Micro-dollars per million tokens: $3/Mtok is 3_000_000.
+    price_input_micros = models.PositiveBigIntegerField(default=0)
+    price_output_micros = models.PositiveBigIntegerField(default=0)
+    # Prompt-cache prices (OpenAI: cached input; Anthropic: cache reads and writes).
+    # Empty means "the input price", so a profile priced before these existed costs the same.
+    price_cached_input_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    price_cache_write_micros = models.PositiveBigIntegerField(null=True, blank=True)
+    # Where this profile's model lives: empty means the provider's environment default
+    # (OPENAI_BASE_URL / ANTHROPIC_BASE_URL). The key itself is never stored: only the
+    # NAME of the environment variable that holds it (empty: OPENAI_API_KEY / ANTHROPIC_API_KEY).
+    base_url = models.URLField(max_length=500, blank=True)
+    api_key_env = models.CharField(
+        max_length=100, blank=True,
+        validators=[RegexValidator(API_KEY_ENV, "an environment variable name ending in _API_KEY, like VLLM_API_KEY")],
+    )
+    # Token budget of the prompt a run sends (estimated); over it, older tool results
+    # are folded into short stubs (docs/models.md). Empty: no budget.
+    context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    system_prompt = models.TextField(blank=True)
+    tools = models.JSONField(null=True, blank=True, help_text="tool names offered; empty means all registered")
+    denied_tools = models.JSONField(default=list, blank=True)
+    always_ask_tools = models.JSONField(default=list, blank=True)
+    limits = models.JSONField(default=dict, blank=True, help_text=f"overrides of {sorted(DEFAULTS)}")
+    # Policy (docs/policy.md): snapshotted into each run at launch.
+    rules = models.JSONField(
+        default=list, blank=True,
+        help_text='ordered argument rules, first match wins: [{"tool": "refund", "when": {"arg": "amount", '
+        '"op": "gt", "value": 100}, "then": "ask", "reason": "refunds over 100 need a human"}]',
+    )
+    irreversible_approvals = models.PositiveSmallIntegerField(
+        default=1, help_text="votes an irreversible call needs when no rule says otherwise"
+    )
+    separate_duties = models.BooleanField(default=True, help_text="the run's launcher may not approve its calls")
+    approval_timeout_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="an approval expires after this long (empty: only the run's deadline)"
+    )
+    ON_EXPIRY = [(v, v) for v in engine_policy.ON_EXPIRY]
+    on_expiry = models.CharField(max_length=10, choices=ON_EXPIRY, default="reject")
+
+    objects = AgentProfileQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        try:
+            rules = engine_policy.validate_rules(self.rules)
+            if isinstance(self.tools, list) and self.tools:  # empty: every registered tool
+                engine_policy.check_rule_tools(rules, self.tools)
+            engine_policy.validate_settings(self.policy_fields())
+        except engine_policy.PolicyError as exc:
+            name = exc.field.split("[")[0].split(".")[0]
+            raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
+
+    def policy_fields(self) -> dict[str, Any]:
+        """The profile's policy, as `engine.policy.snapshot` takes it."""
+        return {
+            "rules": self.rules,
+            "irreversible_approvals": self.irreversible_approvals,
+            "separate_duties": self.separate_duties,
+            "approval_timeout_seconds": self.approval_timeout_seconds,
+            "on_expiry": self.on_expiry,
+        }
+
+    def base_limits(self) -> Limits:
+        return Limits.from_dict(self.limits)
+
+    def prices(self) -> dict[str, int]:
+        """The run's price snapshot; a cache price left empty is not in it, so the
+        engine bills those tokens at the input price."""
+        prices = {"input": self.price_input_micros, "output": self.price_output_micros}
+        if self.price_cached_input_micros is not None:
+            prices["cached_input"] = self.price_cached_input_micros
+        if self.price_cache_write_micros is not None:
+            prices["cache_write"] = self.price_cache_write_micros
+        return prices
+
+
+class Run(models.Model):
+    STATES = [(s, s) for s in states.STATES]
+    APPROVERS = [(a, a) for a in engine_policy.APPROVERS]
+
+    profile = models.ForeignKey(AgentProfile, on_delete=models.PROTECT, related_name="runs")
+    task = models.TextField()
+    # (created_by, -created_at) below serves the foreign key too: every transition
+    # rewrites this row, and each index it carries costs a write.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs",
+        db_index=False,
+    )
+    approver = models.CharField(max_length=10, choices=APPROVERS, default=engine_policy.HUMAN)
+    script = models.JSONField(null=True, blank=True)
+
+    # The cache of the engine state; replaying the transitions must reproduce it.
+    state = models.CharField(max_length=20, choices=STATES, default=states.QUEUED)
+    steps = models.PositiveIntegerField(default=0)
+    cost_micros = models.PositiveBigIntegerField(default=0)
+    cost_unknown = models.BooleanField(default=False)
+    tokens = models.PositiveBigIntegerField(default=0)
+    tainted = models.BooleanField(default=False)
+    answer = models.TextField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    engine = models.JSONField(default=dict)
+    version = models.PositiveIntegerField(default=0)
+    messages_count = models.PositiveIntegerField(default=0)
+
+    deadline = models.DateTimeField()
+    lease_owner = models.CharField(max_length=100, null=True, blank=True)
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    claims_without_progress = models.PositiveSmallIntegerField(default=0)
+    # The W3C traceparent of the run's trace, set at launch when tracing is on: a run
+    # resumed on another worker continues the same trace (agents/ops/telemetry.py).
+    trace_context = models.CharField(max_length=60, blank=True, default="")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
+    # instead of launching (the API's 200 rather than 201).
+    replayed: bool = False
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["state", "-created_at"], name="run_state_created"),
+            models.Index(fields=["created_by", "-created_at"], name="run_owner_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.state})"
+
+    def cache_tokens(self) -> dict[str, int]:
+        """Prompt tokens its model calls read from (`read`) and wrote to (`write`) the
+        provider's cache, summed over the transitions' recorded usage in one query."""
+        def total(name: str) -> Sum:
+            return Sum(Cast(Transition.cache_usage(name), models.BigIntegerField()))
+
+        sums = self.transitions.filter(kind="model").aggregate(**{name: total(name) for name in Transition.CACHE_USAGE})
+        return {k: v or 0 for k, v in sums.items()}
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in states.TERMINAL
+
+    @property
+    def has_grants(self) -> bool:
+        """Whether the run ever granted a call: the engine state lists every grant, revoked
+        ones too, and the store writes each Grant row in the commit that adds it there."""
+        return bool((self.engine or {}).get("grants"))
+
+    def policy(self) -> dict[str, Any]:
+        """The run's policy snapshot, always with all five keys.
+
+        A run launched before policies were snapshotted has none: it keeps the rules it
+        was launched with (none) and takes the other fields from its profile.
+        """
+        snap = (self.engine or {}).get("policy")
+        if snap:
+            return engine_policy.effective(snap)
+        return {**engine_policy.effective(self.profile.policy_fields()), "rules": []}
+
+    def pending_approval(self) -> Approval | None:
+        """The approval the run waits on, if any (a run waits on at most one); the one
+        `prefetch_dicts` read, when it did."""
+        if hasattr(self, "_pending_approval"):
+            return self._pending_approval  # type: ignore[no-any-return]
+        return Approval.objects.select_related("decided_by").prefetch_related("votes").filter(run=self).pending().first()
+
+    @staticmethod
+    def prefetch_dicts(runs: list[Run]) -> None:
+        """Read what to_dict() needs of many runs in three queries instead of two a run
+        (the API's lists and export): their pending approvals, with votes and who
+        decided, and their grants."""
+        pending = Approval.objects.filter(run_id__in=[r.pk for r in runs]).pending()
+        by_run = {a.run_id: a for a in pending.select_related("decided_by").prefetch_related("votes")}
+        for run in runs:
+            run._pending_approval = by_run.get(run.pk)  # type: ignore[attr-defined]
+        prefetch_related_objects(runs, Prefetch("grants", Grant.objects.select_related("by").order_by("number")))
+
+    def _grants(self) -> Any:
+        if "grants" in getattr(self, "_prefetched_objects_cache", {}):
+            return self.grants.all()  # prefetch_dicts read them in order
+        return self.grants.select_related("by").order_by("number")
+
+    def to_dict(self) -> RunDict:
+        """The run as the JSON API returns it (webhooks and commands send the same)."""
+        pending = self.pending_approval()
+        return {
+            "id": self.pk,
+            "agent": self.profile.name,
+            "state": self.state,
+            "task": self.task,
+            "steps": self.steps,
+            "cost_micros": self.cost_micros,
+            "tokens": self.tokens,
+            "answer": self.answer,
+            "error": self.error,
+            "tainted": self.tainted,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "pending_approval": pending.to_dict() if pending else None,
+            "grants": [g.to_dict() for g in self._grants()],
+        }
+
+
+class Transition(models.Model):
+    """One row per transition, never updated: the audit trail."""
+
+    # (run, seq) is unique, so that index serves the foreign key too.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions", db_index=False)
+    seq = models.PositiveIntegerField()
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20)
+    kind = models.CharField(max_length=30)
+    payload = models.JSONField(default=dict)
+    cost_micros = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    actor = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="transition_run_seq")]
+        ordering = ["run", "seq"]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise RuntimeError("transitions are immutable")
+        super().save(*args, **kwargs)
+
+    # The prompt-cache tokens a model call reports in its usage: read from and written
+    # to the provider's cache.
+    CACHE_USAGE = {"read": "cached_input_tokens", "write": "cache_write_tokens"}
+
+    @classmethod
+    def cache_usage(cls, name: str) -> KT:
+        """CACHE_USAGE[name] of a (model) transition's recorded usage, as text."""
+        return KT(f"payload__usage__{cls.CACHE_USAGE[name]}")
+
+
+class Message(models.Model):
+    """The transcript, stored once as appended deltas."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
+    index = models.PositiveIntegerField()
+    seq = models.PositiveIntegerField(help_text="the transition that appended it (0: launch)")
+    role = models.CharField(max_length=20)
+    content = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "index"], name="message_run_index")]
+        ordering = ["run", "index"]
+
+    # The columns the engine's message is made of, in `engine_message`'s order.
+    ENGINE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+    @classmethod
+    def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
+        """The run's transcript as the engine sees it, read without building models (or
+        a queryset: every drive reads it, see agents/runs/rows.py)."""
+        order = connection.ops.quote_name("index")
+        return [engine_message(*row) for row in _transcript_rows().fetch("run_id = %s", [run.pk], order_by=order)]
+
+
+@functools.cache
+def _transcript_rows() -> rows.Rows:
+    return rows.Rows(Message, Message.ENGINE_FIELDS)
+
+
+def engine_message(role: str, content: str, tool_calls: Any, tool_call_id: str, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"role": role, "content": content}
+    if tool_calls:
+        data["tool_calls"] = tool_calls
+    if tool_call_id:
+        data["tool_call_id"] = tool_call_id
+    if name:
+        data["name"] = name
+    return data
+
+
+class ToolCall(models.Model):
+    """The journal: one row per idempotency key, the intent before the execution."""
+
+    STATUSES = [(s, s) for s in ("intended", "started", "succeeded", "failed")]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
+    # Unique through a constraint, not unique=True, which would add a LIKE index nobody uses.
+    idempotency_key = models.CharField(max_length=64)
+    fingerprint = models.CharField(max_length=32, help_text="tool + canonical args, whatever the step")
+    step = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField(null=True)
+    status = models.CharField(max_length=10, choices=STATUSES, default="intended")
+    result = models.JSONField(null=True, blank=True)
+    result_chars = models.PositiveBigIntegerField(default=0)
+    result_truncated = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint")]
+        constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="toolcall_idempotency_key")]
+
+
+class RunDict(TypedDict):
+    id: int
+    agent: str
+    state: str
+    task: str
+    steps: int
+    cost_micros: int
+    tokens: int
+    answer: str | None
+    error: str | None
+    tainted: bool
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    pending_approval: ApprovalDict | None
+    grants: list[dict[str, Any]]

@@ -1,5 +1,6 @@
 """Airlock on a phone (issue 25 item 6): at 320 and 390 px wide no page scrolls
-sideways, a card's buttons stay on screen with its editor open, and the highlighted
+sideways (the queue, a card with its editor open, the approval's own page, the runs
+list, the timeline, the launch form), a card's buttons stay on screen with its editor open, and the highlighted
 planted instruction is in view without scrolling its box.
 
 Screenshots of each page at each width land in test-output/ (phone-<width>-<page>.png).
@@ -74,6 +75,10 @@ def test_pages_fit_a_phone_screen(width, launch, drive, defaults, new_page, logi
     card.get_by_role("button", name="Reject").click()
     expect(card.locator(".decision")).to_contain_text("Rejected by rita")
     drive(run)
+    page.goto(f"/reviews/{approval.pk}/")  # where every notification links
+    expect(page.locator(f'[data-approval-id="{approval.pk}"]')).to_be_visible()
+    no_sideways_scroll(page, "the approval's own page")
+    screenshot(page, f"phone-{width}-approval")
 
     page.goto("/runs/")
     expect(page.locator("table.runs")).to_be_visible()

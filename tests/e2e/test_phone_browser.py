@@ -1,7 +1,7 @@
 """Airlock on a phone (issue 25 item 6): at 320 and 390 px wide no page scrolls
 sideways (the queue, a card with its editor open, the approval's own page, the runs
-list, the timeline, the launch form), a card's buttons stay on screen with its editor open, and the highlighted
-planted instruction is in view without scrolling its box.
+list, the timeline, the launch form), a card's buttons stay on screen with its editor
+open, and the highlighted planted instruction is in view without scrolling its box.
 
 Screenshots of each page at each width land in test-output/ (phone-<width>-<page>.png).
 """

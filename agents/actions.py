@@ -203,6 +203,7 @@ def approval_decide(
     args: Any = None,
     remember: str | None = None,
     voter: str = "",
+    args_hash: str | None = None,
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -213,13 +214,18 @@ def approval_decide(
        on a run queues here in turn (and takes its locks in the order a transition's
        commit does: the run, then its approvals), so each voter counts the votes
        committed before it. Not pending any more: someone decided first.
-    3. An edit (args that differ from the call on the card) is checked against the tool's
-       schema and the run's policy, then starts a new round of votes for the new call.
-    4. Add this reviewer's vote (once a round) and tally the round. Not decided yet: the
+    3. Bind the answer to the call its voter saw (`args_hash`, the approval's as they
+       read it): a call that changed since, or an edited call the answer does not name,
+       is refused with 409 `call_changed` (engine.decisions.stale_vote). Checked under
+       the run's lock, where every edit is made, so no edit lands between check and vote.
+    4. An edit (args that differ from the call on the card) is checked against the tool's
+       schema and the run's policy, then starts a new round of votes for the new call:
+       votes cast on the old arguments stay on the record and no longer count.
+    5. Add this reviewer's vote (once a round) and tally the round. Not decided yet: the
        vote is the answer. Decided: a conditional update `WHERE status = 'pending'`
        closes the approval and the engine's transition commits in the same database
        transaction, so a decision never exists without its transition.
-    5. The decider wakes a worker after commit.
+    6. The decider wakes a worker after commit.
 
     `remember` ("call" or "tool", with approve) also grants the call that runs for the
     rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
@@ -249,6 +255,9 @@ def approval_decide(
         approval = Approval.objects.pending().filter(pk=approval_id).first()
         if approval is None:
             return DecisionResult(_fresh(approval_id), "late")
+        stale = decisions.stale_vote(current=approval.args_hash, seen=args_hash, edited=approval.edited)
+        if stale is not None:
+            raise ActionError("call_changed", _changed(approval, stale), status=409)
         state = store.load(run)
         if args is not None:
             args = sanitize.clean(args)
@@ -278,7 +287,8 @@ def approval_decide(
             # commits through that row); kept so a change there fails loudly here.
             raise store.StaleRun(f"approval {approval_id} changed under the run's lock")
         edit = None
-        if approval.edited_args is not None:
+        # The edit rides with an approval only: a rejection of an edited call runs nothing.
+        if approval.edited_args is not None and tally.decision == "approve":
             editor = approval.edited_by.get_username() if approval.edited_by else ""
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
@@ -290,6 +300,18 @@ def approval_decide(
         if after.state not in states.TERMINAL:
             _after_commit(run.pk)
     return DecisionResult(_fresh(approval_id), "decided")
+
+
+def _changed(approval: Approval, why: str) -> dict[str, Any]:
+    """The 409's detail: the call as it stands, so the voter can look again."""
+    editor = approval.edited_by.get_username() if approval.edited_by else None
+    by = f" ({editor} edited the arguments)" if editor else ""
+    return {
+        "message": f"not recorded: {why}{by}; review the call as it stands and answer again with its args_hash",
+        "args_hash": approval.args_hash,
+        "args": approval.current_args,
+        "edited_by": editor,
+    }
 
 
 def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -> None:

@@ -1,18 +1,23 @@
-"""Admin registrations: agent profiles (their policy included), API tokens (revocable
-here, created by command), MCP servers and their tools (sync, overrides next to the
-server's claim, accepting a changed definition), webhooks and their deliveries (every
-attempt; dead ones resent here), notification preferences."""
+"""Admin registrations: agent profiles (their policy included), API tokens (created
+here or by command, the token shown once; revocable here), MCP servers and their tools
+(sync, overrides next to the server's claim, accepting a changed definition: operators
+may do both), webhooks (created here or by command, the secret shown once) and their
+deliveries (every attempt; dead ones resent here), notification preferences."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
 from agents.models import (
+    EVENT_TYPES,
     AgentProfile,
     ApiToken,
     Delivery,
@@ -23,12 +28,40 @@ from agents.models import (
     Webhook,
 )
 from agents.notifications import delivery as notify
+from agents.web.forms import SafeJSONField
+
+# Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
+SAFE_JSON = {models.JSONField: {"form_class": SafeJSONField}}
+from agents.tokens import token_issue
+from agents.tools.http import UrlRefused
+
+
+def _shown_once(request: HttpRequest, model_admin: admin.ModelAdmin, obj: Any, what: str, value: str,
+                how: str) -> TemplateResponse:
+    """The page that shows a new secret, the only time it is shown: rendered as the
+    answer to the add form's POST, not a redirect, so the value never goes through the
+    session, a message cookie or a URL; `no-store` keeps it out of the browser's cache."""
+    opts = model_admin.model._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": opts,
+        "title": f"{what} created",
+        "obj": obj,
+        "what": what,
+        "value": value,
+        "how": how,
+    }
+    response = TemplateResponse(request, "admin/agents/shown_once.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @admin.register(AgentProfile)
 class AgentProfileAdmin(admin.ModelAdmin):
     """Rules are validated on save by `AgentProfile.clean()`; an error names the rule
     and the field (`rules[2].when.op: ...`). Runs keep the policy they launched with."""
+
+    formfield_overrides = SAFE_JSON
 
     list_display = ["name", "provider", "model_name", "separate_duties", "irreversible_approvals"]
     search_fields = ["name", "description"]
@@ -48,6 +81,9 @@ class AgentProfileAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
+    """Adding a token shows it once, on the page that answers the form (as
+    `create_api_token` prints it once); only its sha256 is stored."""
+
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
@@ -55,9 +91,32 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # A token is shown once, when made: `manage.py create_api_token USER`.
-        return False
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        return list(self.fields) if obj is not None else ["user", "name"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        return list(self.readonly_fields) if obj is not None else []
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user":
+            # As the command refuses one: a token of an inactive user would never work.
+            from django.contrib.auth import get_user_model
+
+            kwargs["queryset"] = get_user_model().objects.filter(is_active=True).order_by("username")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if not change:
+            # Kept on this request's object only, for response_add; never saved.
+            obj._raw = token_issue(obj)  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
+        raw = getattr(obj, "_raw", None)
+        if raw is None or "_popup" in request.POST:
+            return super().response_add(request, obj, post_url_continue)
+        return _shown_once(request, self, obj, "API token", raw,
+                           "Send it as 'Authorization: Bearer <token>'. Only its sha256 is stored.")
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
@@ -100,6 +159,7 @@ def _kind(kind: object) -> str:
 
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
+    formfield_overrides = SAFE_JSON
     list_display = ["name", "transport", "target", "enabled", "synced_at", "last_error"]
     readonly_fields = ["synced_at", "last_error", "created_at"]
     inlines = [McpToolInline]
@@ -136,6 +196,7 @@ class McpServerAdmin(admin.ModelAdmin):
 
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
+    formfield_overrides = SAFE_JSON
     list_display = ["name", "server", "status", "claimed_risk", "risk_override", "claimed_returns",
                     "returns_override", "claimed_retry", "retry_safety_override", "enabled"]
     list_filter = ["status", "server", "enabled"]
@@ -183,7 +244,8 @@ class McpToolAdmin(admin.ModelAdmin):
             return "none"
         return format_html('<pre class="mcp-diff">{}</pre>', diff)
 
-    @admin.action(description="Accept the new definition of the selected tools")
+    # Only who may change a tool may accept its definition (operators: see agents/defaults.py).
+    @admin.action(description="Accept the new definition of the selected tools", permissions=["change"])
     def accept(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
         from agents.tools.mcp import McpError, mcp_tool_accept
 
@@ -205,16 +267,49 @@ def _redacted(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}/…" if rest else url
 
 
+class WebhookForm(forms.ModelForm):
+    # The events as boxes to tick instead of a JSON list to type.
+    events = forms.MultipleChoiceField(choices=[(e, e) for e in EVENT_TYPES], widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = Webhook
+        fields = ["url", "events", "format", "active"]
+
+
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
+    """Adding a webhook shows its signing secret once, on the page that answers the
+    form (as `add_webhook` prints it once). The change page never shows the secret or
+    the URL's path (it can be a secret itself)."""
+
+    form = WebhookForm
+    formfield_overrides = SAFE_JSON
     list_display = ["pk", "where", "format", "event_list", "active", "created_at"]
     list_filter = ["active", "format"]
     fields = ["where", "events", "format", "active", "created_at"]
     readonly_fields = ["where", "created_at"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # Its secret is shown once, when made: `manage.py add_webhook URL --events ...`.
-        return False
+    def get_fields(self, request: HttpRequest, obj: Webhook | None = None) -> list[str]:
+        return list(self.fields) if obj is not None else ["url", "events", "format", "active"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Webhook | None = None) -> list[str]:
+        return list(self.readonly_fields) if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+        if not change:
+            obj.secret = notify.new_secret()
+            try:
+                notify.target(obj.url)
+            except UrlRefused as exc:
+                # Saved anyway, as add_webhook does (DNS or the allow-list may change), but said now.
+                self.message_user(request, f"Deliveries to this URL would be refused now: {exc}", messages.WARNING)
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: Webhook, post_url_continue: str | None = None) -> HttpResponse:
+        if "_popup" in request.POST:
+            return super().response_add(request, obj, post_url_continue)
+        return _shown_once(request, self, obj, "Webhook signing secret", obj.secret,
+                           "Verify deliveries with it (Standard Webhooks); it is not shown again.")
 
     @admin.display(description="URL")
     def where(self, obj: Webhook) -> str:

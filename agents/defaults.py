@@ -37,9 +37,13 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 # group -> permissions (app_label.codename), as design.md's "Groups" describes them.
+# Operators also govern MCP tools in the admin (docs/mcp.md): they see the servers and
+# change a tool (accept its changed definition, set an override); changing a server is
+# choosing what the workers run, so that stays with superusers.
 GROUPS: dict[str, list[str]] = {
     "reviewer": ["agents.view_run", "agents.view_approval", "agents.change_approval"],
-    "operator": ["agents.view_run", "agents.view_approval", "agents.change_run"],
+    "operator": ["agents.view_run", "agents.view_approval", "agents.change_run",
+                 "agents.view_mcpserver", "agents.view_mcptool", "agents.change_mcptool"],
     "launcher": ["agents.add_run"],
 }
 
@@ -52,10 +56,43 @@ def profile_fields(agent_profile: Any, name: str) -> dict[str, Any]:
 
 
 def ensure(agent_profile: Any, group: Any, permission: Any) -> None:
+    """Create the profiles and groups and grant the groups' permissions (idempotent).
+
+    A permission whose model does not exist yet in these (historical) models is left for
+    the migration that comes after the model: 0002 runs before 0009 creates the MCP
+    models, 0014 grants their permissions. A permission of a model that exists must be
+    there: a typo fails loudly.
+    """
     for name in PROFILES:
         agent_profile.objects.get_or_create(name=name, defaults=profile_fields(agent_profile, name))
     for name, perms in GROUPS.items():
         g, _ = group.objects.get_or_create(name=name)
         for dotted in perms:
             app_label, codename = dotted.split(".")
-            g.permissions.add(permission.objects.get(content_type__app_label=app_label, codename=codename))
+            found = permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+            if found is None and not _model_exists(group, app_label, codename):
+                continue
+            if found is None:
+                raise LookupError(f"permission {dotted} of group {name} does not exist")
+            g.permissions.add(found)
+
+
+def _model_exists(group: Any, app_label: str, codename: str) -> bool:
+    model_name = codename.split("_", 1)[1]  # "change_mcptool" -> "mcptool"
+    try:
+        group._meta.apps.get_model(app_label, model_name)
+    except LookupError:
+        return False
+    return True
+
+
+def ensure_in_migration(apps: Any) -> None:
+    """`ensure()` from a data migration: permissions are normally created after
+    `migrate`, and the groups need them now."""
+    from django.contrib.auth.management import create_permissions
+
+    for app_config in apps.get_app_configs():
+        app_config.models_module = True
+        create_permissions(app_config, apps=apps, verbosity=0)
+        app_config.models_module = None
+    ensure(apps.get_model("agents", "AgentProfile"), apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))

@@ -17,10 +17,20 @@ def digest(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()
 
 
+def token_issue(token: ApiToken) -> str:
+    """Give an unsaved token a new secret (its digest and prefix); returns the raw token,
+    to show once and never store. The command and the admin both come here."""
+    raw = PREFIX + secrets.token_urlsafe(32)
+    token.digest = digest(raw)
+    token.prefix = raw[: len(PREFIX) + 6]
+    return raw
+
+
 def token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
     """A new token for `user`: the row, and the raw token (shown once, never stored)."""
-    raw = PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name[:100], digest=digest(raw), prefix=raw[: len(PREFIX) + 6])
+    token = ApiToken(user=user, name=name[:100])
+    raw = token_issue(token)
+    token.save()
     return token, raw
 
 

@@ -119,7 +119,17 @@ TEMPLATES = [
                 "agents.web.context_processors.roles",
             ],
         },
-    }
+    },
+    # Fragments repeated many times a page (the runs list's rows), from each app's
+    # jinja2/ folder: compiled, escaped by default (agents/web/jinja.py). Listed second,
+    # so pages are found in the Django engine first; fragments are asked for by name
+    # from engines["jinja2"].
+    {
+        "BACKEND": "django.template.backends.jinja2.Jinja2",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {"environment": "agents.web.jinja.environment", "autoescape": True},
+    },
 ]
 
 DATABASES = {

@@ -182,16 +182,24 @@ def _form(card: Card, shared: _Shared) -> str:
             f'aria-controls="approval-{pk}-edit">Edit arguments</button>\n'
             "</div>"
         )
+    # The call this card shows, by hash: an answer counts only for that call (a stale
+    # card is refused with 409 call_changed and comes back with the call as it stands).
+    bound = f'<input type="hidden" name="args_hash" value="{esc(card.args_hash)}">'
     return (
         f'<form class="decide" method="post" action="{urls["approve"]}" hx-target="closest article" '
         'hx-swap="outerHTML" hx-sync="closest .queue-list:queue first" hx-disabled-elt="closest fieldset">\n'
-        f"{shared.csrf}\n{shared.hidden}\n<fieldset>\n{fields}\n</fieldset>\n</form>"
+        f"{shared.csrf}\n{shared.hidden}\n{bound}\n<fieldset>\n{fields}\n</fieldset>\n</form>"
     )
 
 
 def _pending(card: Card, shared: _Shared) -> str:
     """What a pending card offers the viewer: the answers, or why they cannot give one."""
-    shown = f'<input type="hidden" name="shown" value="{card.approval.pk}">'
+    a = card.approval
+    # `seen`: the call this card shows, so the poll can tell when another reviewer edits it.
+    shown = (
+        f'<input type="hidden" name="shown" value="{a.pk}">'
+        f'<input type="hidden" name="seen" value="{a.pk}:{esc(card.args_hash)}">'
+    )
     if not shared.can_decide:
         return shown
     if card.separated:
@@ -289,9 +297,11 @@ def _card(card: Card, shared: _Shared) -> str:
     )
     overridden = card.source is not None and card.source.risk_override == a.risk
     risk_title = "risk set by an operator's override" if overridden else "risk declared by the tool"
-    preserve = ' hx-preserve="true"' if shared.preserve else ""
+    # A card whose call changed replaces the stale one on screen: not preserved.
+    preserve = ' hx-preserve="true"' if shared.preserve and not card.changed else ""
+    changed = f'\n<p class="call-changed" role="alert">{esc(card.changed)}</p>' if card.changed else ""
     message = ""
-    if pending and card.message and not card.edit_error:
+    if pending and card.message and not card.edit_error and not card.changed:
         message = f'<p class="vote-recorded" role="status">{esc(card.message)}</p>'
     return (
         f'\n<article class="{classes}" id="approval-{pk}" data-approval-id="{pk}" data-status="{esc(a.status)}"'
@@ -305,7 +315,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'<span class="waited">{"waiting" if pending else "waited"} <time datetime="{shared.iso(a.created_at)}" '
         f'data-since="{int(a.created_at.timestamp())}">{esc(card.waited)}</time></span>\n'
         f"{expires}\n"
-        "</header>\n"
+        f"</header>{changed}\n"
         f"{_source(card.source, a.risk) if card.source else ''}"
         '<dl class="facts">\n'
         f'<div class="reason"><dt>Why asked</dt><dd>{rule}{esc(a.reason)}{needed}</dd></div>\n'

@@ -5,6 +5,7 @@ Read-only: decisions go through `agents.actions.approval_decide`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -105,10 +106,27 @@ class Card:
     edit_error: str = ""  # why the reviewer's edited arguments were refused
     edit_text: str = ""  # those arguments, as typed, to correct
     source: ToolSource | None = None  # an MCP tool's server and description
+    changed: str = ""  # why this request's answer was refused: the call changed since it was shown
+
+    @functools.cached_property
+    def args_hash(self) -> str:
+        """The call this card shows, by hash (Approval.args_hash), worked out once a card."""
+        return self.approval.args_hash
 
     @property
     def pending(self) -> bool:
         return self.approval.is_pending
+
+    def call_changed(self, *, refused: bool) -> None:
+        """Mark the card as showing a call that changed since the viewer's page showed
+        it (`refused`: their answer to the old call was not recorded)."""
+        a = self.approval
+        who = f"{self.edited_by} edited the arguments" if a.edited_args is not None else "the arguments changed"
+        first = "Not recorded: the call changed" if refused else "The call changed"
+        self.changed = (
+            f"{first} since this card was shown ({who}). Review the arguments that will run now"
+            f"{' and answer again' if refused else ''}."
+        )
 
     @property
     def outcome_unknown(self) -> bool:
@@ -334,6 +352,7 @@ def queue(
     shown: Iterable[int] = (),
     after: int | None = None,
     matching: int | None = None,
+    seen: dict[int, str] | None = None,
 ) -> Page:
     """Pending cards in the chosen order, from the start or after the card `after`.
 
@@ -341,7 +360,9 @@ def queue(
     (pending there) and `keep` (decided there, to stay on screen); it gets as many cards
     as it shows, so cards appended by "Show more" stay. Those come back as stand-ins; a
     card shown as pending that someone else decided comes back not at all, so it leaves
-    the page. `matching` is the count of pending cards matching `filters`, when the
+    the page. `seen` maps a pending card on screen to the `args_hash` it shows: one whose
+    call changed since (another reviewer edited it) comes back whole, marked, to replace
+    the stale card. `matching` is the count of pending cards matching `filters`, when the
     caller has it already. Raises BadCursor for an `after` the viewer cannot see.
     """
     visible = access.visible_approvals(user)
@@ -359,11 +380,18 @@ def queue(
     order = SORTS.get(filters.sort, SORTS[""])[1]
     limit = min(max(PAGE, len(shown)), LOADED_MAX)
     approvals = _load(_select(rows.filter(beyond)).order_by(*order)[: limit + len(keep)])
+    seen = seen or {}
+    # Cards on screen whose call changed since they were rendered: sent again, not kept.
+    stale = {a.pk for a in approvals if a.pk in seen and a.is_pending and seen[a.pk] != a.args_hash}
+    on_screen -= stale
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
     items: list[Card | OnScreen] = [
         OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
         for a in approvals
     ]
+    for item in items:
+        if isinstance(item, Card) and item.approval.pk in stale:
+            item.call_changed(refused=False)
     if matching is None:
         matching = pending.count()
     # The rows are a prefix of the order: every pending card up to the last one is here.

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
+from agents import jsonsafe
 from agents.access import MAX_ID
 
 from .cards import RISKS, SORTS, Filters
@@ -19,15 +19,18 @@ class DecisionForm(forms.Form):
     remember = forms.ChoiceField(required=False, choices=[("", "no"), ("call", "this call"), ("tool", "the tool")])
     # Present only when the card's editor is open: the arguments to run instead.
     args = forms.CharField(required=False, max_length=ARGS_MAX, strip=True)
+    # The hash of the call the card showed: the answer counts only for that call.
+    args_hash = forms.CharField(required=False, max_length=64, strip=True)
 
     def clean_args(self) -> Any:
         text = self.cleaned_data.get("args") or ""
         if not text:
             return None
         try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"the arguments are not valid JSON: {exc}") from None
+            value = jsonsafe.parse(text)
+        except jsonsafe.JsonError as exc:
+            why = exc.message if exc.problem == "invalid" else f"refused: {exc.message}"
+            raise forms.ValidationError(f"the arguments are {why}") from None
         if not isinstance(value, dict):
             raise forms.ValidationError("the arguments must be a JSON object")
         return value
@@ -58,3 +61,14 @@ def keep_ids(values: list[str]) -> list[int]:
         if value.isascii() and value.isdigit() and int(value) <= MAX_ID:
             ids.append(int(value))
     return ids
+
+
+def seen_hashes(values: list[str]) -> dict[int, str]:
+    """`pk:args_hash` pairs a polling page sends for its pending cards: the call each shows."""
+    seen = {}
+    for value in values[:200]:
+        pk, _, digest = value.partition(":")
+        ids = keep_ids([pk])
+        if ids and len(digest) == 64:
+            seen[ids[0]] = digest
+    return seen

@@ -19,7 +19,7 @@ from agents.actions import ActionError, approval_decide
 from agents.models import Approval
 
 from . import cards
-from .forms import DecisionForm, FilterForm, keep_ids
+from .forms import DecisionForm, FilterForm, keep_ids, seen_hashes
 
 
 def _cursor(request: HttpRequest) -> int | None:
@@ -40,6 +40,7 @@ def _queue_context(request: HttpRequest, *, pending_total: int | None = None) ->
         filters,
         keep=keep_ids(request.GET.getlist("keep")),
         shown=keep_ids(request.GET.getlist("shown")),
+        seen=seen_hashes(request.GET.getlist("seen")),
         after=after,
         # Unfiltered, the matching count is the pending total: one COUNT, not two.
         matching=None if filters.active else pending_total,
@@ -170,6 +171,22 @@ def _refused_edit(request: HttpRequest, approval_id: int, why: str) -> HttpRespo
     return _respond(request, card, ok=False)
 
 
+def _call_changed(request: HttpRequest, approval_id: int, exc: ActionError) -> HttpResponse:
+    """The card again, with the call as it stands now and why nothing was recorded: a
+    409 (reviews.js swaps it in), or without htmx the queue, which shows it fresh."""
+    card = cards.card(request.user, approval_id)
+    if card is None:
+        raise Http404("approval not visible")
+    card.call_changed(refused=True)
+    card.message = card.changed
+    if not request.htmx:
+        messages.warning(request, card.message)
+        response = redirect(_back_to_queue(request))
+        response.status_code = 303
+        return response
+    return render(request, "reviews/queue.html#card", {"card": card, "can_decide": True}, status=409)
+
+
 def _edit_refusal(exc: ActionError) -> str:
     detail = exc.detail
     if isinstance(detail, dict):
@@ -197,10 +214,13 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             note=form.cleaned_data["note"],
             args=form.cleaned_data["args"],
             remember=form.cleaned_data["remember"] or None,
+            args_hash=form.cleaned_data["args_hash"] or None,
         )
     except ActionError as exc:
         if exc.status == 404:
             raise Http404(str(exc.detail)) from None
+        if exc.code == "call_changed":
+            return _call_changed(request, approval_id, exc)
         if exc.code in ("invalid_arguments", "denied_by_policy"):
             return _refused_edit(request, approval_id, _edit_refusal(exc))
         return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")

@@ -27,7 +27,7 @@ def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> d
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
     params = filters.model_dump()
     approvals = access.visible_approvals(user).filter(approval_filters(params))
-    approvals = approvals.select_related("decided_by").prefetch_related("votes")
+    approvals = approvals.select_related("decided_by", "edited_by").prefetch_related("votes")
     return page(approvals, params, OLDEST_FIRST, lambda a: dict(a.to_dict()))
 
 
@@ -38,7 +38,9 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
     """The answer that decides wins. Repeating it (a retry, a second reviewer agreeing)
     returns the recorded decision unchanged; a contradicting answer is a 409 naming who
     decided. An approval that needs several votes answers with the votes so far; a
-    reviewer voting again gets their vote back (a 409 if they now answer otherwise)."""
+    reviewer voting again gets their vote back (a 409 if they now answer otherwise).
+    `args_hash` binds the answer to the call the caller saw: a 409 `call_changed` when
+    it changed since, or when someone edited it and the answer names no hash."""
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_decide(user):
         raise forbidden("deciding approvals needs the reviewer role")
@@ -46,7 +48,7 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
-        remember=payload.remember,
+        remember=payload.remember, args_hash=payload.args_hash,
     )
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:

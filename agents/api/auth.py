@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
-from agents import tokens
+from agents import jsonsafe, tokens
 from agents.api.errors import error
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
@@ -65,14 +64,13 @@ class SessionAuth(APIKeyCookie):
 
 
 class StrictJsonParser(Parser):
-    """JSON as RFC 8259 has it: NaN and Infinity are refused (PostgreSQL's jsonb refuses
-    them too, and a request must not be able to turn that into a 500)."""
+    """Bodies through `agents.jsonsafe`: no NaN, Infinity or 1e400, no lone surrogates,
+    bounded depth and size (PostgreSQL's jsonb and pydantic's serializer refuse what
+    json.loads lets through, and a request must not turn that into a 500). Ninja wraps
+    the JsonError in a 400; `errors._http_error` passes its message on."""
 
     def parse_body(self, request: HttpRequest) -> Any:
-        def refuse(name: str) -> Any:
-            raise ValueError(f"{name} is not JSON")
-
-        return json.loads(request.body, parse_constant=refuse)
+        return jsonsafe.parse(request.body)
 
 
 def docs_access(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -16,6 +16,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from agents import access
 from agents.actions import ActionError
+from agents.jsonsafe import JsonError
 from agents.ops.middleware import denied
 
 log = logging.getLogger("airlock.api")
@@ -62,7 +63,11 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     codes = {400: "invalid_json", 403: "forbidden", 404: "not_found", 405: "method_not_allowed", 429: "throttled"}
-    return error(exc.status_code, codes.get(exc.status_code, "bad_request"), exc.message)
+    # A body the parser refused: its message names the problem ("1e400 at $.x is not a
+    # finite number") where ninja says only "Cannot parse request body".
+    cause = exc.__cause__
+    detail = cause.message if isinstance(cause, JsonError) else exc.message
+    return error(exc.status_code, codes.get(exc.status_code, "bad_request"), detail)
 
 
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:

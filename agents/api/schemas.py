@@ -60,6 +60,11 @@ class DecisionIn(Schema):
     remember: Literal["call", "tool"] | None = Field(
         None, description="with approve: allow the same call (call) or any call of the tool (tool) for the rest of the run"
     )
+    args_hash: StrictStr | None = Field(
+        None, max_length=64,
+        description="the approval's args_hash as you saw it: a call that changed since answers 409 call_changed; "
+        "without it, a call someone edited answers 409 call_changed",
+    )
 
 
 class VoteOut(Schema):
@@ -78,6 +83,11 @@ class ApprovalOut(Schema):
     risk: str
     args: Any = None
     edited_args: Any = None
+    edited_by: str | None = Field(None, description="who edited the arguments, or null")
+    args_hash: str = Field(
+        ..., description="sha256 of the canonical JSON of the arguments that would run (edited_args, else args): "
+        "send it back with a decision to bind your vote to this call"
+    )
     reason: str
     taint_source: dict[str, Any] | None = None
     rule: dict[str, Any] | None = None

@@ -102,3 +102,20 @@ def tally(votes: list[dict[str, Any]], required: int) -> Tally:
         if decision == "approve":
             approvals += 1
     return Tally(approvals, required, "approve" if approvals >= required else None)
+
+
+def stale_vote(*, current: str, seen: str | None, edited: bool) -> str | None:
+    """Why a decision may not count for the call as it stands now, or None.
+
+    A vote is bound to the call its voter saw: `seen` is that call's `args_hash` (None
+    when the decision did not name one) and `current` the hash of the call that would
+    run. A decision naming another call is stale. One naming none is taken to have seen
+    the agent's call, which holds only while nobody has edited it (`edited`): once the
+    arguments changed, a vote that cannot say it saw the change never counts for it, or
+    one reviewer's edit could collect another's approval of the original.
+    """
+    if seen is None:
+        return "the call was edited and this answer names no args_hash" if edited else None
+    if seen != current:
+        return "the call changed since you saw it"
+    return None

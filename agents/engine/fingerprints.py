@@ -21,3 +21,9 @@ def idempotency_key(run_id: str | int, step: int, tool: str, args: Any) -> str:
     """sha256 of `run_id : step : tool : canonical args`, as the design fixes it."""
     raw = f"{run_id}:{step}:{tool}:{canonical_json(args)}"
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def args_hash(args: Any) -> str:
+    """sha256 (hex) of the canonical JSON of a call's arguments: what a decision names
+    to say which call its voter saw (docs/api.md, `args_hash`)."""
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from . import regex
 from .registry import ToolSpec
+from .text import one_line
 
 Action = Literal["allow", "ask", "deny"]
 
@@ -98,7 +99,7 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
         extra = " (launch rules only tighten)" if launch else ""
         raise PolicyError(f"{field}.then", f"must be {_either(allowed)}{extra}, not {then!r}")
     reason = rule.get("reason")
-    if not isinstance(reason, str) or not reason.strip():
+    if not isinstance(reason, str) or not one_line(reason):
         raise PolicyError(f"{field}.reason", "must be a short text the reviewer reads")
     if "approvals" in rule:
         n = rule["approvals"]
@@ -108,7 +109,8 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
             raise PolicyError(f"{field}.approvals", f"must be a whole number from 1 to {MAX_APPROVALS}")
     if "when" in rule:
         validate_condition(rule["when"], field=f"{field}.when")
-    return {k: rule[k] for k in ("tool", "when", "then", "approvals", "reason") if k in rule}
+    # The reason reaches notifications as one line of theirs: one line, capped.
+    return {**{k: rule[k] for k in ("tool", "when", "then", "approvals") if k in rule}, "reason": one_line(reason)}
 
 
 def check_rule_tools(rules: list[dict[str, Any]], offered: Iterable[str], *, field: str = "rules") -> None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import httpx
 from django.conf import settings
 
+from agents import jsonsafe
 from agents.engine.protocols import ModelError
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -34,6 +35,7 @@ FINAL_429_CODES = frozenset({"insufficient_quota"})
 # Anything that looks like a provider key, in case a server echoes a mangled one back.
 KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|sk-ant-[A-Za-z0-9_\-*.]{6,})")
 ERROR_TEXT_MAX = 500
+RESPONSE_MAX_CHARS = 20_000_000  # a model's reply as JSON text; far above any max_tokens
 T = TypeVar("T")
 
 
@@ -169,8 +171,11 @@ def post_json(
             else:
                 if response.is_success:
                     try:
-                        data = response.json()
-                    except ValueError:
+                        # NaN or 1e400 in a tool call's arguments could not be stored.
+                        data = jsonsafe.parse(response.content, max_chars=RESPONSE_MAX_CHARS)
+                    except jsonsafe.JsonError as exc:
+                        if exc.problem != "invalid":
+                            raise ModelError(f"{provider}: malformed response ({exc.message})") from None
                         raise ModelError(
                             f"{provider}: malformed response (not JSON): {scrub(response.text, secrets)!r}"
                         ) from None

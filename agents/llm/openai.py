@@ -20,6 +20,7 @@ import json
 import os
 from typing import Any
 
+from agents import jsonsafe
 from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
@@ -77,8 +78,8 @@ def parse_arguments(raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw
     try:
-        return json.loads(raw)
-    except ValueError:
+        return jsonsafe.parse(raw)
+    except jsonsafe.JsonError:
         return raw
 
 

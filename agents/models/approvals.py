@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import models
 from django.db.models import prefetch_related_objects
 
-from agents.engine import decisions
+from agents.engine import decisions, fingerprints
 from agents.engine import policy as engine_policy
 
 
@@ -27,6 +28,8 @@ class ApprovalDict(TypedDict):
     risk: str
     args: Any
     edited_args: Any
+    edited_by: str | None
+    args_hash: str
     reason: str
     taint_source: dict[str, Any] | None
     rule: dict[str, Any] | None
@@ -125,6 +128,30 @@ class Approval(models.Model):
         transaction it has none in its round."""
         return not (self.is_pending and self.required <= 1)
 
+    @property
+    def current_args(self) -> Any:
+        """The arguments that would run: a reviewer's edit, or the agent's."""
+        return self.edited_args if self.edited_args is not None else self.args
+
+    @property
+    def args_hash(self) -> str:
+        """The hash a decision names to say it saw the call as it stands
+        (engine.decisions.stale_vote)."""
+        return fingerprints.args_hash(self.current_args)
+
+    @property
+    def edited(self) -> bool:
+        """Someone edited the arguments (even back to the agent's): votes that name no
+        call no longer count."""
+        return self.round > 0
+
+    def vote_record(self) -> list[VoteRecord]:
+        """Every vote of every round, oldest first, each saying whether it counts for
+        the call as it stands (this round) or was cast for arguments edited since: the
+        record keeps votes that decided nothing (an expiry, an edit) in view."""
+        votes = sorted(self.votes.all(), key=lambda v: (v.at, v.pk))
+        return [VoteRecord(v, v.round == self.round) for v in votes]
+
     def current_votes(self) -> list[ApprovalVote]:
         """This round's votes, oldest first (prefetched `votes` are used when present)."""
         return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))
@@ -151,6 +178,8 @@ class Approval(models.Model):
             "risk": self.risk,
             "args": self.args,
             "edited_args": self.edited_args,
+            "edited_by": self.edited_by.get_username() if self.edited_by_id and self.edited_by else None,
+            "args_hash": self.args_hash,
             "reason": self.reason,
             "taint_source": self.taint_source,
             "rule": self.rule,
@@ -187,6 +216,16 @@ class ApprovalVote(models.Model):
 
     def to_dict(self) -> dict[str, Any]:
         return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+
+
+
+@dataclass(frozen=True)
+class VoteRecord:
+    """A vote as the record shows it: `counts` is False for a vote cast on arguments
+    someone edited afterwards."""
+
+    vote: ApprovalVote
+    counts: bool
 
 
 class Grant(models.Model):

@@ -33,6 +33,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import access
+from agents.engine.text import one_line
 from agents.models import (
     Approval,
     Delivery,
@@ -107,8 +108,8 @@ def body(event: OutboxEvent, webhook: Webhook) -> bytes:
 
 def _slack_escape(text: Any) -> str:
     # Slack's mrkdwn treats these three as control characters; the rest stays inert text.
-    value = str(text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return value if len(value) <= SLACK_TEXT_MAX else value[: SLACK_TEXT_MAX - 1] + "…"
+    # One line: a line break would end the `>` quote and let the text pose as ours.
+    return one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -390,7 +391,8 @@ def _digest_text(calls: list[Approval]) -> tuple[str, str]:
     subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
     lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
     for a in calls:
-        lines += [f"- {a.tool} (run {a.run_id}, {a.risk}): {a.reason}", f"  {approval_url(a.pk)}", ""]
+        # One line each: a reason or a tool name with a line break forged entries.
+        lines += [f"- {one_line(a.tool)} (run {a.run_id}, {a.risk}): {one_line(a.reason)}", f"  {approval_url(a.pk)}", ""]
     lines.append(
         f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
     )

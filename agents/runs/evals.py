@@ -250,16 +250,20 @@ def answer(pending: Approval, d: dict[str, Any]) -> str | None:
         return None
     edited = d.get("edited_args")
     votes = d.get("votes") or [{"by": "", "decision": d["decision"], "note": d.get("note") or ""}]
+    # The recorded voters saw the call as it was then: the first one the agent's (they
+    # edited it), the others the edited call.
+    seen = pending.args_hash
     for i, vote in enumerate(votes):
         try:
             result = approval_decide(
                 approval_id=pending.pk, user=None, voter=str(vote.get("by") or ""), decision=str(vote["decision"]),
-                note=vote.get("note") or "", args=edited if i == 0 else None,
+                note=vote.get("note") or "", args=edited if i == 0 else None, args_hash=seen,
             )
         except ActionError as exc:
             return f"the recorded answer was refused: {exc.code}: {exc.detail}"
         if result.outcome == "decided":
             return None
+        seen = result.approval.args_hash
     pending.refresh_from_db()
     if pending.is_pending:
         return f"the recorded {len(votes)} vote(s) do not decide the replayed approval (it needs {pending.required})"

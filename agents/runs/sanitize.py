@@ -4,13 +4,17 @@ bytes) and results bounded to the journal's size."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.conf import settings
 
 
 def clean(value: Any) -> Any:
-    """NUL bytes and lone surrogates (invalid UTF-8) replaced, recursively."""
+    """NUL bytes and lone surrogates (invalid UTF-8) replaced, and NaN and infinities
+    (which jsonb refuses) written as text ("nan", "inf"), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if isinstance(value, str):
         if "\x00" in value:
             value = value.replace("\x00", "\ufffd")
@@ -32,7 +36,7 @@ def clean_json(value: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """`clean(value)` with its JSON text. The text is checked first: the engine state
     is almost always clean, and one json.dumps costs less than walking it."""
     try:
-        text = json.dumps(value, ensure_ascii=False)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)  # a NaN takes the walk below
     except (TypeError, ValueError):
         text = None
     if text is not None and "\\u0000" not in text:  # json.dumps escapes NUL

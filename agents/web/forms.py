@@ -8,12 +8,13 @@ belongs to `agents.actions.run_launch`, whose errors the view puts back on the f
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.forms.fields import InvalidJSONInput, JSONString
 
+from agents import jsonsafe
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS
@@ -87,9 +88,38 @@ def _json_or_none(text: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        return jsonsafe.parse(text)
+    except jsonsafe.JsonError as exc:
+        raise forms.ValidationError(exc.message) from None
+
+
+class SafeJSONField(forms.JSONField):
+    """The admin's JSON boxes through `agents.jsonsafe`: NaN, 1e400, nesting past the
+    limit or a lone surrogate is a field error naming it, not a 500 when the row is
+    written (nor a RecursionError while the form is shown again)."""
+
+    def to_python(self, value: Any) -> Any:
+        if self.disabled or value in self.empty_values or not isinstance(value, str) or isinstance(value, JSONString):
+            return super().to_python(value)
+        try:
+            converted = jsonsafe.parse(value)
+        except jsonsafe.JsonError as exc:
+            raise forms.ValidationError(exc.message, code="invalid") from None
+        return JSONString(converted) if isinstance(converted, str) else converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled or not isinstance(data, str):
+            return super().bound_data(data, initial)
+        try:
+            return jsonsafe.parse(data)
+        except jsonsafe.JsonError:
+            return InvalidJSONInput(data)
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        try:
+            return super().has_changed(initial, data)
+        except forms.ValidationError:
+            return True
 
 
 class LaunchForm(forms.Form):

@@ -1,6 +1,7 @@
 """What the page fragments built in Python share (agents/web/timeline_html.py,
-agents/web/runs_html.py, reviews/card_html.py): text escaped as the templates' autoescape
-escapes it, the `pluralize` filter they stand in for, and `{% url %}` for many ids."""
+reviews/card_html.py): text escaped as the templates' autoescape escapes it, the
+`pluralize` filter they stand in for, and `{% url %}` for many ids (also the Jinja2
+fragments' `url` filter, agents/web/jinja.py)."""
 
 from __future__ import annotations
 

@@ -32,13 +32,23 @@ CHART_POINTS = 400
 TRANSITION_FIELDS = (
     "seq", "from_state", "to_state", "kind", "payload", "cost_micros", "tokens", "duration_ms", "actor", "created_at",
 )
-MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name")
+# `run_id` and `index` name a message's whole text (run_message_text) when a page cuts it.
+MESSAGE_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "name", "run_id", "index")
+# Characters of a task, an answer or a message a page shows; the rest is a link away. A
+# 2.4 MB answer made a 4.8 MB timeline (issue 34, item 11); pages stay under 200 kB.
+PAGE_TEXT_MAX = 10_000
 # An entry shows the journal row's status and sizes, not the call or its result.
 JOURNAL_FIELDS = ("call_id", "tool", "status", "result_chars", "result_truncated", "attempts")
 _TRANSITIONS = Rows(Transition, TRANSITION_FIELDS)
 _MESSAGES = Rows(Message, MESSAGE_FIELDS)
 _JOURNAL = Rows(ToolCall, JOURNAL_FIELDS)
 _APPROVALS_SQL = f"SELECT * FROM {Approval._meta.db_table} WHERE run_id = %s ORDER BY created_at, id"
+
+
+def page_text(text: str | None) -> tuple[str, bool]:
+    """`text` as a page shows it: at most PAGE_TEXT_MAX characters, and whether it was cut."""
+    text = text or ""
+    return (text, False) if len(text) <= PAGE_TEXT_MAX else (text[:PAGE_TEXT_MAX], True)
 
 
 @dataclass
@@ -191,6 +201,8 @@ def run_approvals(run: Run) -> list[Approval]:
     # as the statement (0.4 ms against 0.2 ms); the rows are still models.
     approvals = list(Approval.objects.raw(_APPROVALS_SQL, [run.pk]))
     Approval.prefetch_people(approvals)
+    # Every vote, counted or not: the header and the entries keep them on the record.
+    prefetch_related_objects(approvals, "votes")
     return approvals
 
 
@@ -232,8 +244,8 @@ def page(
         approvals = run_approvals(run) if call_ids else []
     # One call can have two approvals (policy, then "outcome unknown" after a crash).
     by_call = {(a.call_id, a.kind): a for a in approvals if a.call_id in call_ids}
-    # An entry lists the votes of a pending approval only, and a run has at most one.
-    prefetch_related_objects([a for a in by_call.values() if a.is_pending], "votes")
+    # The votes the entries list (already read when the caller's run_approvals() did).
+    prefetch_related_objects(list(by_call.values()), "votes")
     for e in entries:
         if not e.call_id:
             continue

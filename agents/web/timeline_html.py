@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import datetime, tzinfo
 from typing import Any
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
@@ -21,7 +22,7 @@ from django.utils.text import Truncator
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, usd
 from agents.web.markup import esc, plural, url_for
-from agents.web.timeline import Entry, cut_for_model
+from agents.web.timeline import PAGE_TEXT_MAX, Entry, cut_for_model, page_text
 
 FOLD_OVER = 600  # characters: a longer result or argument list is folded into <details>
 
@@ -45,6 +46,21 @@ def _folded(text: str, summary: str) -> str:
     )
 
 
+def _text(text: str, url: str) -> str:
+    """A `<pre>` of text cut at PAGE_TEXT_MAX characters, with a link to the whole."""
+    shown, cut = page_text(text)
+    if not cut:
+        return f"<pre>{esc(text)}</pre>"
+    return (
+        f'<pre>{esc(shown)}</pre><p class="cut muted">Cut at {number(PAGE_TEXT_MAX)} of {number(len(text))} '
+        f'characters: <a href="{esc(url)}">the whole text</a>.</p>'
+    )
+
+
+def _message_url(m: Any) -> str:
+    return reverse("run_message_text", args=[m.run_id, m.index])
+
+
 def _message(m: Any) -> str:
     if m.role == "tool":
         content = m.content
@@ -65,7 +81,7 @@ def _message(m: Any) -> str:
     if m.role == "assistant":
         parts = ['<div class="msg msg-assistant">\n<span class="role">model</span>']
         if m.content:
-            parts.append(f"<pre>{esc(m.content)}</pre>")
+            parts.append(_text(m.content, _message_url(m)))
         calls = []
         for c in m.tool_calls or ():
             args = pretty_json(_get(c, "args"))
@@ -74,6 +90,12 @@ def _message(m: Any) -> str:
                 if len(args) > FOLD_OVER
                 else f"<pre>{esc(args)}</pre>"
             )
+            if len(args) > PAGE_TEXT_MAX:
+                # The whole call is in the run's export (the same access as this page).
+                shown = _folded(page_text(args)[0], f"arguments, {number(len(args))} characters") + (
+                    f'<p class="cut muted">Cut at {number(PAGE_TEXT_MAX)} characters: the whole call is in '
+                    f'<a href="{esc(reverse("run_export", args=[m.run_id]))}">the export</a>.</p>'
+                )
             calls.append(
                 f'<div class="call"><span class="call-name">calls <code>{esc(_get(c, "tool"))}</code> '
                 f'<span class="muted">{esc(_get(c, "id"))}</span></span>{shown}</div>'
@@ -81,7 +103,7 @@ def _message(m: Any) -> str:
         parts.append("".join(calls))
         return "\n".join(parts) + "\n</div>"
     role = "task" if m.role == "user" else esc(m.role)
-    return f'<div class="msg msg-{esc(m.role)}"><span class="role">{role}</span><pre>{esc(m.content)}</pre></div>'
+    return f'<div class="msg msg-{esc(m.role)}"><span class="role">{role}</span>{_text(m.content, _message_url(m))}</div>'
 
 
 def _decision(e: Entry, decision: dict[str, Any], tz: tzinfo) -> str:
@@ -125,6 +147,36 @@ def _votes(votes: Any) -> str:
         note = f" (“{esc(_get(v, 'note'))}”)" if _get(v, "note") else ""
         shown.append(f'<strong class="who">{esc(_get(v, "by"))}</strong> {esc(_get(v, "decision"))}{note}')
     return f'<p class="votes">Votes: {", ".join(shown)}</p>'
+
+
+def _uncounted(e: Entry) -> str:
+    """Votes that decided nothing, kept in view: on an expiry, the round's votes that
+    were too few; on a decision or an expiry, votes cast on arguments edited since."""
+    a = e.approval
+    if a is None:
+        return ""
+    record = a.vote_record()
+    lines = []
+    earlier = [r.vote for r in record if not r.counts]
+    if earlier:
+        lines.append(
+            '<p class="votes votes-earlier">Votes on arguments edited afterwards (they did not count for the call '
+            f"as edited): {_named(earlier)}</p>"
+        )
+    if e.t.kind == "expiry":
+        current = [r.vote for r in record if r.counts]
+        if current:
+            lines.append(
+                f'<p class="votes votes-expired">Votes cast before it expired ({a.required} needed): {_named(current)}</p>'
+            )
+    return "\n".join(lines)
+
+
+def _named(votes: list[Any]) -> str:
+    return ", ".join(
+        f'<strong class="who">{esc(v.by_name)}</strong> {esc(v.decision)}' + (f" (“{esc(v.note)}”)" if v.note else "")
+        for v in votes
+    )
 
 
 def _compaction(c: dict[str, Any]) -> str:
@@ -221,6 +273,10 @@ def _body(e: Entry, tz: tzinfo) -> list[str]:
     if expiry:
         then = "the run's policy fails the run" if expiry["on_expiry"] == "fail" else "the agent was told and goes on"
         out.append(f'<p class="flag flag-expired">Approval expired: {esc(expiry["reason"])}; {then}.</p>')
+    if decision or expiry:
+        uncounted = _uncounted(e)
+        if uncounted:
+            out.append(uncounted)
     if e.reason and not expiry:
         muted = "flag-muted" if t.to_state == "cancelled" else "flag-error"
         out.append(f'<p class="flag {muted}">{esc(e.reason)}</p>')

@@ -10,6 +10,9 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+    path("runs/<int:run_id>/task.txt", views.run_text, {"part": "task"}, name="run_task_text"),
+    path("runs/<int:run_id>/answer.txt", views.run_text, {"part": "answer"}, name="run_answer_text"),
+    path("runs/<int:run_id>/messages/<int:index>.txt", views.run_message_text, name="run_message_text"),
     path("runs/<int:run_id>/grants/<int:grant_id>/revoke/", views.run_grant_revoke, name="run_grant_revoke"),
     path("account/notifications/", views.notifications, name="notifications"),
 ]

@@ -187,8 +187,16 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
     """What the run's header shows: its approvals, its grants and its prompt-cache tokens
     (`cache`, when the caller summed them already)."""
     approvals = timeline.run_approvals(run)
+    task, task_cut = timeline.page_text(run.task)
+    answer, answer_cut = timeline.page_text(run.answer)
     return {
         "run": run,
+        # Cut at PAGE_TEXT_MAX characters; the whole is at run_text's URL.
+        "task_shown": task,
+        "task_cut": task_cut,
+        "answer_shown": answer,
+        "answer_cut": answer_cut,
+        "page_text_max": timeline.PAGE_TEXT_MAX,
         # Otherwise the template calls the method, and only if it renders the header.
         "cache_tokens": run.cache_tokens if cache is None else cache,
         "approvals": approvals,
@@ -272,6 +280,36 @@ def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpRe
     else:
         messages.success(request, f"Grant {grant.number} revoked: {grant.tool} calls ask again.")
     return redirect("run_detail", run_id=run.pk)
+
+
+@require_GET
+@login_required
+def run_text(request: HttpRequest, run_id: int, part: str) -> HttpResponse:
+    """The run's whole task or answer as plain text, which its page cuts at
+    PAGE_TEXT_MAX characters; the same access as the page."""
+    run = access.readable_run(request.user, run_id)
+    text = run.task if part == "task" else run.answer
+    if text is None:
+        raise Http404("the run has no answer (yet)")
+    return _plain(text)
+
+
+@require_GET
+@login_required
+def run_message_text(request: HttpRequest, run_id: int, index: int) -> HttpResponse:
+    """One transcript message's whole text (the timeline cuts long ones)."""
+    run = access.readable_run(request.user, run_id)
+    content = run.messages.filter(index=index).values_list("content", flat=True).first() if index <= access.MAX_ID else None
+    if content is None:
+        raise Http404(f"run {run.pk} has no message {index}")
+    return _plain(content)
+
+
+def _plain(text: str) -> HttpResponse:
+    # text/plain with nosniff (SecurityMiddleware): model-written HTML stays text.
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = "inline"
+    return response
 
 
 @require_GET

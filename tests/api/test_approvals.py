@@ -30,6 +30,9 @@ APPROVAL_FIELDS = {
     "votes",
     "edited_args",
     "expires_at",
+    # Decisions bound to the call the voter saw (issue 34): send args_hash back.
+    "edited_by",
+    "args_hash",
 }
 
 

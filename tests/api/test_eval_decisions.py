@@ -40,8 +40,10 @@ def test_an_edited_two_person_approval_replays_with_the_same_votes(defaults, lau
     rita, rob = person("rita", "reviewer"), person("rob", "reviewer")
     run = drive(launch(SCRIPT, task="edited", policy={"rules": [TWO_PEOPLE]}))
     approval = Approval.objects.pending().get(run=run)
-    approval_decide(approval_id=approval.pk, user=rob, decision="approve", args={"entry": "pay ACME 90"}, note="90")
-    approval_decide(approval_id=approval.pk, user=rita, decision="approve")
+    edited = approval_decide(
+        approval_id=approval.pk, user=rob, decision="approve", args={"entry": "pay ACME 90"}, note="90"
+    ).approval
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", args_hash=edited.args_hash)
     run = drive(run)
     case = export(run, tmp_path)
     [d] = case["decisions"]

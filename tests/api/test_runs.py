@@ -281,7 +281,8 @@ def test_text_postgresql_cannot_store_is_sanitised_not_a_500(api) -> None:
     assert run.state == "done" and run.answer == "x\ufffd"
     # A lone surrogate is not Unicode text: refused before it reaches anything.
     response = api("lena").post("/api/runs", raw='{"agent": "scripted", "task": "a \\ud800"}')
-    assert response.status_code == 400 and response.data["error"] == "invalid_request"
+    assert response.status_code == 400 and response.data["error"] == "invalid_json"
+    assert response.data["detail"] == "text with a lone surrogate (invalid Unicode) at $.task"
 
 
 @requires_postgres()

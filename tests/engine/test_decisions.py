@@ -6,6 +6,7 @@ decisions; every step is one `step()` or `decide()` call.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from agents.engine import decisions, limits, policy
 from agents.engine import step as engine
-from agents.engine.fingerprints import idempotency_key
+from agents.engine.fingerprints import args_hash, idempotency_key
 from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from tests.engine.harness import BlankJournal
@@ -107,6 +108,22 @@ def test_any_reject_decides_at_once() -> None:
 def test_outcome_unknown_answers_decide_alone() -> None:
     for answer in ("happened", "retry", "fail"):
         assert decisions.tally([vote("rita", answer)], 2).decision == answer
+
+
+def test_a_vote_counts_only_for_the_call_its_voter_saw() -> None:
+    seen = args_hash({"to": "customer 1042", "amount": 10})
+    edited = args_hash({"to": "XX00 ATTACKER", "amount": 10000})
+    assert decisions.stale_vote(current=seen, seen=seen, edited=False) is None
+    assert decisions.stale_vote(current=seen, seen=None, edited=False) is None  # only ever one call
+    assert decisions.stale_vote(current=edited, seen=edited, edited=True) is None
+    assert decisions.stale_vote(current=edited, seen=seen, edited=True) == "the call changed since you saw it"
+    assert decisions.stale_vote(current=edited, seen=None, edited=True)  # an edited call must be named
+    assert decisions.stale_vote(current=seen, seen=edited, edited=False)
+
+
+def test_the_args_hash_is_sha256_of_the_canonical_json() -> None:
+    assert args_hash({"b": 1, "a": "é"}) == args_hash({"a": "é", "b": 1})
+    assert args_hash({"a": "é", "b": 1}) == hashlib.sha256('{"a":"é","b":1}'.encode()).hexdigest()
 
 
 def test_every_decision_has_a_status_a_label_and_a_kind() -> None:

@@ -1,5 +1,5 @@
-"""The runs list's rows built in Python (agents/web/runs_html.py) are the HTML the template
-loop printed, escaping included; the old loop is kept here as the reference."""
+"""The runs list's rows (agents/web/runs_html.py, a Jinja2 template) are the HTML the Django
+template loop printed, escaping included; the old loop is kept here as the reference."""
 
 from __future__ import annotations
 

@@ -107,7 +107,8 @@ def test_an_edit_resets_the_votes_and_the_editors_vote_counts_first(waiting, peo
     state = store.load(Run.objects.get(pk=approval.run_id))
     assert a.idempotency_key == idempotency_key(str(approval.run_id), state.steps, "ledger_write", a.edited_args)
 
-    assert decide(approval, people["rita"]).outcome == "decided"
+    # Rita votes again, naming the edited call she now sees (docs/reviewing.md#bound-votes).
+    assert decide(approval, people["rita"], args_hash=a.args_hash).outcome == "decided"
     # Every vote keeps the arguments it was about: the model's (null) or the edit.
     assert [(v.round, v.by_name, v.args) for v in ApprovalVote.objects.order_by("pk")] == [
         (0, "rita", None), (1, "rob", {"entry": "pay ACME 90"}), (1, "rita", {"entry": "pay ACME 90"})]
@@ -149,8 +150,9 @@ def test_an_edit_that_needs_more_votes_keeps_waiting(waiting, people) -> None:
     assert approval.required == 1
     result = decide(approval, people["rita"], args={"entry": "urgent: pay ACME"})
     assert result.outcome == "voted" and result.approval.required == 3 and result.approval.status == "pending"
-    assert decide(approval, people["rob"]).outcome == "voted"
-    assert decide(approval, people["ruth"]).outcome == "decided"
+    seen = result.approval.args_hash  # the edited call, as the next voters see it
+    assert decide(approval, people["rob"], args_hash=seen).outcome == "voted"
+    assert decide(approval, people["ruth"], args_hash=seen).outcome == "decided"
 
 
 def test_a_grant_with_an_edit_covers_the_edited_call(waiting, people, drive) -> None:

@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
+from agents import jsonsafe
 from agents.actions import ActionError, run_launch
 from agents.engine import policy as engine_policy
 from agents.models import Run
@@ -38,19 +39,20 @@ class Command(BaseCommand):
         if o["script"]:
             try:
                 with open(o["script"], encoding="utf-8") as f:
-                    script = json.load(f)
+                    # An exported run may be large; NaN or 1e400 in it is refused all the same.
+                    script = jsonsafe.parse(f.read(), max_chars=100_000_000)
             except (OSError, ValueError) as exc:
                 raise CommandError(f"cannot read the script: {exc}") from None
             if isinstance(script, dict) and "script" in script:
                 script = script["script"]  # an exported run or eval case works as is
         if o["limits"]:
             try:
-                limits = json.loads(o["limits"])
+                limits = jsonsafe.parse(o["limits"])
             except ValueError as exc:
                 raise CommandError(f"--limits is not JSON: {exc}") from None
         if o["policy"]:
             try:
-                policy = json.loads(o["policy"])
+                policy = jsonsafe.parse(o["policy"])
             except ValueError as exc:
                 raise CommandError(f"--policy is not JSON: {exc}") from None
         if o["user"]:

@@ -69,7 +69,8 @@ class Command(BaseCommand):
                 if group is None:
                     user = User.objects.create_superuser(name, email="", password=password)
                 else:
-                    user = User.objects.create_user(name, password=password)
+                    # Staff status lets the operator into the admin's MCP pages (docs/mcp.md).
+                    user = User.objects.create_user(name, password=password, is_staff=group == "operator")
             elif not user.check_password(password):
                 # Someone set this password by other means: leave it, do not print a wrong one.
                 saved.pop(name, None)

@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
+from agents import jsonsafe
 from agents.engine import schemas
 from agents.engine.registry import ToolError
 
@@ -263,7 +264,12 @@ class Call:
         text = content_text(result.content)
         if text or result.structured_content is None:
             return text
-        return result.structured_content
+        try:
+            # Decoded by the SDK, which lets NaN, 1e400 (infinity) and any depth through:
+            # a row holding them could not be written (PostgreSQL's jsonb refuses them).
+            return jsonsafe.validate(result.structured_content)
+        except jsonsafe.JsonError as exc:
+            raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
 
 
 def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None]]:

@@ -154,6 +154,18 @@
     if (event.detail.failed) window.setTimeout(function () { refocus(false); }, 0);
   });
 
+  // A 409 that carries a card (HTML) is a stale card: the call changed since it was
+  // shown. The server refused the answer and sent the card as the call stands now;
+  // swap it in so the reviewer sees the new arguments and who edited them.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const xhr = event.detail.xhr;
+    const card = event.target instanceof Element && event.target.closest(".card");
+    if (!card || xhr.status !== 409) return;
+    if (!(xhr.getResponseHeader("Content-Type") || "").startsWith("text/html")) return;
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  });
+
   // htmx swaps nothing on an error status: say what the server refused, as plain text.
   document.addEventListener("htmx:responseError", function (event) {
     const form = event.target instanceof Element && event.target.closest("form.decide");

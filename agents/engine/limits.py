@@ -21,7 +21,7 @@ IDENTICAL_ERROR_STREAK = 3
 
 # The longest task a launch takes, in characters: the form, the API and the commands
 # all refuse a longer one through run_launch, with the same words.
-TASK_MAX_CHARS = 20_000
+TASK_MAX_CHARS = 100_000
 
 
 class LimitError(ValueError):

@@ -78,6 +78,14 @@ def label(decision: str, status: str) -> str:
     return DECISION_LABELS.get(decision, status.capitalize())
 
 
+def status_text(status: str, decision: str) -> str:
+    """The status as the timeline and a conflict name it: 'rejected', not 'rejected
+    (reject)'; the answer is added only where it says more ('approved (run again)')."""
+    if decision in ("", "approve", "reject") or status == EXPIRED:
+        return status
+    return f"{status} ({label(decision, status).lower()})"
+
+
 @dataclass(frozen=True)
 class Tally:
     """Where the votes stand: `decision` is set once they decide the question."""

@@ -15,11 +15,13 @@ from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
     EVENT_TYPES,
+    DecisionLink,
     Delivery,
     DeliveryAttempt,
     DigestEntry,
     NotificationPreference,
     OutboxEvent,
+    SlackAction,
     Webhook,
 )
 from agents.models.ops import MetricTally
@@ -45,6 +47,7 @@ __all__ = [
     "ApprovalDict",
     "ApprovalQuerySet",
     "ApprovalVote",
+    "DecisionLink",
     "Delivery",
     "DeliveryAttempt",
     "DigestEntry",
@@ -59,6 +62,7 @@ __all__ = [
     "OutboxEvent",
     "Run",
     "RunDict",
+    "SlackAction",
     "ToolCall",
     "Transition",
     "Webhook",

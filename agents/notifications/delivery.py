@@ -106,7 +106,7 @@ def body(event: OutboxEvent, webhook: Webhook) -> bytes:
     return json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
 
 
-def _slack_escape(text: Any) -> str:
+def slack_escape(text: Any) -> str:
     # Slack's mrkdwn treats these three as control characters; the rest stays inert text.
     # One line: a line break would end the `>` quote and let the text pose as ours.
     return one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -114,7 +114,7 @@ def _slack_escape(text: Any) -> str:
 
 def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     """Slack's incoming-webhook body: `text` (notifications, fallback) and blocks."""
-    e = _slack_escape
+    e = slack_escape
     url = data.get("url", "")
     if event_type.startswith("approval."):
         what = {
@@ -134,12 +134,28 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         if outcome:
             detail += f"\n>{e(outcome)}"
         action = "Open the timeline"
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
+    ]
+    if event_type == "approval.pending" and data.get("id") and data.get("status", "pending") == "pending":
+        blocks.append(slack_buttons(data))
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]})
+    return {"text": f"{text}: {url}", "blocks": blocks}
+
+
+def slack_buttons(data: dict[str, Any]) -> dict[str, Any]:
+    """Approve and Reject on an `approval.pending` message (answered by
+    agents.notifications.slack): each carries the approval and the args_hash of the
+    call the message shows, so a click after an edit is refused."""
+    value = json.dumps({"approval": data.get("id"), "args_hash": data.get("args_hash", "")})
+    button = {"type": "button", "value": value}
     return {
-        "text": f"{text}: {url}",
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]},
+        "type": "actions",
+        "block_id": f"airlock_approval_{data.get('id')}",
+        "elements": [
+            {**button, "action_id": "approve", "style": "primary", "text": {"type": "plain_text", "text": "Approve"}},
+            {**button, "action_id": "reject", "style": "danger", "text": {"type": "plain_text", "text": "Reject"}},
         ],
     }
 

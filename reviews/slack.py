@@ -20,11 +20,11 @@ log = logging.getLogger("airlock.slack")
 def interactions(request: HttpRequest) -> HttpResponse:
     """1. Verify Slack's signature over the raw body: unsigned or stale is a 401.
     2. Parse the click; anything but an Airlock button is a 400.
-    3. Record it once: a retried delivery (X-Slack-Retry-Num) finds the first one's row
-       and is answered 200 with nothing decided.
-    4. Decide in a thread, waiting at most AIRLOCK_SLACK_ANSWER_SECONDS, then answer
-       200: Slack retries what is not answered in 3 s, and the outcome goes to the
-       message's response_url either way."""
+    3. Record and decide it in a thread (a retried delivery, X-Slack-Retry-Num, finds
+       the first one's row and decides nothing), waiting at most
+       AIRLOCK_SLACK_ANSWER_SECONDS, then answer 200: Slack retries what is not answered
+       in 3 s, and the outcome goes to the message's response_url either way. This
+       thread touches no database, so a slow one cannot hold the answer up."""
     body = request.body
     if not slack.verified(body, request.headers):
         log.warning("slack interaction refused: bad or stale signature")
@@ -33,12 +33,5 @@ def interactions(request: HttpRequest) -> HttpResponse:
         click = slack.parse(body)
     except slack.BadInteraction as exc:
         return JsonResponse({"error": "invalid_interaction", "detail": str(exc)}, status=400)
-    row = slack.record(click)
-    if row is None:
-        log.info(
-            "slack retry %s of member=%s action_ts=%s: already received, nothing decided",
-            request.headers.get("X-Slack-Retry-Num", "?"), click.member_id, click.action_ts,
-        )
-        return HttpResponse(status=200)
-    slack.handle(click, row).join(settings.AIRLOCK_SLACK_ANSWER_SECONDS)
+    slack.handle(click, retry=request.headers.get("X-Slack-Retry-Num", "")).join(settings.AIRLOCK_SLACK_ANSWER_SECONDS)
     return HttpResponse(status=200)

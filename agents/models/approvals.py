@@ -89,7 +89,7 @@ class Approval(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     # Where the deciding answer came from, of CHANNELS; "" while pending or when no
     # person decided (an expiry, the run ended).
-    via = models.CharField(max_length=10, blank=True, default="")
+    via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ApprovalQuerySet.as_manager()
@@ -212,7 +212,7 @@ class ApprovalVote(models.Model):
     # What this round was about: a reviewer's edited arguments, or null for the model's.
     # A later edit replaces the approval's `edited_args`; the record of this one stays.
     args = models.JSONField(null=True, blank=True)
-    via = models.CharField(max_length=10, blank=True, default="", help_text="dashboard, api, slack or email")
+    via = models.CharField(max_length=10, blank=True, default="", db_default="", help_text="dashboard, api, slack or email")
     at = models.DateTimeField()
 
     class Meta:

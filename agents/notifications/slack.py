@@ -68,13 +68,13 @@ def verified(body: bytes, headers: Any) -> bool:
     """True only for a request signed with AIRLOCK_SLACK_SIGNING_SECRET within the
     last 5 minutes; always False while the secret is unset."""
     secret = settings.AIRLOCK_SLACK_SIGNING_SECRET
-    if not secret:
+    timestamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    # The verifier reads the timestamp with int(): anything but digits is refused here,
+    # as a missing one is, instead of raising (a 500).
+    if not secret or not signature or not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) < 16):
         return False
-    return SignatureVerifier(secret).is_valid(
-        body=body,
-        timestamp=headers.get("X-Slack-Request-Timestamp", ""),
-        signature=headers.get("X-Slack-Signature", ""),
-    )
+    return SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature)
 
 
 def parse(body: bytes) -> Click:
@@ -129,21 +129,31 @@ _working: set[threading.Thread] = set()
 _working_lock = threading.Lock()
 
 
-def handle(click: Click, row: SlackAction) -> threading.Thread:
-    """Decide `click` in a thread; the caller waits for it at most
-    AIRLOCK_SLACK_ANSWER_SECONDS. The thread posts the outcome to the response_url."""
+def handle(click: Click, *, retry: str = "") -> threading.Thread:
+    """Record and decide `click` in a thread (its own database connection; the request's
+    thread touches none), which the caller waits for at most
+    AIRLOCK_SLACK_ANSWER_SECONDS. The thread posts the outcome to the response_url.
+    A click Slack delivered before (`retry`: its X-Slack-Retry-Num) finds its row and
+    decides nothing."""
 
     def work() -> None:
         try:
+            row = record(click)
+            if row is None:
+                log.info(
+                    "slack retry %s of member=%s action_ts=%s: already received, nothing decided",
+                    retry or "?", click.member_id, click.action_ts,
+                )
+                return
             decide(click, row)
         except Exception:  # noqa: BLE001 - a click must never take the web process down
-            log.exception("slack click action=%s failed", row.pk)
+            log.exception("slack click member=%s approval=%s failed", click.member_id, click.approval_id)
         finally:
             connection.close()
             with _working_lock:
                 _working.discard(thread)
 
-    thread = threading.Thread(target=work, name=f"slack-click-{row.pk}", daemon=True)
+    thread = threading.Thread(target=work, name=f"slack-click-{click.approval_id}", daemon=True)
     with _working_lock:
         _working.add(thread)
     thread.start()

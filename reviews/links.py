@@ -13,8 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from agents.actions import ActionError
-from agents.notifications import links
 from agents.models import DecisionLink
+from agents.notifications import links
 
 
 @never_cache
@@ -30,7 +30,9 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         if links.step_up_required(found, request.user) and not request.user.is_authenticated:
             return redirect_to_login(request.path)
         try:
-            links.link_decide(token=token, user=request.user, decision=decision, note=request.POST.get("note", "")[:2000])
+            links.link_decide(
+                token=token, user=request.user, decision=decision, note=request.POST.get("note", "")[:2000]
+            )
         except links.LinkRefused as exc:
             return _page(request, found, message=exc.why.message, status=exc.why.status)
         except ActionError as exc:

@@ -34,7 +34,6 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine.text import one_line
-from agents.notifications.links import link_create, link_url, needs_step_up
 from agents.models import (
     Approval,
     Delivery,
@@ -45,6 +44,7 @@ from agents.models import (
     Run,
     Webhook,
 )
+from agents.notifications.links import link_create, link_url, needs_step_up
 from agents.tools.http import Deadline, UrlRefused, client, public_addresses
 
 log = logging.getLogger("airlock.notify")

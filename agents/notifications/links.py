@@ -43,7 +43,11 @@ def link_create(*, user: Any, approval: Approval, now: dt.datetime | None = None
     now = now or timezone.now()
     token = secrets.token_urlsafe(TOKEN_BYTES)
     DecisionLink.objects.create(
-        token_hash=_hash(token), user=user, approval=approval, args_hash=approval.args_hash, created_at=now,
+        token_hash=_hash(token),
+        user=user,
+        approval=approval,
+        args_hash=approval.args_hash,
+        created_at=now,
         expires_at=now + dt.timedelta(hours=settings.AIRLOCK_EMAIL_LINK_HOURS),
     )
     return token
@@ -104,7 +108,9 @@ def refusal(link: DecisionLink, user: Any, *, now: dt.datetime | None = None) ->
     if link.expires_at <= now:
         return Refusal("expired", "This link expired; open the call in Airlock to decide it.", 410)
     if access.duties_separated(link.user, a.run):
-        return Refusal("duties", "You launched this run and its policy separates duties: another reviewer decides.", 403)
+        return Refusal(
+            "duties", "You launched this run and its policy separates duties: another reviewer decides.", 403
+        )
     if not access.can_decide(link.user):
         return Refusal("not_reviewer", f"{link.user.get_username()} is no longer a reviewer.", 403)
     return None
@@ -147,11 +153,17 @@ def link_decide(*, token: str, user: Any, decision: str, note: str = "") -> Deci
             log.info("email link for approval=%s refused: %s", link.approval_id, why.code)
             raise LinkRefused(why)
         result = approval_decide(
-            approval_id=link.approval_id, user=link.user, decision=decision, note=note, args_hash=link.args_hash,
+            approval_id=link.approval_id,
+            user=link.user,
+            decision=decision,
+            note=note,
+            args_hash=link.args_hash,
             via="email",
         )
         done = {"approve": "approved", "reject": "rejected"}[decision]
-        outcome = {"decided": done, "voted": f"voted to {decision}"}.get(result.outcome, result.outcome.replace("_", " "))
+        outcome = {"decided": done, "voted": f"voted to {decision}"}.get(
+            result.outcome, result.outcome.replace("_", " ")
+        )
         DecisionLink.objects.filter(pk=link.pk).update(used_at=timezone.now(), outcome=outcome)
     log.info("email link for approval=%s used by user=%s: %s", link.approval_id, link.user_id, result.outcome)
     return result

@@ -22,9 +22,9 @@ The buttons themselves are part of the message `agents.notifications.delivery` s
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
-import datetime as dt
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -142,7 +142,9 @@ def handle(click: Click, *, retry: str = "") -> threading.Thread:
             if row is None:
                 log.info(
                     "slack retry %s of member=%s action_ts=%s: already received, nothing decided",
-                    retry or "?", click.member_id, click.action_ts,
+                    retry or "?",
+                    click.member_id,
+                    click.action_ts,
                 )
                 return
             decide(click, row)
@@ -329,4 +331,3 @@ def update_decided(*, limit: int = 100) -> int:
         approval = Approval.objects.select_related("decided_by").get(pk=row.approval_id)
         done += respond(row.response_url, replace(approval, ""))
     return done
-

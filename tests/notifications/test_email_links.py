@@ -116,7 +116,10 @@ def test_the_pages_post_decides_once_as_the_bound_reviewer(loopback_allowed, smt
     assert response.status_code == 303
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by.username, approval.via, approval.note) == (
-        "approved", "rita", "email", "fine by me"
+        "approved",
+        "rita",
+        "email",
+        "fine by me",
     )
     assert drive(approval.run).state == "done"
     assert LedgerEntry.objects.filter(run=approval.run).count() == 1
@@ -152,8 +155,9 @@ def test_a_link_dies_when_the_call_is_edited(loopback_allowed, smtp, waiting) ->
     approval = waiting(policy=TWO_VOTES)
     mail_digest()
     [path] = smtp.links()
-    approval_decide(approval_id=approval.pk, user=rob, decision="approve", args={"entry": "rob's"},
-                    args_hash=approval.args_hash)
+    approval_decide(
+        approval_id=approval.pk, user=rob, decision="approve", args={"entry": "rob's"}, args_hash=approval.args_hash
+    )
     browser = Client(enforce_csrf_checks=True)
     assert "call changed" in browser.get(path).content.decode()
     response = post(browser, path, "approve")

@@ -58,20 +58,33 @@ def linked(name: str, member: str, *groups: str) -> User:
     return user
 
 
-def payload(approval: Approval, member: str, action: str = "approve", *, args_hash: str | None = None,
-            action_ts: str = "1700000000.000100", response_url: str = "") -> dict[str, Any]:
+def payload(
+    approval: Approval,
+    member: str,
+    action: str = "approve",
+    *,
+    args_hash: str | None = None,
+    action_ts: str = "1700000000.000100",
+    response_url: str = "",
+) -> dict[str, Any]:
     value = {"approval": approval.pk, "args_hash": approval.args_hash if args_hash is None else args_hash}
     return {
         "type": "block_actions",
         "user": {"id": member, "username": member.lower()},
         "response_url": response_url,
-        "actions": [{"action_id": action, "block_id": f"airlock_approval_{approval.pk}",
-                     "value": json.dumps(value), "type": "button", "action_ts": action_ts}],
+        "actions": [
+            {
+                "action_id": action,
+                "block_id": f"airlock_approval_{approval.pk}",
+                "value": json.dumps(value),
+                "type": "button",
+                "action_ts": action_ts,
+            }
+        ],
     }
 
 
-def post(data: dict[str, Any], *, secret: str = SECRET, timestamp: int | None = None,
-         retry: str | None = None) -> Any:
+def post(data: dict[str, Any], *, secret: str = SECRET, timestamp: int | None = None, retry: str | None = None) -> Any:
     body = urllib.parse.urlencode({"payload": json.dumps(data)})
     stamp = str(int(time.time()) if timestamp is None else timestamp)
     headers = {
@@ -265,7 +278,9 @@ def test_fifty_identical_clicks_and_a_dashboard_click_at_once_run_the_call_once(
     linked("rita", "U0RITA")
     rob = person("rob", "reviewer")
     # The unsafe ledger adds a row every time it runs: two executions would show.
-    approval = pending([call("fetch_fixture", text=PLANTED), call("ledger_write_unsafe", entry="paid once"), final("ok")])
+    approval = pending(
+        [call("fetch_fixture", text=PLANTED), call("ledger_write_unsafe", entry="paid once"), final("ok")]
+    )
     dashboard = CsrfClient()
     dashboard.force_login(rob)
     dashboard.token()
@@ -319,8 +334,9 @@ def test_a_reviewer_links_their_slack_member_id_on_their_notifications_page(defa
     page = CsrfClient()
     page.force_login(rita)
     token = page.token()
-    response = page.post("/account/notifications/", {"email_digest": "on", "slack_member_id": "U0RITA"},
-                         headers={"X-CSRFToken": token})
+    response = page.post(
+        "/account/notifications/", {"email_digest": "on", "slack_member_id": "U0RITA"}, headers={"X-CSRFToken": token}
+    )
     assert response.status_code == 302
     assert slack.linked_user("U0RITA") == rita
     assert 'value="U0RITA"' in page.get("/account/notifications/").content.decode()

@@ -111,12 +111,12 @@ def _decision(e: Entry, decision: dict[str, Any], tz: tzinfo) -> str:
         f'<p class="decision">Reviewer decision <strong>{esc(decision["decision"])}</strong> on '
         f'<code>{esc(decision["tool"])}</code> by <strong class="who">{esc(decision["by"] or "unknown")}</strong>'
     )
-    if decision.get("via"):
-        line += f' <span class="via">via {esc(decision["via"])}</span>'
     if e.approval is not None and e.approval.decided_at:
         line += f" at {_time(e.approval.decided_at, tz)}"
     if decision["note"]:
         line += f": “{esc(decision['note'])}”"
+    if decision.get("via"):
+        line += f' <span class="via">(via {esc(decision["via"])})</span>'
     line += "</p>"
     grant = e.grant
     if grant:

@@ -120,7 +120,7 @@ def test_a_signed_click_by_a_linked_reviewer_approves_once_and_rewrites_the_mess
     # The timeline and the approval JSON say where the decision came from.
     page = CsrfClient()
     page.force_login(person("root", superuser=True))
-    assert "via slack" in page.get(f"/runs/{approval.run_id}/").content.decode()
+    assert '<span class="via">(via slack)</span>' in page.get(f"/runs/{approval.run_id}/").content.decode()
     assert "via slack" in page.get(f"/reviews/{approval.pk}/").content.decode()
     assert approval.to_dict()["via"] == "slack"
 

@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.actions import approval_decide
-from agents.models import Approval, ApprovalVote, DecisionLink, LedgerEntry, NotificationPreference
+from agents.models import AgentProfile, Approval, ApprovalVote, DecisionLink, LedgerEntry, NotificationPreference
 from agents.notifications import delivery
 from tests.helpers import CsrfClient, call, final, person
 
@@ -216,13 +216,22 @@ def test_a_call_that_needs_step_up_asks_the_bound_reviewer_to_log_in(loopback_al
     assert (approval.status, approval.via) == ("approved", "email")
 
 
-def test_an_irreversible_call_needs_step_up(waiting) -> None:
-    from agents.notifications.links import needs_step_up
-
-    approval = waiting()
-    assert not needs_step_up(approval)
-    approval.risk = "irreversible"  # what the policy sets for an irreversible tool
-    assert needs_step_up(approval)
+def test_an_irreversible_call_asks_for_login_before_deciding(loopback_allowed, smtp, launch, drive) -> None:
+    rita = reviewer("rita")
+    AgentProfile.objects.create(name="payer", provider="scripted", tools=["refund"], separate_duties=False)
+    run = drive(launch([call("refund", order_id="#1042", amount=50, reason="late"), final()], agent="payer"))
+    approval = Approval.objects.get(run=run, status="pending")
+    assert approval.risk == "irreversible"
+    mail_digest()
+    [path] = smtp.links()
+    browser = Client(enforce_csrf_checks=True)
+    assert "cannot be decided through a link alone" in browser.get(path).content.decode()
+    response = post(browser, path, "approve")
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    browser.force_login(rita)
+    assert post(browser, path, "reject").status_code == 303
+    assert Approval.objects.get(pk=approval.pk).status == "rejected"
 
 
 def test_a_reviewer_can_ask_for_one_email_per_call_with_its_link(loopback_allowed, smtp, waiting) -> None:

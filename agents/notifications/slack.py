@@ -194,7 +194,7 @@ def decide(click: Click, row: SlackAction) -> str:
 def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
     if not access.can_decide(user) or not access.visible_approvals(user).filter(pk=click.approval_id).exists():
         return "refused: may not decide", ephemeral(
-            f"{user.get_username()} may not decide this call (reviewers decide): nothing was recorded."
+            f"{_e(user.get_username())} may not decide this call (reviewers decide): nothing was recorded."
         )
     try:
         result = approval_decide(
@@ -214,7 +214,7 @@ def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
                 "Nothing was recorded."
             )
         detail = exc.detail.get("message") if isinstance(exc.detail, dict) else exc.detail
-        return f"refused: {exc.code}", ephemeral(f"Nothing was recorded: {one_line(detail)}")
+        return f"refused: {exc.code}", ephemeral(f"Nothing was recorded: {_e(detail)}")
     approval = result.approval
     if result.outcome == "decided":
         return "decided", replace(approval, "")

@@ -270,3 +270,13 @@ def test_unsafe_calls_run_once_whatever_the_link_is_posted(loopback_allowed, smt
     assert codes == [303, 410, 410]
     drive(Approval.objects.get(pk=approval.pk).run)
     assert LedgerEntry.objects.filter(run=approval.run).count() == 1
+
+
+def test_the_confirm_page_shows_the_call_as_inert_text(loopback_allowed, smtp, waiting) -> None:
+    reviewer("rita")
+    waiting(entry='<script>alert("pwned")</script>')
+    mail_digest()
+    [path] = smtp.links()
+    html = Client().get(path).content.decode()
+    assert "<script>alert" not in html
+    assert "&lt;script&gt;alert(" in html and "&lt;/script&gt;" in html

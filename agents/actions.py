@@ -232,6 +232,7 @@ def approval_decide(
     remember: str | None = None,
     voter: str = "",
     args_hash: str | None = None,
+    via: str = "dashboard",
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -258,7 +259,9 @@ def approval_decide(
     `remember` ("call" or "tool", with approve) also grants the call that runs for the
     rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
     edit, which may raise the votes needed). `voter` names a vote cast without a user
-    (the evals replaying a saved run's votes).
+    (the evals replaying a saved run's votes). `via` says where the answer came from
+    (`Approval.CHANNELS`: dashboard, api, slack, email): kept on the vote, on the
+    approval it decides, and in the decision's transition.
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
@@ -296,7 +299,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "already_voted")
         ApprovalVote.objects.create(
             approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            args=approval.edited_args, at=timezone.now(),
+            args=approval.edited_args, via=via, at=timezone.now(),
         )
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)
@@ -304,7 +307,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "voted")
         updated = Approval.objects.pending().filter(pk=approval_id).update(
             status=decisions.DECISION_STATUS[tally.decision], decision=tally.decision, decided_by=user,
-            decided_at=timezone.now(), note=note,
+            decided_at=timezone.now(), note=note, via=via,
         )
         if updated != 1:
             # Cannot happen while we hold the run's lock (every close of an approval

@@ -25,6 +25,7 @@ from agents.models import (
     McpServer,
     McpTool,
     NotificationPreference,
+    SlackAction,
     Webhook,
 )
 from agents.notifications import delivery as notify
@@ -370,7 +371,24 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
-    list_display = ["user", "email_digest"]
-    list_filter = ["email_digest"]
-    search_fields = ["user__username"]
+    list_display = ["user", "email_digest", "email_each_call", "slack_member_id"]
+    list_filter = ["email_digest", "email_each_call"]
+    search_fields = ["user__username", "slack_member_id"]
     autocomplete_fields = ["user"]
+
+
+@admin.register(SlackAction)
+class SlackActionAdmin(admin.ModelAdmin):
+    """The log of Slack clicks: who clicked what, as whom, and what came of it. Read-only:
+    it is a record, written by agents.notifications.slack."""
+
+    list_display = ["created_at", "member_id", "user", "approval", "decision", "outcome"]
+    list_filter = ["decision"]
+    search_fields = ["member_id", "user__username", "outcome"]
+    exclude = ["response_url"]  # a capability to post into the channel: not shown
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

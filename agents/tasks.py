@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import shared_task
 
-from agents.notifications import delivery
+from agents.notifications import delivery, slack
 from agents.runs import sweeper, worker
 
 
@@ -36,4 +36,7 @@ def deliver_notifications() -> dict[str, int]:
     Woken after a commit that wrote events and run by the beat (retries wait there, not
     in the broker). Safe with any number at once; see `agents.notifications.delivery`.
     """
-    return delivery.dispatch()
+    done = delivery.dispatch()
+    # Slack messages of calls decided elsewhere say so (through a click's response_url).
+    done["slack_updated"] = slack.update_decided()
+    return done

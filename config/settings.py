@@ -322,6 +322,14 @@ AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS = env_float("AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS
 # Pending calls are emailed to reviewers as one digest once the oldest unsent one is
 # this old: fifty in a minute make one email, not fifty.
 AIRLOCK_EMAIL_DIGEST_SECONDS = env_float("AIRLOCK_EMAIL_DIGEST_SECONDS", 60.0)
+# Emailed decision links (/reviews/links/<token>/) die after this many hours at the latest.
+AIRLOCK_EMAIL_LINK_HOURS = env_positive_float("AIRLOCK_EMAIL_LINK_HOURS", 72.0)
+# The Slack app's signing secret: POST /integrations/slack/interactions answers 401 to
+# every request it does not sign (and to all of them while this is unset).
+AIRLOCK_SLACK_SIGNING_SECRET = env_str("AIRLOCK_SLACK_SIGNING_SECRET", "")
+# How long a Slack click waits for its decision before answering "working on it" (Slack
+# gives up, and retries, after 3 s); the outcome then goes to the message's response_url.
+AIRLOCK_SLACK_ANSWER_SECONDS = env_positive_float("AIRLOCK_SLACK_ANSWER_SECONDS", 2.0)
 
 # -- workers (Celery) ---------------------------------------------------------------
 # The database is the truth; broker messages are only wake-ups, so losing one costs a

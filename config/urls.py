@@ -5,6 +5,7 @@ from django.urls import include, path
 from agents.api import urlpatterns as api_urlpatterns
 from agents.web import views as agent_views
 from agents.web import views_demo
+from reviews import slack as slack_views
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
@@ -17,6 +18,8 @@ urlpatterns = [
     path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
     # The review queue: a UI over agents' approvals.
     path("reviews/", include("reviews.urls")),
+    # Slack's interactivity Request URL: button clicks on approval messages.
+    path("integrations/slack/interactions", slack_views.interactions, name="slack_interactions"),
 ]
 
 # The built-in demo web site: the pages http_get serves for demo.airlock.internal, for people.

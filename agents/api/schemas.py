@@ -72,6 +72,7 @@ class VoteOut(Schema):
     decision: str
     note: str
     at: dt.datetime
+    via: str = Field("", description="where the vote came from: dashboard, api, slack or email")
 
 
 class ApprovalOut(Schema):
@@ -97,6 +98,7 @@ class ApprovalOut(Schema):
     decided_at: dt.datetime | None = None
     note: str
     expires_at: dt.datetime | None = None
+    via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
 
 

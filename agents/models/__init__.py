@@ -17,11 +17,13 @@ from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
     EVENT_TYPES,
+    DecisionLink,
     Delivery,
     DeliveryAttempt,
     DigestEntry,
     NotificationPreference,
     OutboxEvent,
+    SlackAction,
     Webhook,
 )
 from agents.models.ops import MetricTally
@@ -48,6 +50,7 @@ __all__ = [
     "ApprovalQuerySet",
     "ApprovalVote",
     "ClientCall",
+    "DecisionLink",
     "Delivery",
     "DeliveryAttempt",
     "DigestEntry",
@@ -62,6 +65,7 @@ __all__ = [
     "OutboxEvent",
     "Run",
     "RunDict",
+    "SlackAction",
     "ToolCall",
     "Transition",
     "Webhook",

@@ -39,7 +39,12 @@ class ApprovalDict(TypedDict):
     decided_at: dt.datetime | None
     note: str
     expires_at: dt.datetime | None
+    via: str
     created_at: dt.datetime
+
+
+# Where a decision came from (the approval JSON's `via`, the timeline, metrics).
+CHANNELS = ("dashboard", "api", "slack", "email")
 
 
 class Approval(models.Model):
@@ -82,6 +87,9 @@ class Approval(models.Model):
     # other arguments).
     round = models.PositiveSmallIntegerField(default=0)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Where the deciding answer came from, of CHANNELS; "" while pending or when no
+    # person decided (an expiry, the run ended).
+    via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = ApprovalQuerySet.as_manager()
@@ -189,6 +197,7 @@ class Approval(models.Model):
             "decided_at": self.decided_at,
             "note": self.note,
             "expires_at": self.expires_at,
+            "via": self.via,
             "created_at": self.created_at,
         }
 
@@ -207,6 +216,7 @@ class ApprovalVote(models.Model):
     # What this round was about: a reviewer's edited arguments, or null for the model's.
     # A later edit replaces the approval's `edited_args`; the record of this one stays.
     args = models.JSONField(null=True, blank=True)
+    via = models.CharField(max_length=10, blank=True, default="", db_default="", help_text="dashboard, api, slack or email")
     at = models.DateTimeField()
 
     class Meta:
@@ -215,7 +225,7 @@ class ApprovalVote(models.Model):
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at, "via": self.via}
 
 
 

@@ -47,6 +47,7 @@ def decisions(run: Run) -> list[dict[str, Any]]:
             "decision": a.decision,
             "note": a.note,
             "status": a.status,
+            "via": a.via,
             "required": a.required,
             "votes": [{k: v for k, v in vote.to_dict().items() if k != "at"} for vote in a.current_votes()],
             "expired": a.status == Approval.Status.EXPIRED and a.call_id in expired_calls,

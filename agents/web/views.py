@@ -25,6 +25,7 @@ from agents.actions import run_cancel as cancel_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
+from agents.notifications import slack
 from agents.runs.export import export_run
 from agents.web import timeline
 from agents.web.forms import LaunchForm, RunFilterForm
@@ -369,15 +370,36 @@ EXAMPLE_SCRIPT = json.dumps(
 @require_http_methods(["GET", "POST"])
 @login_required
 def notifications(request: HttpRequest) -> HttpResponse:
-    """A reviewer turns the pending-calls email digest on or off for themselves."""
+    """A reviewer's own notification settings: the pending-calls email digest, an email
+    per call, and the Slack member id whose clicks decide as them."""
     reviewer = access.can_decide(request.user)
     if request.method == "POST":
         on = request.POST.get("email_digest") == "on"
         NotificationPreference.set_digest(request.user, on)
+        NotificationPreference.objects.filter(user=request.user).update(
+            email_each_call=request.POST.get("email_each_call") == "on"
+        )
+        member = request.POST.get("slack_member_id", "").strip()
+        current = NotificationPreference.objects.get(user=request.user).slack_member_id
+        if member != current:
+            if not member:
+                NotificationPreference.objects.filter(user=request.user).update(slack_member_id="")
+            else:
+                try:
+                    slack.link(request.user.get_username(), member)
+                except ValueError as exc:
+                    messages.error(request, f"Slack not linked: {exc}")
+                    return redirect("notifications")
         messages.success(request, "Digest emails are on." if on else "Digest emails are off.")
         return redirect("notifications")
+    pref = NotificationPreference.objects.filter(user=request.user).first()
     return render(
         request,
         "agents/notifications.html",
-        {"reviewer": reviewer, "digest_on": NotificationPreference.digest_on(request.user)},
+        {
+            "reviewer": reviewer,
+            "digest_on": NotificationPreference.digest_on(request.user),
+            "each_call": bool(pref and pref.email_each_call),
+            "slack_member_id": pref.slack_member_id if pref else "",
+        },
     )

@@ -14,7 +14,7 @@ from typing import Any
 from celery import shared_task
 
 from agents.notifications import delivery
-from agents.runs import sweeper, worker
+from agents.runs import retention, sweeper, worker
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -37,3 +37,10 @@ def deliver_notifications() -> dict[str, int]:
     in the broker). Safe with any number at once; see `agents.notifications.delivery`.
     """
     return delivery.dispatch()
+
+
+@shared_task(ignore_result=True)
+def purge_runs() -> dict[str, int]:
+    """The daily purge of finished runs past their retention (`agents.runs.retention`)."""
+    report = retention.purge(actor="schedule")
+    return {"runs": report.runs, "bytes": report.bytes}

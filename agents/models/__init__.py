@@ -5,7 +5,7 @@ approvals.py   approvals, votes, grants
 notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
-ops.py         metric tallies
+ops.py         metric tallies, purge records
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
@@ -22,7 +22,7 @@ from agents.models.notifications import (
     OutboxEvent,
     Webhook,
 )
-from agents.models.ops import MetricTally
+from agents.models.ops import MetricTally, PurgeRecord
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,
@@ -57,6 +57,7 @@ __all__ = [
     "MetricTally",
     "NotificationPreference",
     "OutboxEvent",
+    "PurgeRecord",
     "Run",
     "RunDict",
     "ToolCall",

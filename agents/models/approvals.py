@@ -84,7 +84,7 @@ class Approval(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
-    args_sha256 = models.CharField(max_length=64, blank=True)
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 

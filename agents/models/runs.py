@@ -83,7 +83,7 @@ class AgentProfile(models.Model):
         null=True, blank=True, help_text="purge finished runs' content after this many days (empty: the deployment's)"
     )
     hold_reason = models.CharField(
-        max_length=500, blank=True, help_text="a legal hold on every run of this profile: never purged while set"
+        max_length=500, blank=True, db_default="", help_text="a legal hold on every run of this profile: never purged while set"
     )
 
     objects = AgentProfileQuerySet.as_manager()
@@ -168,7 +168,9 @@ class Run(models.Model):
     # never purged.
     purged_at = models.DateTimeField(null=True, blank=True)
     purge_retention_days = models.PositiveIntegerField(null=True, blank=True)
-    hold_reason = models.CharField(max_length=500, blank=True)
+    # db_default: the one-statement commit (agents/runs/statement.py) writes rows with
+    # its own column list, so new columns must default in the database.
+    hold_reason = models.CharField(max_length=500, blank=True, db_default="")
     held_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
@@ -374,8 +376,8 @@ class ToolCall(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # Set when the run is purged (args and result are then null): what they were, by hash.
-    args_sha256 = models.CharField(max_length=64, blank=True)
-    result_sha256 = models.CharField(max_length=64, blank=True)
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
+    result_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         indexes = [models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint")]

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, models, transaction
 from django.db.models import Q, Sum
 from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
@@ -193,11 +195,11 @@ def _purge_batch(picked: dict[int, int], now: dt.datetime) -> PurgeReport:
             return PurgeReport()
         rows, nbytes = measure(ids)
         for run in runs:
-            kind = error_kind(run.error)
-            Run.objects.filter(pk=run.pk).update(
-                task="", answer=None, script=None, error=kind, engine=_engine_skeleton(run.engine, kind),
-                purged_at=now, purge_retention_days=picked[run.pk],
-            )  # fmt: skip
+            run.error = error_kind(run.error)
+            run.task, run.answer, run.script, run.engine = "", None, None, _engine_skeleton(run.engine, run.error)
+            run.purged_at, run.purge_retention_days = now, picked[run.pk]
+        # Not save(): updated_at keeps the time the run last moved.
+        _rewrite(Run, runs, ["task", "answer", "script", "error", "engine", "purged_at", "purge_retention_days"])
         Message.objects.filter(run_id__in=ids).delete()
         emptied = []
         for t in Transition.objects.filter(run_id__in=ids).only("pk", "payload").iterator(chunk_size=2000):
@@ -205,27 +207,50 @@ def _purge_batch(picked: dict[int, int], now: dt.datetime) -> PurgeReport:
             emptied.append(t)
         # bulk_update bypasses Transition.save's immutability guard on purpose: the
         # skeleton is the one rewrite a transition ever gets.
-        Transition.objects.bulk_update(emptied, ["payload"], batch_size=500)
+        _rewrite(Transition, emptied, ["payload"])
         calls = list(ToolCall.objects.filter(run_id__in=ids).only("pk", "args", "result"))
         for c in calls:
             c.args_sha256 = fingerprints.args_hash(c.args)
             c.result_sha256 = "" if c.result is None else hashlib.sha256(fingerprints.canonical_json(c.result).encode()).hexdigest()
             c.args = c.result = None
-        ToolCall.objects.bulk_update(calls, ["args", "result", "args_sha256", "result_sha256"], batch_size=500)
+        _rewrite(ToolCall, calls, ["args", "result", "args_sha256", "result_sha256"])
         approvals = list(Approval.objects.filter(run_id__in=ids).only("pk", "args", "edited_args", "taint_source", "args_sha256"))
         for a in approvals:
             a.args_sha256 = a.args_hash  # the hash of the call as it stood (the edit, if any)
             a.args = a.edited_args = None
             a.taint_source = {k: v for k, v in a.taint_source.items() if k in _KEEP_TAINT} if isinstance(a.taint_source, dict) else None
             a.note = ""
-        Approval.objects.bulk_update(approvals, ["args", "edited_args", "taint_source", "note", "args_sha256"], batch_size=500)
+        _rewrite(Approval, approvals, ["args", "edited_args", "taint_source", "note", "args_sha256"])
         ApprovalVote.objects.filter(approval__run_id__in=ids).update(note="", args=None)
         grants = list(Grant.objects.filter(run_id__in=ids).exclude(args=None).only("pk", "args"))
         for g in grants:
             g.args = {"sha256": fingerprints.args_hash(g.args)}  # still one exact call, by hash
-        Grant.objects.bulk_update(grants, ["args"], batch_size=500)
+        _rewrite(Grant, grants, ["args"])
         OutboxEvent.objects.filter(run_id__in=ids).update(data=None)
     return PurgeReport(runs=len(ids), rows=rows, bytes=nbytes, run_ids=ids)
+
+
+def _rewrite(model: type[models.Model], objs: list[Any], fields: list[str]) -> None:
+    """Write `fields` of `objs` back, by primary key. On PostgreSQL one UPDATE ... FROM
+    jsonb_to_recordset per call: bulk_update's CASE per row spent 80% of a purge
+    compiling SQL. Elsewhere (SQLite), bulk_update."""
+    if not objs:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_update(objs, fields, batch_size=500)
+        return
+    qn = connection.ops.quote_name
+    columns = [model._meta.get_field(f) for f in fields]
+    spec = ", ".join(f"{qn(c.column)} {c.db_type(connection)}" for c in columns)  # type: ignore[union-attr]
+    sets = ", ".join(f"{qn(c.column)} = v.{qn(c.column)}" for c in columns)  # type: ignore[union-attr]
+    data = [{"id": o.pk, **{c.column: getattr(o, c.attname) for c in columns}} for o in objs]  # type: ignore[union-attr]
+    table = qn(model._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {table} SET {sets} FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, {spec}) "  # noqa: S608 (names from the model)
+            f"WHERE {table}.id = v.id",
+            [json.dumps(data, cls=DjangoJSONEncoder)],
+        )
 
 
 def error_kind(error: str | None) -> str | None:

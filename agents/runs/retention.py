@@ -28,7 +28,18 @@ from django.db.models.functions import Cast, Coalesce, Length
 from django.utils import timezone
 
 from agents.engine import fingerprints, states
-from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Message, OutboxEvent, PurgeRecord, Run, ToolCall, Transition
+from agents.models import (
+    AgentProfile,
+    Approval,
+    ApprovalVote,
+    Grant,
+    Message,
+    OutboxEvent,
+    PurgeRecord,
+    Run,
+    ToolCall,
+    Transition,
+)
 from agents.ops.metrics import REASON_PREFIXES
 
 # What a transition's payload keeps: the keys /metrics folds (usage, call.tool,
@@ -76,7 +87,9 @@ def purgeable() -> models.QuerySet[Run]:
     )
 
 
-def due(*, now: dt.datetime | None = None, older_than_days: int | None = None, agent: str | None = None) -> dict[int, int]:
+def due(
+    *, now: dt.datetime | None = None, older_than_days: int | None = None, agent: str | None = None
+) -> dict[int, int]:
     """{run id: the retention in days it is purged under} of the runs due now: older than
     `older_than_days` if given, else than their profile's retention."""
     now = now or timezone.now()
@@ -103,6 +116,7 @@ def _text(name: str) -> Any:
 def measure(ids: list[int]) -> tuple[dict[str, int], int]:
     """(rows a purge of `ids` removes or empties, by table; the content bytes it
     forgets, about: the lengths of the columns it empties)."""
+
     def total(qs: Any, **cols: Any) -> int:
         sums = qs.aggregate(**{k: Sum(v) for k, v in cols.items()})
         return sum(v or 0 for v in sums.values())
@@ -211,14 +225,22 @@ def _purge_batch(picked: dict[int, int], now: dt.datetime) -> PurgeReport:
         calls = list(ToolCall.objects.filter(run_id__in=ids).only("pk", "args", "result"))
         for c in calls:
             c.args_sha256 = fingerprints.args_hash(c.args)
-            c.result_sha256 = "" if c.result is None else hashlib.sha256(fingerprints.canonical_json(c.result).encode()).hexdigest()
+            c.result_sha256 = (
+                "" if c.result is None else hashlib.sha256(fingerprints.canonical_json(c.result).encode()).hexdigest()
+            )
             c.args = c.result = None
         _rewrite(ToolCall, calls, ["args", "result", "args_sha256", "result_sha256"])
-        approvals = list(Approval.objects.filter(run_id__in=ids).only("pk", "args", "edited_args", "taint_source", "args_sha256"))
+        approvals = list(
+            Approval.objects.filter(run_id__in=ids).only("pk", "args", "edited_args", "taint_source", "args_sha256")
+        )
         for a in approvals:
             a.args_sha256 = a.args_hash  # the hash of the call as it stood (the edit, if any)
             a.args = a.edited_args = None
-            a.taint_source = {k: v for k, v in a.taint_source.items() if k in _KEEP_TAINT} if isinstance(a.taint_source, dict) else None
+            a.taint_source = (
+                {k: v for k, v in a.taint_source.items() if k in _KEEP_TAINT}
+                if isinstance(a.taint_source, dict)
+                else None
+            )
             a.note = ""
         _rewrite(Approval, approvals, ["args", "edited_args", "taint_source", "note", "args_sha256"])
         ApprovalVote.objects.filter(approval__run_id__in=ids).update(note="", args=None)
@@ -241,9 +263,9 @@ def _rewrite(model: type[models.Model], objs: list[Any], fields: list[str]) -> N
         return
     qn = connection.ops.quote_name
     columns = [model._meta.get_field(f) for f in fields]
-    spec = ", ".join(f"{qn(c.column)} {c.db_type(connection)}" for c in columns)  # type: ignore[union-attr]
-    sets = ", ".join(f"{qn(c.column)} = v.{qn(c.column)}" for c in columns)  # type: ignore[union-attr]
-    data = [{"id": o.pk, **{c.column: getattr(o, c.attname) for c in columns}} for o in objs]  # type: ignore[union-attr]
+    spec = ", ".join(f"{qn(c.column)} {c.db_type(connection)}" for c in columns)
+    sets = ", ".join(f"{qn(c.column)} = v.{qn(c.column)}" for c in columns)
+    data = [{"id": o.pk, **{c.column: getattr(o, c.attname) for c in columns}} for o in objs]
     table = qn(model._meta.db_table)
     with connection.cursor() as cur:
         cur.execute(

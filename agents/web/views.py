@@ -20,9 +20,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agents import access
-from agents.actions import ActionError, grant_revoke, run_hold as hold_action, run_launch
-from agents.actions import run_release as release_action
+from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
+from agents.actions import run_hold as hold_action
+from agents.actions import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import AgentProfile, Approval, NotificationPreference, Run

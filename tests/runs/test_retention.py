@@ -75,10 +75,7 @@ def tables_holding(text: str) -> list[str]:
 
 
 def tallies() -> dict[tuple[str, str, int], tuple[int, int]]:
-    return {
-        (t.name, t.labels, t.bucket): (t.count, t.total)
-        for t in MetricTally.objects.exclude(name=metrics.MARK)
-    }
+    return {(t.name, t.labels, t.bucket): (t.count, t.total) for t in MetricTally.objects.exclude(name=metrics.MARK)}
 
 
 def purge_cmd(*args: str) -> str:
@@ -115,7 +112,12 @@ def test_a_purge_forgets_the_content_and_keeps_who_decided_what_under_which_rule
     )) == before["transitions"]  # fmt: skip
     # The decision chain, bound to the exact arguments by hash, and the journal's.
     approval.refresh_from_db()
-    assert (approval.status, approval.decision, approval.decided_by, approval.args) == ("approved", "approve", rita, None)
+    assert (approval.status, approval.decision, approval.decided_by, approval.args) == (
+        "approved",
+        "approve",
+        rita,
+        None,
+    )
     assert approval.args_sha256 == decided_hash == fingerprints.args_hash({"entry": f"edited {SECRET}"})
     assert approval.args_hash == decided_hash
     assert [v.by_name for v in approval.votes.all()] == ["rita"]
@@ -128,7 +130,11 @@ def test_a_purge_forgets_the_content_and_keeps_who_decided_what_under_which_rule
     metrics.fold()
     assert tallies() == folded
     record = PurgeRecord.objects.get()
-    assert (record.runs, record.actor, record.rows["messages"]) == (1, "manage.py purge_runs", before["run"]["steps"] + 1)
+    assert (record.runs, record.actor, record.rows["messages"]) == (
+        1,
+        "manage.py purge_runs",
+        before["run"]["steps"] + 1,
+    )
     assert record.bytes > 0 and record.finished_at is not None
 
 
@@ -257,7 +263,9 @@ def test_export_runs_writes_jsonl_checked_by_its_manifest(launch, drive, rita, t
         call_command("export_runs", "--since", "yesterday", "--until", until, "--out", str(out))
 
 
-def test_purge_exports_exactly_what_it_purges_first_and_nothing_if_the_export_fails(launch, drive, rita, otto, tmp_path) -> None:
+def test_purge_exports_exactly_what_it_purges_first_and_nothing_if_the_export_fails(
+    launch, drive, rita, otto, tmp_path
+) -> None:
     run = decided_run(launch, drive, rita)
     held = drive(launch([final("kept")]))
     actions.run_hold(run_id=held.pk, user=otto, reason="hold")

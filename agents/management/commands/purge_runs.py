@@ -23,7 +23,13 @@ class Command(BaseCommand):
         parser.add_argument("--export-to", metavar="DIR", help="export exactly what is purged here first")
 
     def handle(
-        self, *args: Any, older_than: int | None, agent: str | None, dry_run: bool, export_to: str | None, **options: Any
+        self,
+        *args: Any,
+        older_than: int | None,
+        agent: str | None,
+        dry_run: bool,
+        export_to: str | None,
+        **options: Any,
     ) -> None:
         if older_than is not None and older_than < 0:
             raise CommandError("--older-than must be 0 or more days")

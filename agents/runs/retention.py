@@ -76,6 +76,14 @@ def retention_of(profile_days: int | None) -> int | None:
     return profile_days if profile_days is not None else settings.AIRLOCK_RETENTION_DAYS
 
 
+def retention_set() -> bool:
+    """Whether the deployment or any profile has a retention at all."""
+    return (
+        settings.AIRLOCK_RETENTION_DAYS is not None
+        or AgentProfile.objects.filter(retention_days__isnull=False).exists()
+    )
+
+
 def _finished_before(cutoff: dt.datetime) -> Q:
     return Q(finished_at__lt=cutoff) | Q(finished_at__isnull=True, updated_at__lt=cutoff)
 
@@ -160,6 +168,8 @@ def purge(
     """Purge the runs due now (or those of `only` still due), in batches.
 
     1. Pick the runs due (`due`): finished, past their retention, not held.
+    With no retention anywhere and no `older_than_days`, nothing is due and nothing is
+    written (the daily job of a deployment that keeps everything).
     2. A dry run measures them and stops: nothing is written, not even a record.
     3. Otherwise write the audit record first, then purge AIRLOCK_PURGE_BATCH runs per
        transaction (`_purge_batch`), updating the record's counts after each: a purge
@@ -167,6 +177,8 @@ def purge(
        half-way has a record of what it did.
     """
     now = now or timezone.now()
+    if older_than_days is None and not retention_set():
+        return PurgeReport()  # nothing has a retention: not a purge, and no record of one
     picked = due(now=now, older_than_days=older_than_days, agent=agent)
     if only is not None:
         wanted = set(only)

@@ -226,6 +226,8 @@ def test_retention_follows_the_deployment_and_each_profile(launch, drive, settin
     Run.objects.filter(pk=old.pk).update(finished_at=timezone.now() - dt.timedelta(days=40))
     settings.AIRLOCK_RETENTION_DAYS = None
     assert retention.purge(actor="schedule").runs == 0  # unset: keep everything
+    assert "no retention is set" in purge_cmd()
+    assert not PurgeRecord.objects.exists()  # and that was no purge
     settings.AIRLOCK_RETENTION_DAYS = 30
     AgentProfile.objects.filter(name="scripted").update(retention_days=60)
     assert retention.purge(actor="schedule").runs == 0  # the profile keeps longer
@@ -235,8 +237,20 @@ def test_retention_follows_the_deployment_and_each_profile(launch, drive, settin
     fresh.refresh_from_db()
     assert fresh.purged_at is None
     assert Run.objects.get(pk=old.pk).purge_retention_days == 30
-    latest = PurgeRecord.objects.first()  # newest first; the two that found nothing are on record too
-    assert (PurgeRecord.objects.count(), latest.actor, latest.runs) == (3, "schedule", 1)
+    latest = PurgeRecord.objects.first()  # newest first; the one that found nothing is on record too
+    assert (PurgeRecord.objects.count(), latest.actor, latest.runs) == (2, "schedule", 1)
+
+
+def test_the_daily_job_purges_what_is_due(launch, drive, settings) -> None:
+    from agents import tasks
+
+    entry = settings.CELERY_BEAT_SCHEDULE["purge-runs"]
+    assert entry["task"] == tasks.purge_runs.name and entry["schedule"] == 86_400
+    old = drive(launch([final("a")]))
+    Run.objects.filter(pk=old.pk).update(finished_at=timezone.now() - dt.timedelta(days=8))
+    settings.AIRLOCK_RETENTION_DAYS = 7
+    assert tasks.purge_runs() == {"runs": 1, "bytes": PurgeRecord.objects.get().bytes}
+    assert Run.objects.get(pk=old.pk).purged_at is not None
 
 
 def test_unfinished_runs_are_never_purged(launch, drive) -> None:

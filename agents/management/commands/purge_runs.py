@@ -35,6 +35,11 @@ class Command(BaseCommand):
             raise CommandError("--older-than must be 0 or more days")
         if agent and not AgentProfile.objects.filter(name=agent).exists():
             raise CommandError(f"no agent profile {agent!r}")
+        if older_than is None and not retention.retention_set():
+            self.stdout.write(
+                "no retention is set (AIRLOCK_RETENTION_DAYS, a profile's retention_days): nothing to purge"
+            )
+            return
         only = None
         if export_to and not dry_run:
             # Export what is due now, then purge only those runs: a run that became due

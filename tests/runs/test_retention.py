@@ -147,6 +147,12 @@ def test_the_api_and_the_run_page_say_what_was_purged_and_what_remains(launch, d
     assert "under the 0-day retention" in page and "Content purged" in page
     assert Approval.objects.get(run=run).args_sha256 in page
     assert SECRET not in page
+    # The other pages that show a run's content answer too, with nothing of it left.
+    approval = Approval.objects.get(run=run)
+    for url in (f"/reviews/{approval.pk}/", f"/runs/{run.pk}/export/", f"/api/runs/{run.pk}/transitions"):
+        response = client_for(rita).get(url)
+        assert response.status_code == 200, url
+        assert SECRET not in response.content.decode(), url
 
 
 def test_verify_runs_catches_a_tampered_tombstone(launch, drive, rita) -> None:

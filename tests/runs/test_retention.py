@@ -24,7 +24,7 @@ from agents.runs import driver, retention
 from agents.runs.export import check_archive
 from agents.runs.verify import verify_run
 from agents.tokens import token_create
-from tests.helpers import Api, call, client_for, csrf_post, final
+from tests.helpers import Api, call, client_for, csrf_post, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,3 +333,55 @@ def test_a_purge_while_runs_are_driven_loses_no_live_run(launch, drive, settings
             assert run.messages_count == Message.objects.filter(run=run).count()
     for run in Run.objects.all():
         assert verify_run(run) == [], run.pk
+
+
+@requires_postgres()
+def test_a_purge_batch_left_open_blocks_no_live_commit(launch, drive) -> None:
+    """Hold a purge in the middle of its batch (another connection keeps a lock on one
+    journal row it must rewrite): the batch's transaction stays open with its runs
+    locked, and a live run still goes from queued to done meanwhile."""
+    import psycopg
+
+    finished = drive(launch([call("echo", text="old"), final("old")]))
+    live = launch([call("echo", text="new"), final("new")])
+    db = connection.settings_dict
+    params = {"host": db["HOST"], "port": db["PORT"] or 5432, "user": db["USER"], "dbname": db["NAME"]}
+    locker = psycopg.connect(**params)
+    # Its own connection, outside any transaction: a transaction reads pg_stat_activity once.
+    watcher = psycopg.connect(**params, autocommit=True)
+    purger = drover = None
+    try:
+        locker.execute("select 1 from agents_toolcall where run_id = %s for update", [finished.pk])
+        outcome: dict[str, Any] = {}
+
+        def in_thread(name: str, fn: Any) -> threading.Thread:
+            def target() -> None:
+                try:
+                    outcome[name] = fn()
+                except BaseException as exc:  # reported in the test's thread
+                    outcome[name] = exc
+                finally:
+                    connection.close()
+
+            thread = threading.Thread(target=target, daemon=True)
+            thread.start()
+            return thread
+
+        purger = in_thread("purge", lambda: retention.purge(actor="test", older_than_days=0))
+        waiting = "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like %s"
+        wait_for(lambda: watcher.execute(waiting, ['UPDATE "agents_toolcall"%']).fetchone()[0] == 1, what="purge blocked")
+
+        drover = in_thread("drive", lambda: driver.drive(live.pk))
+        drover.join(timeout=120)  # a guard against a hang, not a measurement
+        assert not drover.is_alive(), "the live run waited on the purge's locks"
+        assert Run.objects.get(pk=live.pk).state == "done", outcome.get("drive")
+        assert purger.is_alive(), "the purge batch should still be open"
+    finally:
+        locker.rollback()
+        locker.close()
+        watcher.close()
+    purger.join(timeout=120)
+    report = outcome["purge"]
+    assert not isinstance(report, BaseException), report
+    assert finished.pk in report.run_ids and live.pk not in report.run_ids
+    assert Run.objects.get(pk=finished.pk).purged_at is not None

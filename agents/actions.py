@@ -413,6 +413,33 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
     raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)
 
 
+def run_hold(*, run_id: int, user: Any, reason: str) -> Run:
+    """Put a run on legal hold: the purge never touches it until it is released.
+    Holding a held run again replaces the reason (the latest word stands)."""
+    reason = " ".join((reason or "").split())[:500]
+    if not reason:
+        raise ActionError("invalid_hold", "a hold needs a reason")
+    # A conditional update: a purge batch that locked the row first wins, and the run
+    # is a tombstone by the time this runs (then there is nothing left to hold).
+    updated = Run.objects.filter(pk=run_id, purged_at__isnull=True).update(
+        hold_reason=reason, held_by=user if getattr(user, "pk", None) else None, held_at=timezone.now()
+    )
+    if updated != 1:
+        if not Run.objects.filter(pk=run_id).exists():
+            raise ActionError("not_found", f"no run {run_id}", status=404)
+        raise ActionError("purged", f"run {run_id} was already purged; its content is gone", status=409)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
+
+
+def run_release(*, run_id: int, user: Any) -> Run:
+    """Lift a run's own hold (a profile's hold is lifted on the profile). Releasing a
+    run that is not held answers with it unchanged."""
+    if not Run.objects.filter(pk=run_id).exists():
+        raise ActionError("not_found", f"no run {run_id}", status=404)
+    Run.objects.filter(pk=run_id).exclude(hold_reason="").update(hold_reason="", held_by=None, held_at=None)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
+
+
 def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:
     """End a run-scoped grant, as a transition on the run's timeline. Revoking a
     grant that is already revoked answers with it unchanged."""

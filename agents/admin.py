@@ -25,6 +25,7 @@ from agents.models import (
     McpServer,
     McpTool,
     NotificationPreference,
+    PurgeRecord,
     SlackAction,
     Webhook,
 )
@@ -78,7 +79,28 @@ class AgentProfileAdmin(admin.ModelAdmin):
         ("Budget", {"fields": [
             "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
         ]}),
+        ("Retention", {
+            "fields": ["retention_days", "hold_reason"],
+            "description": "Finished runs' content is purged after the retention; a hold keeps every run. See docs/operations.md.",
+        }),
     ]
+
+
+@admin.register(PurgeRecord)
+class PurgeRecordAdmin(admin.ModelAdmin):
+    """The purges' audit trail: read-only, and never any content of the runs."""
+
+    list_display = ["started_at", "actor", "older_than_days", "agent", "runs", "bytes", "finished_at"]
+    readonly_fields = [f.name for f in PurgeRecord._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)

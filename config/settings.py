@@ -420,8 +420,27 @@ CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sw
 CELERY_TASK_ROUTES = {
     "agents.tasks.sweep": {"queue": "airlock_sweep"},
     "agents.tasks.deliver_notifications": {"queue": "airlock_sweep"},
+    "agents.tasks.purge_runs": {"queue": "airlock_sweep"},
 }
+# -- retention (agents/runs/retention.py, docs/operations.md) -------------------------
+# Finished runs' content is purged after this many days (a profile's retention_days
+# overrides it); unset or empty keeps everything.
+_retention = env_str("AIRLOCK_RETENTION_DAYS", "")
+if _retention and not _retention.isdigit():
+    raise EnvError(f"AIRLOCK_RETENTION_DAYS must be a whole number of days, not {_retention!r}")
+AIRLOCK_RETENTION_DAYS: int | None = int(_retention) if _retention else None
+# Runs purged per transaction: small batches keep locks short and the WAL steady.
+AIRLOCK_PURGE_BATCH = env_int("AIRLOCK_PURGE_BATCH", 200)
+if AIRLOCK_PURGE_BATCH < 1:
+    raise EnvError("AIRLOCK_PURGE_BATCH must be at least 1")
+
 CELERY_BEAT_SCHEDULE = {
+    # The daily purge of runs past their retention (nothing when none is set).
+    "purge-runs": {
+        "task": "agents.tasks.purge_runs",
+        "schedule": 86_400.0,
+        "options": {"expires": 3_600.0},
+    },
     "sweep-runs": {
         "task": "agents.tasks.sweep",
         "schedule": AIRLOCK_SWEEP_SECONDS,

@@ -111,6 +111,17 @@ class GrantOut(Schema):
     revoked_at: dt.datetime | None = None
 
 
+class HoldOut(Schema):
+    scope: str  # "run", or "profile" (every run of the profile is held)
+    reason: str
+    by: str | None = None
+    at: dt.datetime | None = None
+
+
+class HoldIn(Schema):
+    reason: str = ""
+
+
 class RunOut(Schema):
     id: int
     agent: str
@@ -126,6 +137,8 @@ class RunOut(Schema):
     updated_at: dt.datetime
     pending_approval: ApprovalOut | None = None
     grants: list[GrantOut] = []
+    purged_at: dt.datetime | None = None
+    hold: HoldOut | None = None
 
 
 class TransitionOut(Schema):

@@ -5,7 +5,7 @@ approvals.py   approvals, votes, grants
 notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
-ops.py         metric tallies
+ops.py         metric tallies, purge records
 external.py    ClientCall, the calls external agents proposed
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
@@ -26,7 +26,7 @@ from agents.models.notifications import (
     SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally
+from agents.models.ops import MetricTally, PurgeRecord
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,
@@ -63,6 +63,7 @@ __all__ = [
     "MetricTally",
     "NotificationPreference",
     "OutboxEvent",
+    "PurgeRecord",
     "Run",
     "RunDict",
     "SlackAction",

@@ -91,6 +91,8 @@ class Approval(models.Model):
     # person decided (an expiry, the run ended).
     via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -144,7 +146,9 @@ class Approval(models.Model):
     @property
     def args_hash(self) -> str:
         """The hash a decision names to say it saw the call as it stands
-        (engine.decisions.stale_vote)."""
+        (engine.decisions.stale_vote); a purged run's approval keeps it stored."""
+        if self.args_sha256:
+            return self.args_sha256
         return fingerprints.args_hash(self.current_args)
 
     @property

@@ -22,6 +22,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents import access
 from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
+from agents.actions import run_hold as hold_action
+from agents.actions import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
@@ -263,6 +265,32 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
         messages.error(request, str(exc.detail))
     else:
         messages.success(request, f"Run {run.pk} cancelled.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_hold(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators hold runs")
+    try:
+        hold_action(run_id=run.pk, user=request.user, reason=request.POST.get("reason", ""))
+    except ActionError as exc:
+        messages.error(request, str(exc.detail))
+    else:
+        messages.success(request, f"Run {run.pk} is on hold.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_release(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators release held runs")
+    release_action(run_id=run.pk, user=request.user)
+    messages.success(request, f"Run {run.pk}'s hold is released.")
     return redirect("run_detail", run_id=run.pk)
 
 

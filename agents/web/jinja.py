@@ -61,6 +61,17 @@ def strftime(value: dt.datetime, spec: str) -> str:
     return value.strftime(spec)
 
 
+def timestamp(value: dt.datetime) -> int:
+    """Whole seconds since the epoch (a card's `data-since`, `data-until`)."""
+    return int(value.timestamp())
+
+
+def get(value: Any, key: str) -> Any:
+    """`value.key` as a Django template looks it up in a dict: "" when it is not there
+    (or `value` is no dict), where StrictUndefined would raise."""
+    return value.get(key, "") if isinstance(value, dict) else ""
+
+
 def environment(**options: Any) -> Environment:
     # A misspelt name in a fragment raises instead of printing nothing (Django's backend
     # always passes its own choice, Undefined or DebugUndefined, so this one is forced).
@@ -81,6 +92,8 @@ def environment(**options: Any) -> Environment:
         localtime=timezone.localtime,  # |localtime(tz): pass the page's zone, looked up once
         isoformat=isoformat,
         strftime=strftime,
+        timestamp=timestamp,
+        get=get,
         url=url,
         pluralize=plural,  # |pluralize('y,ies'), as Django's |pluralize:"y,ies"
     )

@@ -547,6 +547,9 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
         return _fail_from(new, t, reason)
     verdict = _verdict(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
+    if verdict.shadow:
+        # What the profile's shadow rules would have decided: recorded, deciding nothing.
+        t.detail["shadow"] = [dict(s) for s in verdict.shadow]
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
     if verdict.action == "allow":
         new.current_call = current
@@ -632,6 +635,7 @@ def _approval_row(
     return {
         "rule": verdict.rule if verdict else None,
         "required": verdict.required if verdict else 1,
+        "shadow": [dict(s) for s in verdict.shadow] if verdict else [],
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],

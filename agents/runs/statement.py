@@ -40,7 +40,7 @@ def approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
         "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
         "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
-        "expires_at": moment(a.get("expires_at")),
+        "expires_at": moment(a.get("expires_at")), "shadow": clean(a.get("shadow") or []),
     }
 
 
@@ -105,14 +105,15 @@ def commit_statement(
         f = approval_fields(t.approval, now)
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at)"
-            " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s"
+            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow)"
+            " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s,"
+            " %s::jsonb"
             " FROM r RETURNING id)"
         )
         params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
                    f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
                    None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"],
-                   f["expires_at"], now]
+                   f["expires_at"], now, j(f["shadow"])]
     if t.approval_close is not None:
         sql.append(
             ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"

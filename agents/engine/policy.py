@@ -256,6 +256,16 @@ def rule_label(rule: dict[str, Any]) -> str:
     return f"rule {rule.get('index', '?')} of {where}"
 
 
+WOULD = {"allow": "would have allowed this", "ask": "would have asked a human", "deny": "would have denied this"}
+
+
+def shadow_label(entry: Any) -> str:
+    """'shadow rule 3 would have allowed this', for one of a verdict's `shadow` entries."""
+    if not isinstance(entry, dict):
+        return ""
+    return f"shadow rule {entry.get('rule', '?')} {WOULD.get(entry.get('verdict'), 'would have decided otherwise')}"
+
+
 # -- the verdict ---------------------------------------------------------------------
 
 

@@ -167,6 +167,11 @@ class Approval(models.Model):
         """'rule 2 of the profile' for an approval a rule asked for, else ''."""
         return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
 
+    @property
+    def shadow_labels(self) -> list[str]:
+        """'shadow rule 3 would have allowed this', one per shadow rule that matched."""
+        return [engine_policy.shadow_label(s) for s in self.shadow or ()]
+
     def to_dict(self) -> ApprovalDict:
         """The approval as the JSON API returns it (a run's `pending_approval` too)."""
         return {

@@ -9,7 +9,7 @@ import pytest
 from agents.engine.policy import PolicyError, validate_rules
 from agents.models import AgentProfile, LedgerEntry, Run
 from agents.runs import driver
-from tests.helpers import launch_body
+from tests.helpers import client_for, launch_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,3 +70,14 @@ def test_an_unknown_mode_is_refused_naming_the_field() -> None:
     with pytest.raises(PolicyError) as info:
         validate_rules([{**ASK, "mode": "dry-run"}])
     assert info.value.field == "rules[1].mode"
+
+
+def test_the_timeline_and_the_approval_page_say_what_the_shadow_rule_would_have_done(api, otto, rita) -> None:
+    AgentProfile.objects.filter(name="scripted").update(rules=[SHADOW_ALLOW_SMALL, ASK])
+    run_id = api("lena").post("/api/runs", launch_body([write(5), {"final": "ok"}])).data["id"]
+    driver.drive(run_id)
+    approval_id = api("rita").get(f"/api/runs/{run_id}").data["pending_approval"]["id"]
+    timeline = client_for(otto).get(f"/runs/{run_id}/").content.decode()
+    assert "shadow rule 1 would have allowed this (it decides nothing)" in timeline
+    page = client_for(rita).get(f"/reviews/{approval_id}/").content.decode()
+    assert "shadow rule 1 would have allowed this" in page

@@ -263,7 +263,8 @@ def shadow_label(entry: Any) -> str:
     """'shadow rule 3 would have allowed this', for one of a verdict's `shadow` entries."""
     if not isinstance(entry, dict):
         return ""
-    return f"shadow rule {entry.get('rule', '?')} {WOULD.get(entry.get('verdict'), 'would have decided otherwise')}"
+    would = WOULD.get(str(entry.get("verdict")), "would have decided otherwise")
+    return f"shadow rule {entry.get('rule', '?')} {would}"
 
 
 # -- the verdict ---------------------------------------------------------------------

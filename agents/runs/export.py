@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Approval, Message, Run
+from agents.models import Approval, Message, Run, ToolCall
 
 FORMAT = "airlock-run/1"
 
@@ -55,6 +55,17 @@ def decisions(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def tool_results(run: Run) -> list[dict[str, Any]]:
+    """Each finished tool call's result, in the order they ran: what an eval's strict
+    replay returns instead of running the tool (agents/runs/evals.py)."""
+    return [
+        {"tool": tool, "args": args, "result": result}
+        for tool, args, result in ToolCall.objects.filter(run=run, status__in=("succeeded", "failed"))
+        .order_by("step", "pk")
+        .values_list("tool", "args", "result")
+    ]
+
+
 def launch_policy(snapshot: dict[str, Any] | None) -> dict[str, Any]:
     """The part of a run's policy snapshot a launch can give again: its launch rules
     and the settings (the profile's own rules come with the profile)."""
@@ -81,6 +92,8 @@ def export_run(run: Run) -> dict[str, Any]:
         "script": replay_script(run),
         "policy": launch_policy(engine.get("policy")),
         "decisions": decisions(run),
+        "tools": "replay",
+        "tool_results": tool_results(run),
         "expect": {"state": run.state, "answer": run.answer},
         "run": {
             "id": run.pk,

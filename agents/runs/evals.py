@@ -433,7 +433,7 @@ def side_effects(run: Run, *, live: bool) -> int:
     irreversible calls whose recorded results were returned, the effects the run would
     have had (nothing was written)."""
     if live:
-        return LedgerEntry.objects.filter(run=run).count()
+        return int(LedgerEntry.objects.filter(run=run).count())
     reg = registry()
     n = 0
     for t in run.transitions.filter(kind="tool").order_by("seq").only("payload"):

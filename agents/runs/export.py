@@ -6,6 +6,8 @@ for `manage.py run_evals`.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from agents.models import Approval, Message, Run, ToolCall
@@ -125,3 +127,14 @@ def export_run(run: Run) -> dict[str, Any]:
         ],
         "messages": Message.engine_transcript(run),
     }
+
+
+def save_eval_case(run: Run, folder: Path) -> Path:
+    """Write the run's case (the export, recorded tool results included) as
+    `run-<id>.json` in `folder`, replacing an earlier save of the same run; its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"run-{run.pk}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(export_run(run), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)  # a reader (run_evals) never sees half a case
+    return path

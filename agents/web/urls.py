@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+    path("runs/<int:run_id>/eval-case/", views.run_save_eval_case, name="run_save_eval_case"),
     path("runs/<int:run_id>/task.txt", views.run_text, {"part": "task"}, name="run_task_text"),
     path("runs/<int:run_id>/answer.txt", views.run_text, {"part": "answer"}, name="run_answer_text"),
     path("runs/<int:run_id>/messages/<int:index>.txt", views.run_message_text, name="run_message_text"),

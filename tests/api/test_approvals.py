@@ -33,6 +33,8 @@ APPROVAL_FIELDS = {
     # Decisions bound to the call the voter saw (issue 34): send args_hash back.
     "edited_by",
     "args_hash",
+    # What the profile's shadow rules would have decided (issue 32).
+    "shadow",
 }
 
 

@@ -60,7 +60,7 @@ def written(run: Run) -> dict[str, Any]:
             .order_by("pk")
             .values(
                 "kind", "idempotency_key", "call_id", "step", "tool", "args", "risk", "reason", "taint_source",
-                "rule", "required", "status", "decision", "decided_by__username",
+                "rule", "shadow", "required", "status", "decision", "decided_by__username",
             )
         ),
         "events": list(OutboxEvent.objects.filter(run=run).order_by("pk").values("type", "data", "approval__status")),

@@ -49,8 +49,9 @@ def validate_proposal(data: Any) -> dict[str, Any]:
     """The proposed policy fields, validated as a profile's are; PolicyError names the
     first bad field. It may loosen as well as tighten: it is a profile edit to try."""
     if not isinstance(data, dict):
-        raise PolicyError("policy", 'must be an object: {"rules", "always_ask_tools"?, "denied_tools"?, '
-                          '"irreversible_approvals"?}')
+        raise PolicyError(
+            "policy", 'must be an object: {"rules", "always_ask_tools"?, "denied_tools"?, "irreversible_approvals"?}'
+        )
     unknown = sorted(set(data) - set(PROPOSAL_KEYS))
     if unknown:
         raise PolicyError(unknown[0], f"unknown key (a proposal takes {', '.join(PROPOSAL_KEYS)})")
@@ -95,8 +96,8 @@ def recorded_calls(runs: Any) -> Iterator[RecordedCall]:
         approvals = {a.call_id: a for a in Approval.objects.filter(run=run, kind=Approval.Kind.POLICY)}
         # A call's arguments live once, in the assistant message that proposed it.
         proposed: dict[str, list[tuple[int, Any]]] = {}
-        for seq, tool_calls in Message.objects.filter(run=run).exclude(tool_calls=None).order_by("index").values_list(
-            "seq", "tool_calls"
+        for seq, tool_calls in (
+            Message.objects.filter(run=run).exclude(tool_calls=None).order_by("index").values_list("seq", "tool_calls")
         ):
             for c in tool_calls or ():
                 if isinstance(c, dict) and "id" in c:
@@ -113,8 +114,13 @@ def recorded_calls(runs: Any) -> Iterator[RecordedCall]:
             if not candidates:
                 continue
             yield RecordedCall(
-                run=run, seq=t.seq, tool=call.get("tool", ""), args=candidates[-1],
-                state=RunState.from_json(before), recorded=verdict, approval=approvals.get(call.get("id")),
+                run=run,
+                seq=t.seq,
+                tool=call.get("tool", ""),
+                args=candidates[-1],
+                state=RunState.from_json(before),
+                recorded=verdict,
+                approval=approvals.get(call.get("id")),
             )
 
 
@@ -122,8 +128,15 @@ def judge(state: RunState, registry: Registry, tool: str, args: Any) -> Verdict:
     """The verdict the engine gives this call in this state (engine/step.py's _verdict)."""
     spec = registry.get(tool) if (state.tools is None or tool in state.tools) else None
     return policy.decide(
-        spec, tool, denied=state.denied_tools, always_ask=state.always_ask_tools, tainted=state.tainted,
-        approver=state.approver, args=args, policy=state.policy, grants=state.grants,
+        spec,
+        tool,
+        denied=state.denied_tools,
+        always_ask=state.always_ask_tools,
+        tainted=state.tainted,
+        approver=state.approver,
+        args=args,
+        policy=state.policy,
+        grants=state.grants,
         fingerprint=fingerprint(tool, args),
     )
 
@@ -160,11 +173,18 @@ class Change:
     def to_dict(self) -> dict[str, Any]:
         approval = self.call.approval
         return {
-            "run": self.call.run.pk, "seq": self.call.seq, "tool": self.call.tool, "args": self.call.args,
-            "was": self.before.get("action"), "would_be": self.after.action,
-            "required_was": self.before.get("required", 1), "required_would_be": self.after.required,
-            "reason": self.after.reason, "approval": approval.pk if approval else None,
-            "outcome": self.call.outcome, "url": self.approval_url,
+            "run": self.call.run.pk,
+            "seq": self.call.seq,
+            "tool": self.call.tool,
+            "args": self.call.args,
+            "was": self.before.get("action"),
+            "would_be": self.after.action,
+            "required_was": self.before.get("required", 1),
+            "required_would_be": self.after.required,
+            "reason": self.after.reason,
+            "approval": approval.pk if approval else None,
+            "outcome": self.call.outcome,
+            "url": self.approval_url,
         }
 
 
@@ -204,10 +224,15 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "profile": self.profile, "days": self.days, "since": self.since.isoformat(), "calls": self.calls,
+            "profile": self.profile,
+            "days": self.days,
+            "since": self.since.isoformat(),
+            "calls": self.calls,
             "changed": {cls: len(self.changes.get(cls, ())) for cls in CLASSES},
             "answers": {cls: self.answers(cls) for cls in CLASSES if self.answers(cls)},
-            "calls_changed": {cls: [c.to_dict() for c in self.changes[cls]] for cls in CLASSES if self.changes.get(cls)},
+            "calls_changed": {
+                cls: [c.to_dict() for c in self.changes[cls]] for cls in CLASSES if self.changes.get(cls)
+            },
         }
 
 
@@ -225,7 +250,11 @@ def change_class(before: dict[str, Any], after: Verdict) -> str | None:
 
 
 def backtest(
-    profile: AgentProfile, proposal: dict[str, Any], *, days: int = DEFAULT_DAYS, now: dt.datetime | None = None,
+    profile: AgentProfile,
+    proposal: dict[str, Any],
+    *,
+    days: int = DEFAULT_DAYS,
+    now: dt.datetime | None = None,
     registry: Registry | None = None,
 ) -> Report:
     """Every call proposed under `profile` in the last `days`, judged again under the
@@ -277,7 +306,9 @@ def agrees(shadow: str, outcome: str, recorded: str) -> bool | None:
     return outcome in ("denied", "rejected")
 
 
-def shadow_agreement(profile: AgentProfile, *, days: int = DEFAULT_DAYS, now: dt.datetime | None = None) -> list[Agreement]:
+def shadow_agreement(
+    profile: AgentProfile, *, days: int = DEFAULT_DAYS, now: dt.datetime | None = None
+) -> list[Agreement]:
     """Each shadow rule's agreement with what the enforced policy and reviewers did."""
     since = (now or timezone.now()) - dt.timedelta(days=days)
     by_rule: dict[int, Agreement] = {}

@@ -15,8 +15,11 @@ from tests.helpers import call, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-WRITE = {"tool": "ledger_write", "args": {"entry": "pay ACME 100"},
-         "result": {"ok": True, "result": {"recorded": True}}}
+WRITE = {
+    "tool": "ledger_write",
+    "args": {"entry": "pay ACME 100"},
+    "result": {"ok": True, "result": {"recorded": True}},
+}
 
 
 def case(**fields: Any) -> dict[str, Any]:
@@ -84,10 +87,16 @@ def test_a_bad_tools_value_is_a_failed_case_not_a_crash(defaults, tmp_path) -> N
         ("subset", [{"tool": "ledger_write"}, {"tool": "echo"}, {"tool": "fetch_fixture"}], None),
         ("subset", [{"tool": "ledger_write"}], "trajectory (subset): calls not in the reference: echo"),
         ("superset", [{"tool": "ledger_write"}], None),
-        ("superset", [{"tool": "ledger_write"}, {"tool": "sleep"}], "trajectory (superset): expected calls not made: sleep"),
+        (
+            "superset",
+            [{"tool": "ledger_write"}, {"tool": "sleep"}],
+            "trajectory (superset): expected calls not made: sleep",
+        ),
     ],
 )
-def test_trajectory_match_modes(defaults, tmp_path, mode: str, calls: list[dict[str, Any]], problem: str | None) -> None:
+def test_trajectory_match_modes(
+    defaults, tmp_path, mode: str, calls: list[dict[str, Any]], problem: str | None
+) -> None:
     echo = {"tool": "echo", "args": {"text": "look"}, "result": {"ok": True, "result": "look"}}
     c = case(
         script=[call("echo", text="look"), call("ledger_write", entry="pay ACME 100"), final("paid")],
@@ -116,10 +125,22 @@ def test_invariants_name_the_one_a_run_breaks(defaults, launch, drive) -> None:
     # no intent row, a tool transition without a journal row, a step past the budget.
     LedgerEntry.objects.create(run=run, idempotency_key="f" * 64, entry="no intent")
     last = run.transitions.order_by("-seq").first()
-    run.transitions.create(seq=last.seq + 1, from_state="acting", to_state="planning", kind="tool",
-                           payload={"call": {"id": "ghost", "tool": "echo"}, "ok": True}, actor="test")
-    run.transitions.create(seq=last.seq + 2, from_state="acting", to_state="planning", kind="tool",
-                           payload={"call": {"id": journal.call_id, "tool": "ledger_write"}, "ok": True}, actor="test")
+    run.transitions.create(
+        seq=last.seq + 1,
+        from_state="acting",
+        to_state="planning",
+        kind="tool",
+        payload={"call": {"id": "ghost", "tool": "echo"}, "ok": True},
+        actor="test",
+    )
+    run.transitions.create(
+        seq=last.seq + 2,
+        from_state="acting",
+        to_state="planning",
+        kind="tool",
+        payload={"call": {"id": journal.call_id, "tool": "ledger_write"}, "ok": True},
+        actor="test",
+    )
     Run.objects.filter(pk=run.pk).update(steps=999)
     run.refresh_from_db()
     problems = invariant_problems(run)
@@ -136,8 +157,10 @@ def test_run_evals_policy_lists_the_cases_whose_verdicts_change(defaults, tmp_pa
     cases = tmp_path / "cases"
     cases.mkdir()
     (cases / "pays.json").write_text(json.dumps(case()))
-    reads = case(script=[call("echo", text="x"), final("paid")],
-                 tool_results=[{"tool": "echo", "args": {"text": "x"}, "result": {"ok": True, "result": "x"}}])
+    reads = case(
+        script=[call("echo", text="x"), final("paid")],
+        tool_results=[{"tool": "echo", "args": {"text": "x"}, "result": {"ok": True, "result": "x"}}],
+    )
     (cases / "reads.json").write_text(json.dumps(reads))
     before = AgentProfile.objects.get(name="scripted").rules
     code, out = run_command("run_evals", "--policy", str(policy), str(cases))

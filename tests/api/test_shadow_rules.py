@@ -14,8 +14,13 @@ from tests.helpers import client_for, launch_body
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ASK = {"tool": "ledger_write", "then": "ask", "reason": "entries need a human"}
-SHADOW_ALLOW_SMALL = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "lt", "value": 20},
-                      "then": "allow", "reason": "small entries need no human", "mode": "shadow"}
+SHADOW_ALLOW_SMALL = {
+    "tool": "ledger_write",
+    "when": {"arg": "entry.amount", "op": "lt", "value": 20},
+    "then": "allow",
+    "reason": "small entries need no human",
+    "mode": "shadow",
+}
 
 
 def write(amount: int) -> dict[str, Any]:

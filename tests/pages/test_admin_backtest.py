@@ -15,8 +15,12 @@ from tests.helpers import call, counts, final, person
 
 pytestmark = pytest.mark.django_db
 
-ASK_20 = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "gte", "value": 20}, "then": "ask",
-          "reason": "entries of 20 or more need a human"}
+ASK_20 = {
+    "tool": "ledger_write",
+    "when": {"arg": "entry.amount", "op": "gte", "value": 20},
+    "then": "ask",
+    "reason": "entries of 20 or more need a human",
+}
 SHADOW = {"tool": "ledger_write", "then": "allow", "reason": "try: no human", "mode": "shadow"}
 
 
@@ -58,7 +62,10 @@ def test_trying_looser_rules_lists_the_calls_and_how_reviewers_answered(admin_cl
     page = response.content.decode()
     rejected = answered["reject"].pk
     assert "2 calls in the last 30 days" in page
-    assert f"ask-&gt;allow: 2 calls would let through without asking; reviewers approved 1, rejected 1: #{rejected}" in page
+    assert (
+        f"ask-&gt;allow: 2 calls would let through without asking; reviewers approved 1, rejected 1: #{rejected}"
+        in page
+    )
     assert f'href="/reviews/{rejected}/"' in page and f'href="/reviews/{answered["approve"].pk}/"' in page
     # The shadow rule (allow every ledger write) agreed with the approval, not the rejection.
     assert '<tr class="shadow-rule"><td>shadow rule 1</td><td>1</td><td>1</td><td>0</td></tr>' in page

@@ -19,8 +19,12 @@ from tests.helpers import call, counts, final
 
 pytestmark = pytest.mark.django_db
 
-ASK_20 = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "gte", "value": 20}, "then": "ask",
-          "reason": "entries of 20 or more need a human"}
+ASK_20 = {
+    "tool": "ledger_write",
+    "when": {"arg": "entry.amount", "op": "gte", "value": 20},
+    "then": "ask",
+    "reason": "entries of 20 or more need a human",
+}
 
 
 def write(amount: int) -> dict[str, Any]:
@@ -33,8 +37,16 @@ def history(launch, drive, lena, rita) -> dict[str, Any]:
     and rejected, tainted, denied by the profile, denied for want of an approver, a
     read, a shadow rule, and a run-scoped grant."""
     AgentProfile.objects.filter(name="scripted").update(
-        rules=[ASK_20, {"tool": "echo", "when": {"arg": "text", "op": "eq", "value": "x"}, "then": "deny",
-                        "reason": "no x", "mode": "shadow"}],
+        rules=[
+            ASK_20,
+            {
+                "tool": "echo",
+                "when": {"arg": "text", "op": "eq", "value": "x"},
+                "then": "deny",
+                "reason": "no x",
+                "mode": "shadow",
+            },
+        ],
         denied_tools=["sleep"],
     )
     out: dict[str, Any] = {}
@@ -56,7 +68,9 @@ def history(launch, drive, lena, rita) -> dict[str, Any]:
     drive(run)
     until_waiting([write(90), call("sleep", seconds=0), call("echo", text="x"), final()], approver="none")
     run = until_waiting([write(30), write(31), final()])
-    approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve", note="", remember="tool")
+    approval_decide(
+        approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve", note="", remember="tool"
+    )
     drive(run)
     return out
 
@@ -113,16 +127,18 @@ def test_dropping_the_rule_lists_the_calls_let_through_and_how_reviewers_answere
 def test_tightening_counts_denials_and_votes(history) -> None:
     proposal = {
         "rules": [
-            {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "lt", "value": 10}, "then": "deny",
-             "reason": "no small entries"},
+            {
+                "tool": "ledger_write",
+                "when": {"arg": "entry.amount", "op": "lt", "value": 10},
+                "then": "deny",
+                "reason": "no small entries",
+            },
             {**ASK_20, "approvals": 2},
         ],
         "denied_tools": ["sleep", "fetch_fixture"],
     }
     report = bt.backtest(AgentProfile.objects.get(name="scripted"), proposal)
-    assert [c.call.args for c in report.changes["allow->deny"]] == [
-        {"entry": {"amount": 5}}, {"text": "pay 3"}
-    ]
+    assert [c.call.args for c in report.changes["allow->deny"]] == [{"entry": {"amount": 5}}, {"text": "pay 3"}]
     assert [c.call.args for c in report.changes["ask->deny"]] == [{"entry": {"amount": 3}}]
     assert sorted(c.call.args["entry"]["amount"] for c in report.changes["votes_up"]) == [30, 50, 70]
     assert report.changes["votes_up"][0].after.required == 2
@@ -144,7 +160,7 @@ def test_runs_outside_the_window_are_not_judged(history) -> None:
         ('{"denied_tools": []}', "rules: is required"),
         ('{"rules": [], "votes": 3}', "votes: unknown key"),
         ('{"rules": [], "irreversible_approvals": 0}', "irreversible_approvals: "),
-        ('[]', "policy: must be an object"),
+        ("[]", "policy: must be an object"),
     ],
 )
 def test_a_bad_rules_file_is_a_clear_error(defaults, tmp_path: Path, content: str, message: str) -> None:

@@ -58,4 +58,3 @@ class Command(BaseCommand):
                     f"  run {call.run.pk} seq {call.seq} {call.tool} {json.dumps(call.args, sort_keys=True)[:200]}"
                     f"{where}: {change.after.reason}"
                 )
-

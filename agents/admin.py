@@ -10,12 +10,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.html import format_html
 
+from agents.engine.policy import PolicyError
 from agents.models import (
     EVENT_TYPES,
     AgentProfile,
@@ -30,6 +33,7 @@ from agents.models import (
     Webhook,
 )
 from agents.notifications import delivery as notify
+from agents.runs import backtest as backtests
 from agents.web.forms import SafeJSONField
 
 # Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
@@ -84,6 +88,56 @@ class AgentProfileAdmin(admin.ModelAdmin):
             "description": "Finished runs' content is purged after the retention; a hold keeps every run. See docs/operations.md.",
         }),
     ]
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("<path:object_id>/backtest/", self.admin_site.admin_view(self.backtest_view), name="agents_agentprofile_backtest"),
+            *super().get_urls(),
+        ]
+
+    def backtest_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """"Try these rules": the backtest of a proposed policy over the profile's recent
+        calls, and each shadow rule's agreement with what happened. Reads only."""
+        profile = self.get_object(request, object_id)
+        if profile is None:
+            raise Http404("no such agent profile")
+        if not self.has_view_permission(request, profile):
+            raise PermissionDenied
+        initial = {
+            "policy": {"rules": profile.rules, "always_ask_tools": profile.always_ask_tools,
+                       "denied_tools": profile.denied_tools, "irreversible_approvals": profile.irreversible_approvals},
+            "days": backtests.DEFAULT_DAYS,
+        }
+        form = TryRulesForm(request.POST or None, initial=initial)
+        report = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                report = backtests.backtest(profile, form.cleaned_data["policy"], days=form.cleaned_data["days"])
+            except PolicyError as exc:
+                form.add_error("policy", str(exc))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Try these rules on {profile.name}",
+            "obj": profile,
+            "form": form,
+            "report": report,
+            "rows": [
+                {"cls": cls, "summary": report.summary(cls), "changes": report.changes[cls]}
+                for cls in backtests.CLASSES if report.changes.get(cls)
+            ] if report else [],
+            "agreement": backtests.shadow_agreement(profile, days=backtests.DEFAULT_DAYS),
+        }
+        return TemplateResponse(request, "admin/agents/agentprofile/backtest.html", context)
+
+
+class TryRulesForm(forms.Form):
+    policy = SafeJSONField(
+        help_text='{"rules": [...], "always_ask_tools"?, "denied_tools"?, "irreversible_approvals"?}: '
+        "the profile's policy fields to try; nothing is saved",
+        widget=forms.Textarea(attrs={"rows": 14, "cols": 100}),
+    )
+    days = forms.IntegerField(min_value=1, max_value=backtests.MAX_DAYS, initial=backtests.DEFAULT_DAYS)
 
 
 @admin.register(PurgeRecord)

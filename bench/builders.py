@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from agents.engine.decisions import DECISIONS
+from agents.engine.policy import shadow_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, usd
 from agents.web.markup import url_for
@@ -582,6 +583,8 @@ def _body(e: Entry, tz: tzinfo) -> list[str]:
             f'<p class="verdict verdict-{action}">Policy <strong>{action}</strong>{named}: '
             f"{rule}{esc(_get(verdict, 'reason'))}</p>"
         )
+        for entry in payload.get("shadow") or ():
+            out.append(f'<p class="verdict-shadow">{esc(shadow_label(entry))} (it decides nothing)</p>')
     invalid = e.invalid
     if invalid:
         out.append(f'<p class="flag flag-error">{esc(_get(invalid, "error"))}: {esc(_get(invalid, "detail"))}</p>')

@@ -243,6 +243,8 @@ CONTENT_SECURITY_POLICY = {
 # -- the engine ---------------------------------------------------------------------
 AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
+# Where "Save as eval case" on a run's page writes its case (run_evals reads the folder).
+AIRLOCK_EVALS_DIR = Path(env_str("AIRLOCK_EVALS_DIR", str(BASE_DIR / "evals")))
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
 # What one MCP sync pins: the first tools by name (OpenAI takes 128 tools per request),

@@ -75,6 +75,11 @@ class VoteOut(Schema):
     via: str = Field("", description="where the vote came from: dashboard, api, slack or email")
 
 
+class ShadowOut(Schema):
+    rule: int = Field(..., description="the shadow rule's 1-based index among the profile's rules")
+    verdict: Literal["allow", "ask", "deny"]
+
+
 class ApprovalOut(Schema):
     id: int
     run: int
@@ -92,6 +97,9 @@ class ApprovalOut(Schema):
     reason: str
     taint_source: dict[str, Any] | None = None
     rule: dict[str, Any] | None = None
+    shadow: list[ShadowOut] = Field(
+        default_factory=list, description="what each matching shadow rule of the profile would have decided"
+    )
     required: int
     votes: list[VoteOut]
     decided_by: str | None = None

@@ -33,6 +33,7 @@ class ApprovalDict(TypedDict):
     reason: str
     taint_source: dict[str, Any] | None
     rule: dict[str, Any] | None
+    shadow: list[dict[str, Any]]
     required: int
     votes: list[dict[str, Any]]
     decided_by: str | None
@@ -72,6 +73,9 @@ class Approval(models.Model):
     taint_source = models.JSONField(null=True, blank=True)
     rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
     required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
+    shadow = models.JSONField(
+        default=list, blank=True, help_text='what the profile\'s shadow rules would have decided: [{"rule", "verdict"}]'
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decision = models.CharField(max_length=10, blank=True, help_text=", ".join(decisions.DECISIONS))
     decided_by = models.ForeignKey(
@@ -179,6 +183,11 @@ class Approval(models.Model):
         """'rule 2 of the profile' for an approval a rule asked for, else ''."""
         return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
 
+    @property
+    def shadow_labels(self) -> list[str]:
+        """'shadow rule 3 would have allowed this', one per shadow rule that matched."""
+        return [engine_policy.shadow_label(s) for s in self.shadow or ()]
+
     def to_dict(self) -> ApprovalDict:
         """The approval as the JSON API returns it (a run's `pending_approval` too)."""
         return {
@@ -195,6 +204,7 @@ class Approval(models.Model):
             "reason": self.reason,
             "taint_source": self.taint_source,
             "rule": self.rule,
+            "shadow": self.shadow or [],
             "required": self.required,
             "votes": [v.to_dict() for v in self.current_votes()],
             "decided_by": self.decided_by.get_username() if self.decided_by else None,

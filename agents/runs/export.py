@@ -64,6 +64,17 @@ def decisions(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def tool_results(run: Run) -> list[dict[str, Any]]:
+    """Each finished tool call's result, in the order they ran: what an eval's strict
+    replay returns instead of running the tool (agents/runs/evals.py)."""
+    return [
+        {"tool": tool, "args": args, "result": result}
+        for tool, args, result in ToolCall.objects.filter(run=run, status__in=("succeeded", "failed"))
+        .order_by("step", "pk")
+        .values_list("tool", "args", "result")
+    ]
+
+
 def launch_policy(snapshot: dict[str, Any] | None) -> dict[str, Any]:
     """The part of a run's policy snapshot a launch can give again: its launch rules
     and the settings (the profile's own rules come with the profile)."""
@@ -90,6 +101,8 @@ def export_run(run: Run) -> dict[str, Any]:
         "script": replay_script(run),
         "policy": launch_policy(engine.get("policy")),
         "decisions": decisions(run),
+        "tools": "replay",
+        "tool_results": tool_results(run),
         "expect": {"state": run.state, "answer": run.answer},
         "run": {
             "id": run.pk,
@@ -210,3 +223,14 @@ def check_archive(out: Path) -> list[str]:
         if lines != meta.get("lines"):
             problems.append(f"{name}: {lines} lines, the manifest says {meta.get('lines')}")
     return problems
+
+
+def save_eval_case(run: Run, folder: Path) -> Path:
+    """Write the run's case (the export, recorded tool results included) as
+    `run-<id>.json` in `folder`, replacing an earlier save of the same run; its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"run-{run.pk}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(export_run(run), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)  # a reader (run_evals) never sees half a case
+    return path

@@ -33,6 +33,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from jinja2 import Environment, StrictUndefined
 
+from agents.engine.policy import shadow_label
 from agents.web import formatting
 from agents.web.markup import plural, url_for
 from agents.web.timeline import cut_for_model, page_text
@@ -102,5 +103,6 @@ def environment(**options: Any) -> Environment:
         cut_for_model=cut_for_model,
         url=url,
         pluralize=plural,  # |pluralize('y,ies'), as Django's |pluralize:"y,ies"
+        shadow_label=shadow_label,  # "shadow rule 3 would have allowed this"
     )
     return env

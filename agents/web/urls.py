@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<int:run_id>/hold/", views.run_hold, name="run_hold"),
     path("runs/<int:run_id>/release/", views.run_release, name="run_release"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
+    path("runs/<int:run_id>/eval-case/", views.run_save_eval_case, name="run_save_eval_case"),
     path("runs/<int:run_id>/task.txt", views.run_text, {"part": "task"}, name="run_task_text"),
     path("runs/<int:run_id>/answer.txt", views.run_text, {"part": "answer"}, name="run_answer_text"),
     path("runs/<int:run_id>/messages/<int:index>.txt", views.run_message_text, name="run_message_text"),

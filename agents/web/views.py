@@ -28,7 +28,7 @@ from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
 from agents.notifications import slack
-from agents.runs.export import export_run
+from agents.runs.export import export_run, save_eval_case
 from agents.web import timeline
 from agents.web.forms import LaunchForm, RunFilterForm
 
@@ -349,6 +349,23 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="airlock-run-{run.pk}.json"'
     return response
+
+
+@require_POST
+@login_required
+def run_save_eval_case(request: HttpRequest, run_id: int) -> HttpResponse:
+    """"Save as eval case": the run's export, with its recorded tool results, written
+    where run_evals reads cases (AIRLOCK_EVALS_DIR)."""
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators save eval cases")
+    try:
+        path = save_eval_case(run, settings.AIRLOCK_EVALS_DIR)
+    except OSError as exc:
+        messages.error(request, f"Could not save the eval case: {exc.strerror}.")
+    else:
+        messages.success(request, f"Run {run.pk} saved as the eval case {path.name}; run_evals replays it.")
+    return redirect("run_detail", run_id=run.pk)
 
 
 # -- launch --------------------------------------------------------------------------

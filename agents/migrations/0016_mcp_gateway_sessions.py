@@ -20,6 +20,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('session_id', models.CharField(max_length=64, unique=True)),
+                ('launched_run', models.BooleanField(default=False, help_text='the session launched its run (not Airlock-Run)')),
                 ('client_name', models.CharField(blank=True, help_text='clientInfo of the initialize request', max_length=200)),
                 ('protocol_version', models.CharField(blank=True, max_length=20)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),

@@ -20,6 +20,7 @@ class GatewaySession(models.Model):
     profile = models.ForeignKey("agents.AgentProfile", on_delete=models.CASCADE, related_name="+")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey("agents.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    launched_run = models.BooleanField(default=False, help_text="the session launched its run (not Airlock-Run)")
     client_name = models.CharField(max_length=200, blank=True, help_text="clientInfo of the initialize request")
     protocol_version = models.CharField(max_length=20, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

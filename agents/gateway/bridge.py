@@ -59,6 +59,9 @@ def _scope(request: HttpRequest) -> dict[str, Any]:
             headers.append((key[5:].replace("_", "-").lower().encode("latin-1"), str(value).encode("latin-1")))
         elif key in ("CONTENT_TYPE", "CONTENT_LENGTH") and value:
             headers.append((key.replace("_", "-").lower().encode("latin-1"), str(value).encode("latin-1")))
+    if "HTTP_HOST" not in meta:
+        # Django validated the host it answers for (ALLOWED_HOSTS); the app checks it again.
+        headers.append((b"host", request.get_host().encode("latin-1")))
     server_port = int(meta.get("SERVER_PORT") or 80)
     return {
         "type": "http",

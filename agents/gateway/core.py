@@ -196,8 +196,9 @@ def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> CallAns
     if tool not in {s.name for s in offered(profile)}:
         return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.", is_error=True,
                      structured={"airlock": {"status": "unknown_tool", "tool": tool}})
-    run_id = session_run(caller, session_pk)
+    run_id = None
     try:
+        run_id = session_run(caller, session_pk)
         answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
     except ActionError as exc:
         return _refusal(exc, run_id)
@@ -223,9 +224,9 @@ def waiting(answer: CallAnswer) -> bool:
     return answer.status in external.WAITING
 
 
-def _refusal(exc: ActionError, run_id: int) -> Reply:
+def _refusal(exc: ActionError, run_id: int | None) -> Reply:
     detail = exc.detail
-    if exc.error == "call_pending":
+    if exc.code == "call_pending":
         waiting_call = detail.get("call") if isinstance(detail, dict) else None
         what = f"{waiting_call['tool']} {json.dumps(waiting_call['args'], sort_keys=True)}" if waiting_call else "another call"
         return Reply(
@@ -236,13 +237,13 @@ def _refusal(exc: ActionError, run_id: int) -> Reply:
             structured={"airlock": {"status": "busy", "run_id": run_id, "waiting": _airlock(waiting_call, run_id)
                                     if waiting_call else None}},
         )
-    if exc.error == "run_ended":
+    if exc.code == "run_ended":
         state = detail.get("state") if isinstance(detail, dict) else ""
         return Reply(f"Not run: this session's run {run_id} has ended ({state}). Start a new MCP session.",
                      is_error=True, structured={"airlock": {"status": "run_ended", "run_id": run_id, "state": state}})
     text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
-    return Reply(f"Not run: {exc.error}: {text}", is_error=True,
-                 structured={"airlock": {"status": exc.error, "run_id": run_id}})
+    return Reply(f"Not run: {exc.code}: {text}", is_error=True,
+                 structured={"airlock": {"status": exc.code, "run_id": run_id}})
 
 
 def _airlock(call: dict[str, Any], run_id: int) -> dict[str, Any]:

@@ -58,3 +58,43 @@ def test_read_runs_through_and_a_held_delete_returns_its_result_once_approved(
     run = Run.objects.get(pk=approval.run_id)
     assert run.created_by.username == "lena"  # the token's user launched the run
     assert GatewaySession.objects.filter(run=run).count() == 2
+
+
+def test_a_client_that_asked_for_progress_hears_while_the_call_waits(
+    live_server: Any, gw, upstream, token, settings: Any
+) -> None:
+    settings.AIRLOCK_GATEWAY_WAIT_SECONDS = 2.5
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append((done, total, message))
+
+    async def session(client: Any) -> Any:
+        return await client.call_tool("web__delete_record", {"record_id": "beta"}, progress_callback=progress)
+
+    held = mcp_session(f"{live_server.url}/mcp/gw/", token, session)
+    assert held.structured_content["airlock"]["status"] == "pending_approval"
+    assert len(heard) >= 2  # one a second, on the answer's SSE stream through the WSGI bridge
+    assert all(total == 2.5 and "reviewer" in (message or "") for _done, total, message in heard)
+
+
+def test_a_reviewers_edit_is_what_runs_and_the_client_is_told(
+    live_server: Any, gw, upstream, token, rita: User, wait_seconds
+) -> None:
+    url = f"{live_server.url}/mcp/gw/"
+
+    async def held(client: Any) -> Any:
+        return await client.call_tool("web__delete_record", {"record_id": "beta"})
+
+    airlock = mcp_session(url, token, held).structured_content["airlock"]
+    approval_decide(approval_id=airlock["approval_id"], decision="approve", user=rita,
+                    args={"record_id": "gamma"}, note="only the copy")
+
+    async def again(client: Any) -> Any:
+        return await client.call_tool("web__delete_record", {"record_id": "beta"})
+
+    result = mcp_session(url, token, again, headers={"Airlock-Run": str(airlock["run_id"])})
+    assert not result.is_error and text(result).endswith("deleted gamma")
+    assert result.structured_content["airlock"]["edited"] is True
+    assert result.structured_content["airlock"]["args"] == {"record_id": "gamma"}
+    assert [c["args"] for c in upstream.calls("delete_record")] == [{"record_id": "gamma"}]

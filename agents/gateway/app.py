@@ -89,8 +89,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {})
     if isinstance(started, core.Reply):
         return _result(started)
-    answer = started
-    run_id = await db(core.session_run, gate.caller, gate.session_pk)
+    answer, run_id = started
     wait = settings.AIRLOCK_GATEWAY_WAIT_SECONDS
     give_up = time.monotonic() + wait
     last_progress = 0.0
@@ -217,47 +216,45 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         domain, _port = split_domain_port(headers.get("host", ""))
         if not validate_host(domain, settings.ALLOWED_HOSTS):
             raise core.Refused(400, "bad_host", "the Host header is not one of ALLOWED_HOSTS")
-        caller = await db(core.authenticate, headers.get("authorization"), match["profile"])
         method, sid, run_header = scope["method"], headers.get("mcp-session-id"), headers.get("airlock-run")
-        if method == "GET":
-            raise core.Refused(405, "method_not_allowed", "no standalone stream: use POST", {"Allow": "POST, DELETE"})
-        if method == "DELETE":
-            if not sid:
-                raise core.Refused(400, "missing_session", "DELETE needs the Mcp-Session-Id header")
-            await db(core.session_close, caller, sid)
-            await _answer(send, 200, {"closed": True})
-            return
+        authorization = headers.get("authorization")
         if method != "POST":
-            raise core.Refused(405, "method_not_allowed", "POST or DELETE", {"Allow": "POST, DELETE"})
+            caller = await db(core.authenticate, authorization, match["profile"])
+            if method == "DELETE" and sid:
+                await db(core.session_close, caller, sid)
+                await _answer(send, 200, {"closed": True})
+                return
+            if method == "DELETE":
+                raise core.Refused(400, "missing_session", "DELETE needs the Mcp-Session-Id header")
+            raise core.Refused(405, "method_not_allowed", "no standalone stream: POST or DELETE",
+                               {"Allow": "POST, DELETE"})
+        body = await _read_body(receive)
+        if body is None:
+            return
+        try:
+            message, unparsed = jsonsafe.parse(body), None
+        except jsonsafe.JsonError as exc:
+            message, unparsed = None, exc.message
+        opening = isinstance(message, dict) and message.get("method") == "initialize"
+        params = message.get("params") if opening and isinstance(message.get("params"), dict) else {}
+        info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await db(core.authenticate, authorization, match["profile"])
             await _answer(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
                 "code": types.UNSUPPORTED_PROTOCOL_VERSION, "message": "this gateway speaks the session protocol: "
                 "initialize with one of the supported versions",
                 "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
             return
-        body = await _read_body(receive)
-        if body is None:
-            return
-        try:
-            message = jsonsafe.parse(body)
-        except jsonsafe.JsonError as exc:
+        # One trip to the database threads: the token, the profile, then the session.
+        caller, sid, session_pk = await db(
+            core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
+            client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
+        )
+        if unparsed is not None:
             await _answer(send, 400, {"jsonrpc": "2.0", "id": None,
-                                      "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {exc.message}"}})
+                                      "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {unparsed}"}})
             return
-        opening = isinstance(message, dict) and message.get("method") == "initialize"
-        if opening:
-            if sid:
-                raise core.Refused(400, "session_exists", "initialize opens a session: send it without Mcp-Session-Id")
-            params = message.get("params") if isinstance(message.get("params"), dict) else {}
-            info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
-            sid = await db(core.session_open, caller, client_name=str(info.get("name", ""))[:200],
-                           protocol_version=str(params.get("protocolVersion", ""))[:20], run_header=run_header)
-            session_pk = 0  # initialize calls no tool
-        else:
-            if not sid:
-                raise core.Refused(400, "missing_session", "Bad Request: Missing session ID (initialize first)")
-            session_pk = await db(core.session_find, caller, sid, run_header)
     except core.Refused as refused:
         await _answer(send, refused.status, {"error": refused.error, "detail": refused.detail}, refused.headers)
         return

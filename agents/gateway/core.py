@@ -70,6 +70,24 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
 # -- sessions ---------------------------------------------------------------------------
 
 
+def admit(
+    header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, opening: bool,
+    client_name: str, protocol_version: str,
+) -> tuple[Caller, str, int]:
+    """A POST's caller, session id and session row (0 for `initialize`, which opens the
+    session), checked in this order: the token and profile (401, 404), then the session
+    (400 without one, 404 for one that is not the caller's)."""
+    caller = authenticate(header, profile_name)
+    if opening:
+        if sid:
+            raise Refused(400, "session_exists", "initialize opens a session: send it without Mcp-Session-Id")
+        return caller, session_open(caller, client_name=client_name, protocol_version=protocol_version,
+                                    run_header=run_header), 0
+    if not sid:
+        raise Refused(400, "missing_session", "Bad Request: Missing session ID (initialize first)")
+    return caller, sid, session_find(caller, sid, run_header)
+
+
 def session_open(caller: Caller, *, client_name: str, protocol_version: str, run_header: str | None) -> str:
     """A new session's id (the `Mcp-Session-Id` the initialize answer carries). With
     `Airlock-Run`, the session continues that run: the caller's own, of this profile,
@@ -187,7 +205,7 @@ class Reply:
     structured: dict[str, Any] | None = None
 
 
-def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> CallAnswer | Reply:
+def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> tuple[CallAnswer, int] | Reply:
     """Propose the call in the session's run; the answer to wait on, or the reply now.
 
     A tool the gateway does not offer is refused before anything is proposed: the
@@ -202,7 +220,9 @@ def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> CallAns
         answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
     except ActionError as exc:
         return _refusal(exc, run_id)
-    return call_progress(caller, run_id, answer)
+    if answer.status == external.RUNNING:
+        answer = call_progress(caller, run_id, answer)
+    return answer, run_id
 
 
 def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer:

@@ -4,6 +4,7 @@ its tools, and an MCP client built on the official SDK pointed at the gateway.""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -115,7 +116,14 @@ def mcp_session(url: str, token: str, fn: Session, *, headers: dict[str, str] | 
             async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
                 return await fn(client)
 
-    return anyio.run(go)
+    return run_async(go)
+
+
+def run_async(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """anyio.run(fn, *args) in a thread of its own: the browser tests' Playwright keeps an
+    event loop running in the test thread for the whole session."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, fn, *args).result()
 
 
 def text(result: Any) -> str:

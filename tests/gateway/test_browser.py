@@ -4,7 +4,6 @@ gets the upstream's result, the upstream called once."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any
 
 import pytest
@@ -18,12 +17,6 @@ from tests.helpers import PASSWORD, requires_postgres
 pytestmark = [pytest.mark.e2e, requires_postgres(), pytest.mark.django_db(transaction=True)]
 
 
-def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    # Playwright's sync API keeps an event loop in the test's thread: the MCP client's runs elsewhere.
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(fn, *args, **kwargs).result()
-
-
 def test_a_call_held_for_an_mcp_client_is_approved_in_the_browser_and_runs_once(
     new_page, login, live_server: Any, gw, upstream, token, rita: User, wait_seconds
 ) -> None:
@@ -32,7 +25,7 @@ def test_a_call_held_for_an_mcp_client_is_approved_in_the_browser_and_runs_once(
     async def held(client: Any) -> Any:
         return await client.call_tool("web__delete_record", {"record_id": "beta"})
 
-    airlock = in_thread(mcp_session, url, token, held).structured_content["airlock"]
+    airlock = mcp_session(url, token, held).structured_content["airlock"]
     page, watch = new_page()
     login(page, "rita", PASSWORD)
     # The answer's link is AIRLOCK_BASE_URL's; the live server is at another port.
@@ -47,7 +40,7 @@ def test_a_call_held_for_an_mcp_client_is_approved_in_the_browser_and_runs_once(
     async def again(client: Any) -> Any:
         return [await client.call_tool("web__delete_record", {"record_id": "beta"}) for _ in range(2)]
 
-    results = in_thread(mcp_session, url, token, again, headers={"Airlock-Run": str(airlock["run_id"])})
+    results = mcp_session(url, token, again, headers={"Airlock-Run": str(airlock["run_id"])})
     assert [text(r) for r in results] == ["deleted beta", "deleted beta"]
     assert len(upstream.calls("delete_record")) == 1
     assert not watch.console_errors, watch.console_errors

@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents.actions import approval_decide
 from agents.models import Approval, GatewaySession, Run
-from tests.gateway.conftest import text
+from tests.gateway.conftest import run_async, text
 from tests.helpers import free_port, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def test_one_session_alternating_between_a_wsgi_and_an_asgi_process_is_one_run(
         finally:
             connection.close()  # this thread's own connection, or the test database stays in use
 
-    tools, read, held, done = anyio.run(session, decide)
+    tools, read, held, done = run_async(session, decide)
     assert "web__lookup" in tools and text(read) == "the first record"
     assert held.structured_content["airlock"]["status"] == "pending_approval"
     assert [text(r) for r in done] == ["deleted beta"] * 3

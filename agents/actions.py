@@ -17,7 +17,7 @@ from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
-from agents.engine.limits import LimitError
+from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.ops import telemetry
@@ -110,6 +110,8 @@ def _launch(
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")
     if not isinstance(task, str) or not task.strip():
         raise ActionError("invalid_task", "the task must be non-empty text")
+    if len(task) > TASK_MAX_CHARS:
+        raise ActionError("invalid_task", f"the task is {len(task):,} characters; at most {TASK_MAX_CHARS:,} are taken")
     if approver not in engine_policy.APPROVERS:
         raise ActionError("invalid_approver", f"approver must be one of {', '.join(engine_policy.APPROVERS)}")
     if profile.provider == "scripted":
@@ -119,6 +121,9 @@ def _launch(
             validate_script(script if script is not None else [])
         except ScriptError as exc:
             raise ActionError("invalid_script", str(exc)) from None
+        if not script:
+            # It could only fail with "script exhausted" at its first model call.
+            raise ActionError("invalid_script", "the scripted agent needs a script: a list of at least one decision")
     elif script is not None:
         raise ActionError("invalid_script", f"the {profile.name} agent takes no script")
     try:
@@ -130,13 +135,23 @@ def _launch(
     except engine_policy.PolicyError as exc:
         raise ActionError("invalid_policy", str(exc)) from None
     tools = profile.tools or None
-    if tools and any(name.endswith("__*") for name in tools):
+    launch_rules = [r for r in run_policy["rules"] if r.get("origin") == "launch"]
+    if launch_rules or (tools and any(name.endswith("__*") for name in tools)):
         from agents.tools import registry
 
+        offered = registry()
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
-        tools = registry().expand(tools)
+        tools = offered.expand(tools)
     if profile.provider == "external":
         tools = _with_client_tools(profile, tools)
+    if launch_rules:
+        from agents.tools import registry_for
+
+        try:
+            names = tools or registry_for(profile).names()
+            engine_policy.check_rule_tools(launch_rules, names, field="policy.rules")
+        except engine_policy.PolicyError as exc:
+            raise ActionError("invalid_policy", str(exc)) from None
     state = engine.new_run(
         "pending",
         limits=run_limits,
@@ -217,6 +232,7 @@ def approval_decide(
     remember: str | None = None,
     voter: str = "",
     args_hash: str | None = None,
+    via: str = "dashboard",
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -243,18 +259,16 @@ def approval_decide(
     `remember` ("call" or "tool", with approve) also grants the call that runs for the
     rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
     edit, which may raise the votes needed). `voter` names a vote cast without a user
-    (the evals replaying a saved run's votes).
+    (the evals replaying a saved run's votes). `via` says where the answer came from
+    (`Approval.CHANNELS`: dashboard, api, slack, email): kept on the vote, on the
+    approval it decides, and in the decision's transition.
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    allowed = decisions.allowed(approval.kind)
-    if decision not in allowed:
-        raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
-    if args is not None and decision != "approve":
-        raise ActionError("invalid_decision", "only an approval can change the arguments")
-    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
-        raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
+    refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
+    if refused is not None:
+        raise ActionError(*refused)
     if access.duties_separated(user, approval.run):
         raise ActionError(
             "separation_of_duties",
@@ -285,7 +299,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "already_voted")
         ApprovalVote.objects.create(
             approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            args=approval.edited_args, at=timezone.now(),
+            args=approval.edited_args, via=via, at=timezone.now(),
         )
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)
@@ -293,7 +307,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "voted")
         updated = Approval.objects.pending().filter(pk=approval_id).update(
             status=decisions.DECISION_STATUS[tally.decision], decision=tally.decision, decided_by=user,
-            decided_at=timezone.now(), note=note,
+            decided_at=timezone.now(), note=note, via=via,
         )
         if updated != 1:
             # Cannot happen while we hold the run's lock (every close of an approval
@@ -397,6 +411,33 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
             # A worker committed in between; cancel the state it left.
             run.refresh_from_db()
     raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)
+
+
+def run_hold(*, run_id: int, user: Any, reason: str) -> Run:
+    """Put a run on legal hold: the purge never touches it until it is released.
+    Holding a held run again replaces the reason (the latest word stands)."""
+    reason = " ".join((reason or "").split())[:500]
+    if not reason:
+        raise ActionError("invalid_hold", "a hold needs a reason")
+    # A conditional update: a purge batch that locked the row first wins, and the run
+    # is a tombstone by the time this runs (then there is nothing left to hold).
+    updated = Run.objects.filter(pk=run_id, purged_at__isnull=True).update(
+        hold_reason=reason, held_by=user if getattr(user, "pk", None) else None, held_at=timezone.now()
+    )
+    if updated != 1:
+        if not Run.objects.filter(pk=run_id).exists():
+            raise ActionError("not_found", f"no run {run_id}", status=404)
+        raise ActionError("purged", f"run {run_id} was already purged; its content is gone", status=409)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
+
+
+def run_release(*, run_id: int, user: Any) -> Run:
+    """Lift a run's own hold (a profile's hold is lifted on the profile). Releasing a
+    run that is not held answers with it unchanged."""
+    if not Run.objects.filter(pk=run_id).exists():
+        raise ActionError("not_found", f"no run {run_id}", status=404)
+    Run.objects.filter(pk=run_id).exclude(hold_reason="").update(hold_reason="", held_by=None, held_at=None)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
 
 
 def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:

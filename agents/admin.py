@@ -25,6 +25,8 @@ from agents.models import (
     McpServer,
     McpTool,
     NotificationPreference,
+    PurgeRecord,
+    SlackAction,
     Webhook,
 )
 from agents.notifications import delivery as notify
@@ -77,7 +79,28 @@ class AgentProfileAdmin(admin.ModelAdmin):
         ("Budget", {"fields": [
             "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
         ]}),
+        ("Retention", {
+            "fields": ["retention_days", "hold_reason"],
+            "description": "Finished runs' content is purged after the retention; a hold keeps every run. See docs/operations.md.",
+        }),
     ]
+
+
+@admin.register(PurgeRecord)
+class PurgeRecordAdmin(admin.ModelAdmin):
+    """The purges' audit trail: read-only, and never any content of the runs."""
+
+    list_display = ["started_at", "actor", "older_than_days", "agent", "runs", "bytes", "finished_at"]
+    readonly_fields = [f.name for f in PurgeRecord._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)
@@ -370,7 +393,24 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
-    list_display = ["user", "email_digest"]
-    list_filter = ["email_digest"]
-    search_fields = ["user__username"]
+    list_display = ["user", "email_digest", "email_each_call", "slack_member_id"]
+    list_filter = ["email_digest", "email_each_call"]
+    search_fields = ["user__username", "slack_member_id"]
     autocomplete_fields = ["user"]
+
+
+@admin.register(SlackAction)
+class SlackActionAdmin(admin.ModelAdmin):
+    """The log of Slack clicks: who clicked what, as whom, and what came of it. Read-only:
+    it is a record, written by agents.notifications.slack."""
+
+    list_display = ["created_at", "member_id", "user", "approval", "decision", "outcome"]
+    list_filter = ["decision"]
+    search_fields = ["member_id", "user__username", "outcome"]
+    exclude = ["response_url"]  # a capability to post into the channel: not shown
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -48,15 +48,14 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
-        remember=payload.remember, args_hash=payload.args_hash,
+        remember=payload.remember, args_hash=payload.args_hash, via="api",
     )
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:
         who = approval.decided_by.get_username() if approval.decided_by else "the system"
-        recorded = approval.decision or approval.status
         raise ActionError(
             "already_decided",
-            {"message": f"already {approval.status} ({recorded}) by {who}", "approval": plain(approval.to_dict())},
+            {"message": f"already {approval.status_text} by {who}", "approval": plain(approval.to_dict())},
             status=409,
         )
     if result.outcome == "already_voted":

@@ -9,6 +9,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictInt, StrictStr
 
 from agents.engine import decisions
+from agents.engine.limits import TASK_MAX_CHARS
 
 
 class Error(Schema):
@@ -33,7 +34,8 @@ class RunIn(Schema):
     agent: StrictStr = Field(
         ..., min_length=1, max_length=64, pattern=r"^[-a-zA-Z0-9_]+$", description="an agent profile's name"
     )
-    task: StrictStr = Field(..., max_length=100_000)
+    # The limit run_launch applies to the launch form too; here it is also in the schema.
+    task: StrictStr = Field(..., max_length=TASK_MAX_CHARS)
     limits: Limits | None = Field(None, description="each may only tighten the profile's")
     approver: Literal["human", "none"] = "human"
     script: list[dict[str, Any]] | None = Field(None, description="decisions for the scripted agent")
@@ -70,6 +72,7 @@ class VoteOut(Schema):
     decision: str
     note: str
     at: dt.datetime
+    via: str = Field("", description="where the vote came from: dashboard, api, slack or email")
 
 
 class ApprovalOut(Schema):
@@ -95,6 +98,7 @@ class ApprovalOut(Schema):
     decided_at: dt.datetime | None = None
     note: str
     expires_at: dt.datetime | None = None
+    via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
 
 
@@ -105,6 +109,17 @@ class GrantOut(Schema):
     by: str | None = None
     created_at: dt.datetime
     revoked_at: dt.datetime | None = None
+
+
+class HoldOut(Schema):
+    scope: str  # "run", or "profile" (every run of the profile is held)
+    reason: str
+    by: str | None = None
+    at: dt.datetime | None = None
+
+
+class HoldIn(Schema):
+    reason: str = ""
 
 
 class RunOut(Schema):
@@ -122,6 +137,8 @@ class RunOut(Schema):
     updated_at: dt.datetime
     pending_approval: ApprovalOut | None = None
     grants: list[GrantOut] = []
+    purged_at: dt.datetime | None = None
+    hold: HoldOut | None = None
 
 
 class TransitionOut(Schema):

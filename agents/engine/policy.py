@@ -8,7 +8,7 @@ arguments after its schema was validated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +26,7 @@ ON_EXPIRY = ("reject", "fail")
 HUMAN = "human"
 NO_APPROVER = "none"
 APPROVERS = (HUMAN, NO_APPROVER)
-RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason"})
+RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason", "step_up"})
 MAX_APPROVALS = 10
 MAX_DEPTH = 8
 MAX_PATTERN = 500
@@ -107,10 +107,30 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
             raise PolicyError(f"{field}.approvals", "only an ask rule takes approvals")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPROVALS:
             raise PolicyError(f"{field}.approvals", f"must be a whole number from 1 to {MAX_APPROVALS}")
+    if "step_up" in rule and (rule["step_up"] is not True and rule["step_up"] is not False or then != "ask"):
+        # An emailed link alone may not decide what this rule asks: the reviewer logs in.
+        raise PolicyError(f"{field}.step_up", "true or false, and only on an ask rule")
     if "when" in rule:
         validate_condition(rule["when"], field=f"{field}.when")
     # The reason reaches notifications as one line of theirs: one line, capped.
-    return {**{k: rule[k] for k in ("tool", "when", "then", "approvals") if k in rule}, "reason": one_line(reason)}
+    kept = ("tool", "when", "then", "approvals", "step_up")
+    return {**{k: rule[k] for k in kept if k in rule}, "reason": one_line(reason)}
+
+
+def check_rule_tools(rules: list[dict[str, Any]], offered: Iterable[str], *, field: str = "rules") -> None:
+    """PolicyError for the first rule naming a tool the agent is not offered: such a rule
+    could never match, and a reviewer relying on it would be protected by nothing.
+
+    `offered` holds tool names and `PREFIX__*` patterns (all of an MCP server's tools);
+    a rule for `"*"` names every tool."""
+    names = set(offered)
+    prefixes = tuple(n[:-1] for n in names if n.endswith("__*"))
+    for i, rule in enumerate(rules, 1):
+        tool = rule["tool"]
+        if tool == "*" or tool in names or (prefixes and tool.startswith(prefixes)):
+            continue
+        shown = ", ".join(sorted(names)) or "none"
+        raise PolicyError(f"{field}[{i}].tool", f"the agent has no tool named {tool!r} (its tools: {shown})")
 
 
 def _either(choices: tuple[str, ...]) -> str:

@@ -39,7 +39,12 @@ class ApprovalDict(TypedDict):
     decided_at: dt.datetime | None
     note: str
     expires_at: dt.datetime | None
+    via: str
     created_at: dt.datetime
+
+
+# Where a decision came from (the approval JSON's `via`, the timeline, metrics).
+CHANNELS = ("dashboard", "api", "slack", "email")
 
 
 class Approval(models.Model):
@@ -82,7 +87,12 @@ class Approval(models.Model):
     # other arguments).
     round = models.PositiveSmallIntegerField(default=0)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Where the deciding answer came from, of CHANNELS; "" while pending or when no
+    # person decided (an expiry, the run ended).
+    via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -109,6 +119,10 @@ class Approval(models.Model):
     def decided_label(self) -> str:
         return decisions.label(self.decision, self.status)
 
+    @property
+    def status_text(self) -> str:
+        return decisions.status_text(self.status, self.decision)
+
     @staticmethod
     def prefetch_people(approvals: list[Approval]) -> None:
         """Read who decided or edited `approvals` in one query, and only if one of them
@@ -132,7 +146,9 @@ class Approval(models.Model):
     @property
     def args_hash(self) -> str:
         """The hash a decision names to say it saw the call as it stands
-        (engine.decisions.stale_vote)."""
+        (engine.decisions.stale_vote); a purged run's approval keeps it stored."""
+        if self.args_sha256:
+            return self.args_sha256
         return fingerprints.args_hash(self.current_args)
 
     @property
@@ -185,6 +201,7 @@ class Approval(models.Model):
             "decided_at": self.decided_at,
             "note": self.note,
             "expires_at": self.expires_at,
+            "via": self.via,
             "created_at": self.created_at,
         }
 
@@ -203,6 +220,7 @@ class ApprovalVote(models.Model):
     # What this round was about: a reviewer's edited arguments, or null for the model's.
     # A later edit replaces the approval's `edited_args`; the record of this one stays.
     args = models.JSONField(null=True, blank=True)
+    via = models.CharField(max_length=10, blank=True, default="", db_default="", help_text="dashboard, api, slack or email")
     at = models.DateTimeField()
 
     class Meta:
@@ -211,7 +229,7 @@ class ApprovalVote(models.Model):
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at, "via": self.via}
 
 
 

@@ -115,6 +115,8 @@ def _decision(e: Entry, decision: dict[str, Any], tz: tzinfo) -> str:
         line += f" at {_time(e.approval.decided_at, tz)}"
     if decision["note"]:
         line += f": “{esc(decision['note'])}”"
+    if decision.get("via"):
+        line += f' <span class="via">(via {esc(decision["via"])})</span>'
     line += "</p>"
     grant = e.grant
     if grant:

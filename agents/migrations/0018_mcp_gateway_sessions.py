@@ -1,5 +1,4 @@
-# The MCP gateway's sessions (agents/models/gateway.py). It depends on both leaves the
-# external agents' migration and main's 0014 left, so it also joins the graph again.
+# The MCP gateway's sessions (agents/models/gateway.py).
 
 import django.db.models.deletion
 from django.conf import settings
@@ -9,8 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0013_external_agents'),
-        ('agents', '0014_operator_mcp_permissions'),
+        ('agents', '0017_retention'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0012_approval_pending_tool'),
+        ('agents', '0014_operator_mcp_permissions'),
     ]
 
     operations = [

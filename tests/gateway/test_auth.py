@@ -93,3 +93,23 @@ def test_airlock_run_continues_only_the_callers_own_run_of_that_profile(ext: Age
     accepted = post(Client(), "/mcp/ext/", INIT, token=lena_token, HTTP_AIRLOCK_RUN=str(hers.pk))
     assert accepted.status_code == 200
     assert GatewaySession.objects.get(session_id=accepted["Mcp-Session-Id"]).run == hers
+
+
+def test_a_session_launches_its_run_on_its_first_call_and_delete_finishes_it(ext: AgentProfile, lena: User) -> None:
+    _t, raw = token_create(user=lena)
+    sid = post(Client(), "/mcp/ext/", INIT, token=raw)["Mcp-Session-Id"]
+    post(Client(), "/mcp/ext/", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, token=raw, HTTP_MCP_SESSION_ID=sid)
+    assert not Run.objects.exists()  # listing tools launches nothing
+    called = post(Client(), "/mcp/ext/", {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                          "params": {"name": "echo", "arguments": {"text": "hi"}}},
+                  token=raw, HTTP_MCP_SESSION_ID=sid)
+    assert called.json()["result"]["content"][0]["text"] == "hi"
+    run = Run.objects.get()
+    assert run.created_by == lena and run.state == "planning"
+    closed = Client().delete("/mcp/ext/", HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_MCP_SESSION_ID=sid)
+    assert closed.status_code == 200
+    run.refresh_from_db()
+    assert run.state == "done"
+    again = post(Client(), "/mcp/ext/", {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, token=raw,
+                 HTTP_MCP_SESSION_ID=sid)
+    assert again.status_code == 404  # a closed session is gone: the client initializes anew

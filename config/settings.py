@@ -309,6 +309,13 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
+# -- the MCP gateway (/mcp/<profile>/, docs/gateway.md) ----------------------------------
+# How long a tools/call that needs a human waits for a decision before it answers
+# "pending_approval" (calling it again returns the outcome). Seconds, 0 to 60.
+AIRLOCK_GATEWAY_WAIT_SECONDS = env_float("AIRLOCK_GATEWAY_WAIT_SECONDS", 20.0)
+if not 0 <= AIRLOCK_GATEWAY_WAIT_SECONDS <= 60:
+    raise EnvError("AIRLOCK_GATEWAY_WAIT_SECONDS must be between 0 and 60 seconds")
+
 # -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
 AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")

@@ -7,12 +7,14 @@ mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
 ops.py         metric tallies, purge records
 external.py    ClientCall, the calls external agents proposed
+gateway.py     GatewaySession, which run an MCP session of the gateway drives
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
 from agents.models.approvals import Approval, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
 from agents.models.external import ClientCall
+from agents.models.gateway import GatewaySession
 from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
@@ -40,6 +42,7 @@ from agents.models.runs import (
 from agents.models.testing import LedgerEntry
 
 __all__ = [
+    "GatewaySession",
     "EVENT_TYPES",
     "AgentProfile",
     "AgentProfileQuerySet",

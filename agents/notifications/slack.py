@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
-from agents import access
+from agents import access, jsonsafe
 from agents.actions import ActionError, approval_decide
 from agents.engine.text import one_line
 from agents.models import Approval, NotificationPreference, SlackAction
@@ -81,11 +81,11 @@ def parse(body: bytes) -> Click:
     """The click in a `block_actions` payload (form field `payload`, JSON)."""
     try:
         form = urllib.parse.parse_qs(body.decode("utf-8"), strict_parsing=False)
-        payload = json.loads(form["payload"][0])
+        payload = jsonsafe.parse(form["payload"][0])  # the one parser of every door
         if payload.get("type") != "block_actions":
             raise BadInteraction(f"not a button click ({one_line(payload.get('type'))[:40]})")
         action = payload["actions"][0]
-        value = json.loads(action["value"])
+        value = jsonsafe.parse(action["value"])
         decision = action["action_id"]
         if decision not in ACTIONS:
             raise BadInteraction(f"not an Airlock button ({one_line(decision)[:40]})")

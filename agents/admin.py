@@ -34,12 +34,12 @@ from agents.models import (
 )
 from agents.notifications import delivery as notify
 from agents.runs import backtest as backtests
+from agents.tokens import token_issue
+from agents.tools.http import UrlRefused
 from agents.web.forms import SafeJSONField
 
 # Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
 SAFE_JSON = {models.JSONField: {"form_class": SafeJSONField}}
-from agents.tokens import token_issue
-from agents.tools.http import UrlRefused
 
 
 def _shown_once(request: HttpRequest, model_admin: admin.ModelAdmin, obj: Any, what: str, value: str,

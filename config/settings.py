@@ -396,8 +396,7 @@ else:
         "polling_interval": 0.1,
         "visibility_timeout": _VISIBILITY,
     }
-CELERY_RESULT_BACKEND = None
-CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY}
+CELERY_RESULT_BACKEND = None  # no results are kept, so no result transport options either
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

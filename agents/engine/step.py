@@ -603,7 +603,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
         t.to_state = AWAITING_APPROVAL
         return _move(new, AWAITING_APPROVAL, t)
     if verdict.no_approver:
-        t.approval = {**_approval_row(new, current, args, "policy", verdict.reason, spec, verdict), "status": "denied"}
+        t.approval = {**_approval_row(new, current, args, decisions.POLICY, verdict.reason, spec, verdict), "status": decisions.DENIED}
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)

@@ -45,7 +45,7 @@ def events_for(t: Move) -> tuple[Event, ...]:
         events.append(Event("approval.pending", "created"))
     if t.from_state == states.AWAITING_APPROVAL and "decision" in t.detail:
         events.append(Event("approval.decided", "current"))
-    if t.approval_close == "expired":
+    if t.approval_close == decisions.EXPIRED:
         # Only if a pending approval is there to close; the store's join decides.
         events.append(Event("approval.expired", "closed"))
     if t.to_state in states.TERMINAL:

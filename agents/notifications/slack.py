@@ -39,6 +39,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from agents import access, jsonsafe
 from agents.actions import ActionError, approval_decide
+from agents.engine import decisions
 from agents.engine.text import one_line
 from agents.models import Approval, NotificationPreference, SlackAction
 from agents.notifications.delivery import post, slack_escape
@@ -267,7 +268,7 @@ def ephemeral(text: str) -> dict[str, Any]:
 def decided_text(approval: Approval) -> str:
     who = approval.decided_by.get_username() if approval.decided_by else ""
     via = f" via {approval.via}" if approval.via else ""
-    if approval.status == "pending":
+    if approval.status == decisions.PENDING:
         return f"`{_e(approval.tool)}` on run {approval.run_id} waits for review"
     if who:
         return f"`{_e(approval.tool)}` on run {approval.run_id} was {_e(approval.status)} by {_e(who)}{via}"
@@ -312,7 +313,7 @@ def update_decided(*, limit: int = 100) -> int:
     rows = list(
         SlackAction.objects.filter(updated_message_at__isnull=True, created_at__gte=fresh)
         .exclude(response_url="")
-        .exclude(approval__status="pending")
+        .exclude(approval__status=decisions.PENDING)
         .exclude(approval=None)
         .order_by("-pk")[:limit]
     )

@@ -20,7 +20,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.engine import patch, policy
+from agents.engine import decisions, patch, policy
 from agents.engine.fingerprints import fingerprint
 from agents.engine.policy import PolicyError, Verdict
 from agents.engine.registry import Registry
@@ -200,12 +200,12 @@ class Report:
         answers = self.answers(cls)
         if answers:
             parts = []
-            for status in ("approved", "rejected", "expired", "pending"):
+            for status in (decisions.APPROVED, decisions.REJECTED, decisions.EXPIRED, decisions.PENDING):
                 ids = answers.get(status, [])
                 if not ids:
                     continue
                 part = f"{status} {len(ids)}"
-                if status == "rejected":
+                if status == decisions.REJECTED:
                     part += ": " + ", ".join(f"#{i}" for i in ids[:20]) + (" ..." if len(ids) > 20 else "")
                 parts.append(part)
             text += "; reviewers " + ", ".join(parts)
@@ -286,13 +286,13 @@ def agrees(shadow: str, outcome: str, recorded: str) -> bool | None:
     allow agrees with a call that ran (allowed, or approved by reviewers); deny with a
     call that did not (denied, rejected); ask with a call that was put to a human.
     """
-    if outcome in ("pending", "expired", ""):
+    if outcome in (decisions.PENDING, decisions.EXPIRED, ""):
         return None
     if shadow == "ask":
         return recorded == "ask"
     if shadow == "allow":
-        return outcome in ("allowed", "approved")
-    return outcome in ("denied", "rejected")
+        return outcome in ("allowed", decisions.APPROVED)
+    return outcome in (decisions.DENIED, decisions.REJECTED)
 
 
 def shadow_agreement(

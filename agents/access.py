@@ -68,6 +68,15 @@ def can_read_run(user: Any, run: Run) -> bool:
     return reads_all_runs(user) or (in_group(user, LAUNCHER) and run.created_by_id == user.pk)
 
 
+def can_drive(user: Any, run: Run) -> bool:
+    """Who may propose an external run's calls, report their results and finish it:
+    the launcher who started it (still a launcher), or a superuser. Reading a run is
+    not driving it: a reviewer who could approve a call must not also propose one."""
+    if not user.is_authenticated:
+        return False
+    return user.is_superuser or (run.created_by_id == user.pk and in_group(user, LAUNCHER))
+
+
 class RunHidden(Http404):
     """A run that exists but is not this user's to read. It is answered exactly like a
     run that does not exist (404, the same detail), so ids of others' runs leak nothing;

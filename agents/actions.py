@@ -135,6 +135,8 @@ def _launch(
 
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
         tools = registry().expand(tools)
+    if profile.provider == "external":
+        tools = _with_client_tools(profile, tools)
     state = engine.new_run(
         "pending",
         limits=run_limits,
@@ -160,6 +162,28 @@ def _launch(
         transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
     return run
+
+
+def _with_client_tools(profile: AgentProfile, tools: list[str] | None) -> list[str] | None:
+    """An external profile's tool list with its client tools, which must not take the
+    name of a registered tool (the client would think it runs its own, Airlock another)."""
+    from django.core.exceptions import ValidationError
+
+    from agents.tools import registry
+
+    try:
+        specs = profile.client_specs()
+    except ValidationError as exc:
+        raise ActionError("invalid_profile", "; ".join(exc.messages), status=409) from None
+    registered = registry()
+    taken = [s.name for s in specs if s.name in registered]
+    if taken:
+        raise ActionError(
+            "invalid_profile", f"client tool(s) named like registered tools: {', '.join(taken)}", status=409
+        )
+    if tools is None:
+        return None  # every registered tool, and the client tools with them
+    return [*tools, *(s.name for s in specs if s.name not in tools)]
 
 
 VoteOutcome = Literal["decided", "voted", "already_voted", "late"]
@@ -309,10 +333,10 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     The edited call meets the same checks as a proposed one (the tool's schema, then
     policy on these arguments); it may need more votes than the original, never fewer.
     """
-    from agents.tools import registry
+    from agents.tools import registry_for
 
     try:
-        verdict = engine.check_edit(state, registry([approval.tool]).get(approval.tool), args)
+        verdict = engine.check_edit(state, registry_for(approval.run.profile, [approval.tool]).get(approval.tool), args)
     except engine.EditRefused as exc:
         raise ActionError(exc.code, exc.detail, status=exc.status) from None
     approval.edited_args = args

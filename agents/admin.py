@@ -58,8 +58,9 @@ def _shown_once(request: HttpRequest, model_admin: admin.ModelAdmin, obj: Any, w
 
 @admin.register(AgentProfile)
 class AgentProfileAdmin(admin.ModelAdmin):
-    """Rules are validated on save by `AgentProfile.clean()`; an error names the rule
-    and the field (`rules[2].when.op: ...`). Runs keep the policy they launched with."""
+    """Rules and client tools are validated on save by `AgentProfile.clean()`; an error
+    names the rule or tool and the field (`rules[2].when.op: ...`, `client_tools[0].risk
+    ...`). Runs keep the policy they launched with."""
 
     formfield_overrides = SAFE_JSON
 
@@ -68,7 +69,7 @@ class AgentProfileAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "description", "provider", "model_name", "system_prompt"]}),
         ("Model endpoint", {"fields": ["base_url", "api_key_env", "context_tokens"]}),
-        ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools"]}),
+        ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools", "client_tools"]}),
         ("Policy", {
             "fields": ["rules", "irreversible_approvals", "separate_duties", "approval_timeout_seconds", "on_expiry"],
             "description": "Argument rules, first match wins; see docs/policy.md.",

@@ -196,3 +196,19 @@ class Api:
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.request("POST", path, body, **kw)
+
+
+# A client tool: the agent's own code writes to its CRM; Airlock decides and records.
+CRM_UPDATE = {
+    "name": "crm_update",
+    "description": "Update a customer's record in the team's CRM",
+    "schema": {
+        "type": "object",
+        "properties": {"customer": {"type": "string"}, "note": {"type": "string"}},
+        "required": ["customer", "note"],
+        "additionalProperties": False,
+    },
+    "risk": "write",
+    "returns": "internal",
+    "retry_safety": "unsafe",
+}

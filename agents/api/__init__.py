@@ -3,7 +3,8 @@
 Every endpoint is a thin shell: authenticate (`auth`: session with CSRF, or a bearer
 token), check the role with `agents.access`, call one action from `agents.actions`,
 render JSON (`schemas`). Every refusal is `{"error": code, "detail": ...}` with a 4xx
-status, never HTML (`errors`). The endpoints live in `runs` and `approvals`.
+status, never HTML (`errors`). The endpoints live in `runs`, `approvals` and
+`external` (the decision API of external agents).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.operation import Operation
 
-from agents.api import approvals, errors, runs
+from agents.api import approvals, errors, external, runs
 from agents.api.auth import SessionAuth, StrictJsonParser, TokenAuth, docs_access
 
 
@@ -41,6 +42,7 @@ api = AirlockAPI(
 errors.register(api)
 api.add_router("", runs.router)
 api.add_router("", approvals.router)
+api.add_router("", external.router)
 
 
 def _json_405(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

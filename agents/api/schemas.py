@@ -145,3 +145,44 @@ class RunPage(Schema):
 class ApprovalPage(Schema):
     items: list[ApprovalOut]
     next: str | None = Field(None, description="the cursor of the next page (`?after=`), or null on the last")
+
+
+class CallIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    tool: StrictStr = Field(..., min_length=1, max_length=100, description="a tool the run's profile offers")
+    # Any: the tool's schema checks it, and a bad call is recorded (400 invalid_arguments).
+    args: Any = Field(default_factory=dict, description="the call's arguments, checked against the tool's schema")
+    usage: dict[str, Any] | None = Field(
+        None, description="tokens the agent's model spent deciding this call: input_tokens, output_tokens"
+    )
+
+
+class CallOut(Schema):
+    key: str
+    tool: str
+    args: Any = None
+    verdict: Literal["allow", "ask", "deny"]
+    reason: str
+    rule: dict[str, Any] | None = None
+    approval: ApprovalOut | None = None
+    status: Literal["pending", "approved", "running", "succeeded", "failed", "rejected", "expired", "denied"]
+    result: Any = None
+    edited: bool = Field(..., description="a reviewer changed the arguments: run the call with `args`")
+    note: str = Field(..., description="the reviewer's note, if any")
+    client_tool: bool = Field(..., description="the client runs this tool and reports its result")
+    run_state: str
+
+
+class ReportIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ok: bool = Field(..., description="whether the client's tool succeeded")
+    output: Any = Field(None, description="the tool's output (or, with ok false, what went wrong)")
+
+
+class FinishIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    answer: StrictStr = Field(..., max_length=1_000_000)
+    usage: dict[str, Any] | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,6 +53,9 @@ class ToolSpec:
     retry_safety: RetrySafety
     func: Callable[[dict[str, Any], ToolContext], Any] = field(compare=False)
     timeout: float = 30.0
+    # A client tool (an external profile's `client_tools`): the client runs it and
+    # reports the result; Airlock never calls `func` (see `client_tool_specs`).
+    client: bool = False
 
     def __post_init__(self) -> None:
         assert self.risk in ("read", "write", "irreversible"), self.risk
@@ -87,6 +91,68 @@ def _check_schema(text: str) -> None:
     """schemas.SchemaRefused unless every validator built from the schema is safe to run
     (no retrieval, RE2 patterns, no ref cycles: engine/schemas.py); cached per schema."""
     schemas.check(text)
+
+
+CLIENT_TOOL_KEYS = ("name", "description", "schema", "risk", "returns", "retry_safety")
+CLIENT_TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+
+
+class ClientToolError(ValueError):
+    """An external profile's `client_tools` that do not have the documented shape."""
+
+
+def _runs_in_client(args: dict[str, Any], ctx: ToolContext) -> Any:
+    raise ToolError("client_tool", "this tool runs in the client, which reports its result")
+
+
+def client_tool_specs(data: Any) -> list[ToolSpec]:
+    """An external profile's client tools as specs, or ClientToolError naming the entry
+    and what is wrong with it. Each is `{"name", "description", "schema", "risk",
+    "returns", "retry_safety"}` with the values ToolSpec takes; names are plain (no
+    `__`, which is the MCP servers' namespace) and distinct."""
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ClientToolError(f"client_tools must be a list of tool objects, not {type(data).__name__}")
+    specs: list[ToolSpec] = []
+    for i, item in enumerate(data):
+        where = f"client_tools[{i}]"
+        if not isinstance(item, dict):
+            raise ClientToolError(f"{where} must be an object, not {type(item).__name__}")
+        missing = [k for k in CLIENT_TOOL_KEYS if k not in item]
+        if missing:
+            raise ClientToolError(f"{where} lacks {', '.join(missing)}")
+        unknown = sorted(set(item) - set(CLIENT_TOOL_KEYS))
+        if unknown:
+            raise ClientToolError(f"{where} has unknown key(s) {', '.join(unknown)}")
+        name = item["name"]
+        if not isinstance(name, str) or not CLIENT_TOOL_NAME.match(name) or "__" in name:
+            raise ClientToolError(
+                f"{where}.name must be letters, digits, _ or - (starting with a letter, no '__'), not {name!r}"
+            )
+        if any(s.name == name for s in specs):
+            raise ClientToolError(f"{where}.name {name!r} is declared twice")
+        if not isinstance(item["description"], str):
+            raise ClientToolError(f"{where}.description must be text")
+        for key, allowed in (
+            ("risk", ("read", "write", "irreversible")),
+            ("returns", ("internal", "external")),
+            ("retry_safety", ("safe", "unsafe")),
+        ):
+            if item[key] not in allowed:
+                raise ClientToolError(f"{where}.{key} must be one of {', '.join(allowed)}, not {item[key]!r}")
+        schema = item["schema"]
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            raise ClientToolError(f'{where}.schema must be a JSON Schema object with "type": "object"')
+        try:
+            spec = ToolSpec(
+                name=name, description=item["description"], schema=schema, risk=item["risk"],
+                returns=item["returns"], retry_safety=item["retry_safety"], func=_runs_in_client, client=True,
+            )
+        except jsonschema.SchemaError as exc:
+            raise ClientToolError(f"{where}.schema is not a valid JSON Schema: {exc.message}") from None
+        specs.append(spec)
+    return specs
 
 
 class Registry:

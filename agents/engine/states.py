@@ -14,6 +14,9 @@ STATES: tuple[str, ...] = (QUEUED, PLANNING, ACTING, AWAITING_APPROVAL, DONE, FA
 TERMINAL: frozenset[str] = frozenset({DONE, FAILED, CANCELLED})
 ACTIVE: frozenset[str] = frozenset(STATES) - TERMINAL
 
+# An external agent's run (docs/gateway.md) takes these same edges: its client's
+# proposal is the model's decision, a client tool's report the tool result, its finish
+# the final answer. It rests in planning or acting (step() returns None) meanwhile.
 EDGES: frozenset[tuple[str, str]] = frozenset(
     {
         (QUEUED, PLANNING),  # a worker picks the run up

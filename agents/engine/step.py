@@ -424,7 +424,7 @@ def _compact(state: RunState, deps: Deps) -> Outcome | None:
     return _move(new, PLANNING, Move(PLANNING, PLANNING, "compact", detail))
 
 
-def _call_model(state: RunState, deps: Deps) -> Outcome:
+def _call_model(state: RunState, deps: Deps) -> Outcome | None:
     specs = _offered(state, deps)
     started = time.monotonic()
     prompt = context.prompt(state.messages, state.folded_before or 0)
@@ -433,6 +433,8 @@ def _call_model(state: RunState, deps: Deps) -> Outcome:
         decision = deps.model.decide(request)
     except ModelError as exc:
         return fail(state, f"model error: {exc}")
+    if decision is None:
+        return None  # an external agent's client has not proposed anything: the run rests
     duration = int((time.monotonic() - started) * 1000)
     new = state.copy()
     new.steps += 1
@@ -548,6 +550,9 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
     verdict = _verdict(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
+    if spec.client:
+        # The client runs it: the run rests in acting until `report` brings the result.
+        current["client"] = True
     if verdict.action == "allow":
         new.current_call = current
         t.intent = _intent(new, current, args)
@@ -659,6 +664,8 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
     if spec is None:
         outcome = ToolOutcome(ok=False, error="unknown_tool", detail=f"{call['tool']} is no longer registered")
         return _record(state, call, spec, outcome)
+    if spec.client:
+        return None  # the client runs it and reports the result (`report`): nothing to do here
     if entry is not None and entry.status == "started" and spec.retry_safety == "unsafe":
         # An earlier attempt began and never recorded a result: it may have happened.
         return _outcome_unknown(state, call, spec, f"{call['tool']} was interrupted")
@@ -671,6 +678,15 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
         # The tool failed after its request left (a server died mid-call): the journal
         # entry stays `started`, exactly as after a crash of our own.
         return _outcome_unknown(state, call, spec, f"{call['tool']} failed mid-call ({outcome.detail})")
+    return _record(state, call, spec, outcome)
+
+
+def report(state: RunState, spec: ToolSpec | None, outcome: ToolOutcome) -> Outcome:
+    """The client's result of the client tool the run is acting on: recorded as if a
+    tool runner had returned it (acting -> planning, the journal's result, taint)."""
+    call = state.current_call
+    if state.state != ACTING or not call or not call.get("client"):
+        raise ValueError("the run is not waiting for a client tool's result")
     return _record(state, call, spec, outcome)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.engine.protocols import Decision, ModelClient, ModelError, ModelRequest
 
-from . import anthropic, demo, openai, scripted
+from . import anthropic, demo, external, openai, scripted
 
 
 def clients() -> dict[str, Callable[[Any, Any], ModelClient]]:
@@ -17,6 +17,7 @@ def clients() -> dict[str, Callable[[Any, Any], ModelClient]]:
         "demo": demo.make_client,
         "openai": openai.make_client,
         "anthropic": anthropic.make_client,
+        "external": external.make_client,
     }
 
 

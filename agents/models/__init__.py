@@ -6,11 +6,13 @@ notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
 ops.py         metric tallies
+external.py    ClientCall, the calls external agents proposed
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
 from agents.models.approvals import Approval, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
+from agents.models.external import ClientCall
 from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
@@ -45,6 +47,7 @@ __all__ = [
     "ApprovalDict",
     "ApprovalQuerySet",
     "ApprovalVote",
+    "ClientCall",
     "Delivery",
     "DeliveryAttempt",
     "DigestEntry",

@@ -18,6 +18,7 @@ from django.db.models.functions import Cast
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
+from agents.engine.registry import ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.runs import rows
@@ -34,7 +35,9 @@ class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
 
 
 class AgentProfile(models.Model):
-    PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic")]
+    # "external": the run's decisions come from a client through the decision API
+    # (agents/external.py), not from a model Airlock calls.
+    PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic", "external")]
 
     name = models.SlugField(max_length=64, unique=True)
     description = models.TextField(blank=True)
@@ -78,6 +81,12 @@ class AgentProfile(models.Model):
     )
     ON_EXPIRY = [(v, v) for v in engine_policy.ON_EXPIRY]
     on_expiry = models.CharField(max_length=10, choices=ON_EXPIRY, default="reject")
+    # An external profile's tools that run in the client's process (docs/gateway.md).
+    client_tools = models.JSONField(
+        default=list, blank=True,
+        help_text='external profiles: tools the client runs, [{"name", "description", "schema", "risk", '
+        '"returns", "retry_safety"}] with the values built-in tools declare',
+    )
 
     objects = AgentProfileQuerySet.as_manager()
 
@@ -92,6 +101,24 @@ class AgentProfile(models.Model):
         except engine_policy.PolicyError as exc:
             name = exc.field.split("[")[0].split(".")[0]
             raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
+        self.client_specs()
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Client tools are checked on every save, not only in the admin's form: a
+        # profile written by a script or a migration with a broken tool would make
+        # each of its runs fail at its first proposal instead.
+        self.client_specs()
+        super().save(*args, **kwargs)
+
+    def client_specs(self) -> list[ToolSpec]:
+        """The profile's client tools as specs; ValidationError naming the bad entry.
+        Only an external profile may declare any."""
+        if self.client_tools and self.provider != "external":
+            raise ValidationError({"client_tools": "only an external profile has client tools"})
+        try:
+            return client_tool_specs(self.client_tools)
+        except ClientToolError as exc:
+            raise ValidationError({"client_tools": str(exc)}) from None
 
     def policy_fields(self) -> dict[str, Any]:
         """The profile's policy, as `engine.policy.snapshot` takes it."""

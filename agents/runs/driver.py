@@ -25,7 +25,7 @@ from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
-from agents.runs import statement
+from agents.runs import statement, store
 from agents.runs.store import ADVANCING, StaleRun, commit, lease_free, load, read_run
 
 log = logging.getLogger("airlock.store")
@@ -166,12 +166,13 @@ def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
     """`tools`: the run's snapshotted tool names (None: all), so a drive builds only the
     MCP tools its run may call."""
     from agents.llm import client_for
-    from agents.tools import registry
+    from agents.tools import registry_for
 
     model = client_for(run.profile, run)
     return Deps(
         model=ReleasingModel(model) if getattr(model, "waits", True) else model,
-        registry=registry(tools),
+        # With an external profile's client tools: the engine rests on them, never runs them.
+        registry=registry_for(run.profile, tools),
         journal=StoreJournal(run),
         runner=DjangoRunner(),
     )
@@ -237,6 +238,7 @@ def unattended_runs(now: dt.datetime, limit: int) -> list[int]:
     """Runs a worker should advance and nobody is advancing, the longest idle first."""
     return list(
         Run.objects.filter(state__in=ADVANCING)
+        .exclude(store.waits_for_client_q())
         .filter(_unattended(now))
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]

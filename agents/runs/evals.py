@@ -35,19 +35,20 @@ from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.protocols import Deps, ThreadRunner
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
-from agents.runs import driver
+from agents.runs import driver, store
 
 RISKY = ("write", "irreversible")
 
 
 def run_settle(run_id: int, *, timeout: float = 60.0, deps: Callable[[Run], Deps] | None = None) -> Run:
-    """Drive the run in this process until it rests (done, failed, cancelled, or waiting
-    for a human). If a worker holds its lease, `drive` returns at once: poll until the
-    worker lets it rest, bounded by `timeout`."""
+    """Drive the run in this process until it rests (done, failed, cancelled, waiting
+    for a human, or an external run waiting for its client). If a worker holds its
+    lease, `drive` returns at once: poll until the worker lets it rest, bounded by
+    `timeout`."""
     give_up = time.monotonic() + timeout
     while True:
         run = driver.drive(run_id, deps=deps)
-        if run.state in states.TERMINAL or run.state == states.AWAITING_APPROVAL:
+        if run.state in states.TERMINAL or run.state == states.AWAITING_APPROVAL or store.waits_for_client(run):
             return run
         if time.monotonic() > give_up:
             return run

@@ -31,6 +31,23 @@ Events = tuple[outbox.Event, ...]
 ADVANCING = (states.QUEUED, states.PLANNING, states.ACTING)
 
 
+def waits_for_client(run: Run) -> bool:
+    """An external agent's run resting while its client thinks (planning) or runs one
+    of its client tools (acting): only the client's next request moves it, so no worker
+    advances it (the sweeper still fails it at its deadline)."""
+    if run.profile.provider != "external":
+        return False
+    return run.state == states.PLANNING or (
+        run.state == states.ACTING and bool(((run.engine or {}).get("current_call") or {}).get("client"))
+    )
+
+
+def waits_for_client_q() -> Q:
+    """`waits_for_client` as a filter, for the sweeper's search for idle runs."""
+    external = Q(profile__provider="external")
+    return external & (Q(state=states.PLANNING) | Q(state=states.ACTING, engine__current_call__client=True))
+
+
 class StaleRun(Exception):
     """Someone else committed a transition of this run first."""
 

@@ -29,7 +29,7 @@ def advance(run_id: int, *, redelivered: bool) -> None:
        run takes its turn behind the others instead of holding a worker.
     """
     current = store.read_run(run_id)
-    if current is None or current.state not in store.ADVANCING:
+    if current is None or current.state not in store.ADVANCING or store.waits_for_client(current):
         state = None if current is None else current.state
         log.info("advance_run run=%s no-op: state=%s redelivered=%s", run_id, state, redelivered)
         return
@@ -50,7 +50,7 @@ def advance(run_id: int, *, redelivered: bool) -> None:
         )
         return
     log.info("advance_run run=%s state=%s seq=%s lease=%s", run.pk, run.state, run.version, run.lease_owner or "-")
-    if run.state in store.ADVANCING and run.lease_owner is None:
+    if run.state in store.ADVANCING and run.lease_owner is None and not store.waits_for_client(run):
         broker.wake_run(run_id)
 
 

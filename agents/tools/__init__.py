@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Collection
+from typing import Any
 
 from django.conf import settings
 
@@ -38,4 +39,15 @@ def registry(tools: Collection[str] | None = None) -> Registry:
     for spec in mcp.specs(tools):
         # `NAME__tool` cannot collide with a built-in name, which has no `__`.
         reg.add(spec)
+    return reg
+
+
+def registry_for(profile: Any, tools: Collection[str] | None = None) -> Registry:
+    """registry(tools) with the profile's client tools (an external profile's `client_tools`).
+    A launch refuses a client tool named like a registered one, so a name means one
+    tool; were one added since, the registered tool keeps the name."""
+    reg = registry(tools)
+    for spec in profile.client_specs():
+        if spec.name not in reg:
+            reg.add(spec)
     return reg

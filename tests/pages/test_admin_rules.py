@@ -27,7 +27,7 @@ def form(profile: AgentProfile, rules: Any) -> dict[str, Any]:
         "irreversible_approvals": "1", "separate_duties": "on", "approval_timeout_seconds": "",
         "on_expiry": "reject", "limits": "{}", "price_input_micros": "0", "price_output_micros": "0",
         "price_cached_input_micros": "", "price_cache_write_micros": "", "base_url": "", "api_key_env": "",
-        "context_tokens": "",
+        "context_tokens": "", "client_tools": "[]",
     }
 
 
@@ -65,3 +65,13 @@ def test_a_bad_rule_is_refused_with_a_readable_error(admin_client: Client, rules
     response = admin_client.post(f"/admin/agents/agentprofile/{demo.pk}/change/", form(demo, rules))
     assert response.status_code == 200 and message in response.content.decode()
     assert AgentProfile.objects.get(pk=demo.pk).rules == before
+
+
+def test_a_bad_client_tool_is_refused_with_a_readable_error(admin_client: Client) -> None:
+    profile = AgentProfile.objects.create(name="ext", provider="external")
+    data = {**form(profile, []), "client_tools": json.dumps([{"name": "crm_update", "description": "x",
+            "schema": {"type": "object"}, "risk": "dangerous", "returns": "internal", "retry_safety": "safe"}])}
+    response = admin_client.post(f"/admin/agents/agentprofile/{profile.pk}/change/", data)
+    assert response.status_code == 200
+    assert "client_tools[0].risk must be one of read, write, irreversible" in response.content.decode()
+    assert AgentProfile.objects.get(pk=profile.pk).client_tools == []

@@ -11,6 +11,7 @@ from agents import jsonsafe
 from agents.actions import ActionError, run_launch
 from agents.engine import policy as engine_policy
 from agents.models import Run
+from agents.runs import store
 from agents.runs.evals import run_settle
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 1, "awaiting_approval": 2}
@@ -19,7 +20,8 @@ EXIT = {"done": 0, "failed": 1, "cancelled": 1, "awaiting_approval": 2}
 class Command(BaseCommand):
     help = (
         "Launch a run. With --wait, follow it (driving it in this process when no worker "
-        "has it) and exit 0 when done, 1 when failed or cancelled, 2 when it waits for approval."
+        "has it) and exit 0 when done, 1 when failed or cancelled, 2 when it waits for approval, "
+        "3 when an external run waits for its client."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -79,4 +81,4 @@ class Command(BaseCommand):
                 line += f": {run.error}"
             self.stdout.write(line)
         if o["wait"]:
-            raise SystemExit(EXIT.get(run.state, 1))
+            raise SystemExit(3 if store.waits_for_client(run) else EXIT.get(run.state, 1))

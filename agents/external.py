@@ -1,0 +1,369 @@
+"""External agents: runs whose decisions come from a client through the decision API
+(docs/gateway.md), not from a model Airlock calls. The functions the API and the MCP
+gateway share: `call_propose`, `call_status`, `call_wait`, `call_report`, `run_finish`.
+
+A proposed call is a model decision given from outside (`llm.external.ExternalClient`),
+so it takes the engine's own path, `step()`: validation, budgets, repeats, policy with
+rules, taint and grants, approvals, the journal. One call at a time: the run is locked
+(`SELECT ... FOR UPDATE`) while a proposal or a report is judged and committed, and
+no tool runs inside that lock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from agents import access, broker
+from agents.actions import ActionError, actor_name
+from agents.engine import states
+from agents.engine import step as engine
+from agents.engine.fingerprints import fingerprint, idempotency_key
+from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
+from agents.llm.external import ExternalClient
+from agents.models import Approval, ClientCall, Run, ToolCall
+from agents.runs import driver, sanitize, store
+
+# What a call can be, as `call_status` answers:
+PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
+APPROVED = "approved"  # a client tool the client may run now, with the answer's `args`
+RUNNING = "running"  # Airlock runs it (a registry tool), or is about to
+SUCCEEDED = "succeeded"  # the result is in `result`
+FAILED = "failed"  # it ran and failed: `result` says how
+REJECTED = "rejected"  # a reviewer said no: `note` says why
+EXPIRED = "expired"  # nobody answered in time, or the run ended before it ran
+DENIED = "denied"  # policy refused it: `reason` says why
+STATUSES = (PENDING, APPROVED, RUNNING, SUCCEEDED, FAILED, REJECTED, EXPIRED, DENIED)
+# The statuses a long poll waits through: the client has nothing to do in them.
+WAITING = frozenset({PENDING, RUNNING})
+MAX_WAIT_SECONDS = 30.0
+POLL_SECONDS = 0.2
+
+
+@dataclass
+class CallAnswer:
+    """A proposed call and what became of it, as the API answers."""
+
+    key: str
+    tool: str
+    args: Any
+    verdict: str
+    reason: str
+    rule: dict[str, Any] | None
+    approval: dict[str, Any] | None
+    status: str
+    result: Any
+    edited: bool
+    note: str
+    client: bool
+    run_state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "tool": self.tool, "args": self.args, "verdict": self.verdict, "reason": self.reason,
+            "rule": self.rule, "approval": self.approval, "status": self.status, "result": self.result,
+            "edited": self.edited, "note": self.note, "client_tool": self.client, "run_state": self.run_state,
+        }
+
+
+def parse_usage(raw: Any) -> Usage | None:
+    """A client's `usage` ({"input_tokens", "output_tokens", "cached_input_tokens"?,
+    "cache_write_tokens"?}, whole numbers), or None when it sent none."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ActionError("invalid_usage", "usage must be an object with input_tokens and output_tokens")
+    names = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_tokens")
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        raise ActionError("invalid_usage", f"unknown usage key(s): {', '.join(unknown)}")
+    values = [raw.get(n, 0) for n in names]
+    if any(n not in raw for n in names[:2]) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53 for v in values
+    ):
+        raise ActionError("invalid_usage", "usage needs whole, non-negative input_tokens and output_tokens")
+    if values[2] + values[3] > values[0]:
+        raise ActionError("invalid_usage", "cached tokens are part of input_tokens and cannot exceed it")
+    return Usage(*values)
+
+
+def _driven_run(run_id: int, user: Any) -> Run:
+    """The external run `user` may drive: 404 for a run they may not read (as every
+    read answers), 403 for one they may read but did not launch, 409 for a run whose
+    profile is not external."""
+    run = access.readable_run(user, run_id)
+    if not access.can_drive(user, run):
+        raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
+    if run.profile.provider != "external":
+        raise ActionError("not_external", f"run {run_id} is driven by its {run.profile.provider} model, not a client",
+                          status=409)
+    return run
+
+
+def _locked(run_id: int) -> Run:
+    # Every proposal, report and finish of a run queues here, and so does a reviewer's
+    # decision (actions.approval_decide locks the same row): each sees the last one's commit.
+    return Run.objects.select_for_update().select_related("profile").get(pk=run_id)
+
+
+def _ended(run: Run) -> ActionError:
+    return ActionError("run_ended", {"state": run.state, "error": run.error, "answer": run.answer}, status=409)
+
+
+def _deps(run: Run, decision: Decision | None) -> tuple[Deps, ExternalClient]:
+    from agents.tools import registry_for
+
+    client = ExternalClient(decision)
+    return Deps(model=client, registry=registry_for(run.profile), journal=driver.StoreJournal(run)), client
+
+
+def _step_decision(
+    run: Run, state: engine.RunState, user: Any, decision: Decision
+) -> tuple[engine.RunState, engine.Move | None]:
+    """Step the locked run from `state` until the client's decision is taken (or the
+    run ends): a queued run is picked up first, a run over its context budget folds
+    first. Returns the state after and the transition that took the decision (None if
+    none did)."""
+    deps, client = _deps(run, decision)
+    for _ in range(4):
+        outcome = engine.step(state, deps)
+        if outcome is None:
+            break
+        after, t = outcome
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user))
+        except store.StaleRun:
+            # Cannot happen while we hold the run's lock (every commit of a run updates
+            # that row); should a change make it possible, the client retries, no 500.
+            raise ActionError("busy", f"run {run.pk} moved meanwhile; try again", status=409) from None
+        state = after
+        if client.decision is None and t.kind == "model":
+            return state, t
+        if state.state in states.TERMINAL:
+            break
+    return state, None
+
+
+def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None) -> CallAnswer:
+    """Propose one call of an external run; what policy made of it and, for a
+    registry tool that was allowed, its result.
+
+    1. Refuse who may not drive the run, bad usage, a tool name that is not text.
+    2. Lock the run. An identical call (same tool, same canonical arguments) proposed
+       before in this run answers with that call, whatever became of it: a retry never
+       runs anything twice. A run that ended: 409 run_ended.
+    3. A different call while one waits (for a reviewer, for the client's report, for
+       Airlock's tool): 409 call_pending, with that call.
+    4. Step the engine with the call as the model's decision: one transition, the
+       proposal's record (`ClientCall`) in the same commit. Invalid arguments or an
+       unknown tool are recorded as a model's bad call would be, then answered 400.
+    5. Outside the lock: an allowed registry tool runs now (the driver, under the
+       run's lease, with its journal), and the answer carries its result.
+    """
+    run = _driven_run(run_id, user)
+    parsed_usage = parse_usage(usage)
+    if not isinstance(tool, str) or not tool or len(tool) > 100:
+        raise ActionError("invalid_call", "tool must be a tool's name")
+    args = sanitize.clean(args if args is not None else {})
+    fp = fingerprint(tool, args)
+    invalid = None
+    with transaction.atomic():
+        run = _locked(run.pk)
+        same = _identical(run, fp)
+        if same is not None:
+            return _answer(same, run)
+        if run.state in states.TERMINAL:
+            raise _ended(run)
+        state = store.load(run)
+        if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
+            raise ActionError("call_pending", _waiting_detail(run, state), status=409)
+        call_id = f"ext_{state.model_calls}"
+        decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
+        after, t = _step_decision(run, state, user, decision)
+        proposed = None
+        if t is not None and "invalid" in t.detail:
+            invalid = t.detail["invalid"]
+        elif t is not None and "verdict" in t.detail:
+            verdict = t.detail["verdict"]
+            current = after.current_call if after.current_call and after.current_call["id"] == call_id else None
+            proposed = ClientCall.objects.create(
+                run=run, call_id=call_id, fingerprint=fp, tool=tool, args=args,
+                key=current["key"] if current else idempotency_key(run.pk, after.steps, tool, args),
+                client=bool(current and current.get("client")), verdict=verdict["action"],
+                reason=verdict.get("reason", ""), rule=verdict.get("rule"),
+            )
+    if invalid is not None:
+        raise ActionError(invalid["error"], invalid["detail"], status=400)
+    if after.state in states.TERMINAL:
+        raise _ended(run)
+    if proposed is None:  # the engine took no decision (cannot happen in planning): say so, not 500
+        raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
+    if after.state == states.ACTING and not proposed.client:
+        run = driver.drive(run.pk)
+        if run.state == states.ACTING and run.lease_owner is None:
+            # A worker held the lease when we tried (and may have let go before seeing
+            # the call): wake one rather than wait for the sweeper's idle check.
+            broker.wake_run(run.pk)
+    return _answer(proposed, run)
+
+
+def _identical(run: Run, fp: str) -> ClientCall | None:
+    """The run's earlier call identical to this one: proposed as such, or the call a
+    reviewer's edit turned into this one (its journal entry has the fingerprint)."""
+    edited_into = ToolCall.objects.filter(run=run, fingerprint=fp).values("call_id")
+    return (
+        ClientCall.objects.filter(run=run)
+        .filter(Q(fingerprint=fp) | Q(call_id__in=edited_into))
+        .order_by("-pk").first()
+    )
+
+
+def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
+    current = state.current_call or {}
+    waiting = ClientCall.objects.filter(run=run, call_id=current.get("id", "")).first()
+    detail: dict[str, Any] = {"message": "a call of this run is waiting; one call at a time", "state": state.state}
+    if waiting is not None:
+        detail["call"] = _answer(waiting, run).to_dict()
+    return detail
+
+
+def _answer(call: ClientCall, run: Run) -> CallAnswer:
+    """What became of `call`, read from the engine's rows: its approval (the newest,
+    for this call) and its journal entry."""
+    approval = None
+    if not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
+        approval = (
+            Approval.objects.select_related("decided_by").prefetch_related("votes")
+            .filter(run_id=call.run_id, call_id=call.call_id).order_by("-pk").first()
+        )
+    journal = (
+        ToolCall.objects.filter(run_id=call.run_id, call_id=call.call_id)
+        .order_by("-pk").values("status", "result", "args").first()
+    )
+    result = None
+    if approval is not None and approval.status == Approval.Status.PENDING:
+        status = PENDING
+    elif journal is not None:
+        status = {
+            "intended": APPROVED if call.client else RUNNING, "started": RUNNING,
+            "succeeded": SUCCEEDED, "failed": FAILED,
+        }[journal["status"]]
+        result = journal["result"]
+    elif approval is not None:
+        status = {"rejected": REJECTED, "expired": EXPIRED, "denied": DENIED}.get(approval.status, PENDING)
+    else:
+        status = DENIED if call.verdict == "deny" else PENDING
+    if status in (PENDING, APPROVED, RUNNING) and run.state in states.TERMINAL:
+        status = EXPIRED  # the run ended first: this call will never run (or finish)
+    edited = approval is not None and approval.edited_args is not None
+    args = approval.edited_args if edited else call.args
+    return CallAnswer(
+        key=call.key, tool=call.tool, args=args, verdict=call.verdict, reason=call.reason, rule=call.rule,
+        approval=_plain(approval.to_dict()) if approval is not None else None, status=status, result=result,
+        edited=edited, note=approval.note if approval is not None else "", client=call.client, run_state=run.state,
+    )
+
+
+def _plain(data: Any) -> Any:
+    # Datetimes as the API writes them, so the answer is JSON however it is sent.
+    return json.loads(json.dumps(data, default=lambda v: v.isoformat()))
+
+
+def _call(run: Run, key: str) -> ClientCall:
+    found = ClientCall.objects.filter(run=run, key=key).first() if isinstance(key, str) and len(key) <= 64 else None
+    if found is None:
+        raise ActionError("not_found", f"run {run.pk} has no call {key!r}", status=404)
+    return found
+
+
+def call_status(*, run_id: int, key: str, user: Any) -> CallAnswer:
+    run = _driven_run(run_id, user)
+    return _answer(_call(run, key), run)
+
+
+def call_wait(*, run_id: int, key: str, user: Any, wait: float) -> CallAnswer:
+    """The call's answer once it leaves `pending` or `running`, or after `wait`
+    seconds (at most 30) as it stands.
+
+    No transaction or connection is held across the wait: each poll reads the rows
+    (a few indexed queries) and gives the connection back before sleeping, so a
+    threaded web server's waiting requests hold threads, not database connections.
+    """
+    if not 0 <= wait <= MAX_WAIT_SECONDS:
+        raise ActionError("invalid_wait", f"wait is 0 to {MAX_WAIT_SECONDS:g} seconds")
+    run = _driven_run(run_id, user)
+    call = _call(run, key)
+    give_up = time.monotonic() + wait
+    while True:
+        answer = _answer(call, run)
+        left = give_up - time.monotonic()
+        if answer.status not in WAITING or left <= 0:
+            return answer
+        driver.release_connection()
+        time.sleep(min(POLL_SECONDS, left))
+        run.refresh_from_db(fields=["state"])
+
+
+def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> CallAnswer:
+    """The client's result of a client tool it was allowed (or approved) to run.
+
+    A second report of the same call changes nothing and answers as the first left
+    it; a report for a call that may not run (pending, rejected, denied) is a 409
+    `not_approved`; for a tool Airlock runs itself, a 409 `not_a_client_tool`.
+    """
+    if not isinstance(ok, bool):
+        raise ActionError("invalid_result", "ok must be true or false")
+    run = _driven_run(run_id, user)
+    call = _call(run, key)
+    if not call.client:
+        raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result", status=409)
+    output = sanitize.clean(output)
+    with transaction.atomic():
+        run = _locked(run.pk)
+        state = store.load(run)
+        current = state.current_call or {}
+        if state.state != states.ACTING or current.get("id") != call.call_id:
+            answer = _answer(call, run)
+            if answer.status in (SUCCEEDED, FAILED):
+                return answer  # reported before: the first report stands
+            raise ActionError("not_approved", answer.to_dict(), status=409)
+        if ok:
+            outcome = ToolOutcome(ok=True, value=output)
+        else:
+            detail = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+            outcome = ToolOutcome(ok=False, error="client_error", detail=detail[:2000])
+        # The client tool's own spec (its `returns` taints); no registry needed.
+        spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
+        after, t = engine.report(state, spec, outcome)
+        store.commit(run, state, after, t, actor=actor_name(user))
+    return _answer(call, run)
+
+
+def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run:
+    """End the external run with the client's answer (`done`); the usage counts like
+    a model call's. A run that already ended: 409 run_ended (a repeat of the same
+    finish answers with the run as it is)."""
+    run = _driven_run(run_id, user)
+    if not isinstance(answer, str):
+        raise ActionError("invalid_answer", "answer must be text")
+    parsed_usage = parse_usage(usage)
+    answer = sanitize.clean(answer)
+    with transaction.atomic():
+        run = _locked(run.pk)
+        if run.state == states.DONE and run.answer == answer:
+            return run
+        if run.state in states.TERMINAL:
+            raise _ended(run)
+        state = store.load(run)
+        if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
+            raise ActionError("call_pending", _waiting_detail(run, state), status=409)
+        after, _t = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
+    if after.state != states.DONE:
+        raise _ended(run)
+    return run
+

@@ -31,13 +31,16 @@ ASK_CRM = {"tool": "crm_update", "then": "ask", "reason": "a human reads CRM not
 CALL = {"customer": "ACME", "note": "called about the renewal"}
 
 
-def sdk_agent(live_server: Any, provider: FakeProvider, token: str, tmp_path: Path) -> subprocess.Popen[str]:
+def sdk_agent(
+    live_server: Any, provider: FakeProvider, token: str, tmp_path: Path, mode: str
+) -> subprocess.Popen[str]:
     """The agent script in the SDK's environment, run from an empty folder with only the
     client on its path: Airlock's own `agents` package cannot be imported there."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", str(tmp_path)),
         "PYTHONPATH": str(ROOT / "clients" / "python"), "AIRLOCK_URL": live_server.url, "AIRLOCK_TOKEN": token,
         "AIRLOCK_AGENT": "ext", "OPENAI_BASE_URL": f"{provider.url}/v1", "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        "AIRLOCK_GATE_MODE": mode,
     }
     return subprocess.Popen(
         [str(venv.python()), str(SCRIPT)], cwd=tmp_path, env=env, text=True,
@@ -59,16 +62,13 @@ def pending_approval(run_id: int, agent: subprocess.Popen[str], *, within: float
     pytest.fail(f"no approval within {within} s: {agent.communicate()}")
 
 
-def test_an_unchanged_sdk_agents_tool_call_waits_for_a_reviewer_and_runs_once(
-    live_server: Any, provider: FakeProvider, profile: AgentProfile, users: dict[str, User], tmp_path: Path
-) -> None:
-    AgentProfile.objects.filter(pk=profile.pk).update(rules=[ASK_CRM])
-    provider.add(
-        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL)], usage=(120, 30))),
-        Reply(body=openai_completion(content="ACME is followed up.", usage=(180, 12))),
-    )
+def held_then_decided(
+    live_server: Any, provider: FakeProvider, users: dict[str, User], tmp_path: Path, mode: str, **decision: Any
+) -> tuple[int, dict[str, Any]]:
+    """Run the agent; once its call waits in the review queue (checked), rita decides it.
+    Returns the run's id and the agent's last line."""
     _token, raw = token_create(user=users["lena"])
-    agent = sdk_agent(live_server, provider, raw, tmp_path)
+    agent = sdk_agent(live_server, provider, raw, tmp_path, mode)
     try:
         first = agent.stdout.readline() if agent.stdout else ""
         assert first, f"the agent printed nothing: {agent.communicate()}"
@@ -82,16 +82,39 @@ def test_an_unchanged_sdk_agents_tool_call_waits_for_a_reviewer_and_runs_once(
         assert ("planning", "awaiting_approval") in set(run.transitions.values_list("from_state", "to_state"))
         assert not ToolCall.objects.filter(run=run, status="succeeded").exists()
 
-        approval_decide(approval_id=approval.pk, user=users["rita"], decision="approve", note="fine")
+        approval_decide(approval_id=approval.pk, user=users["rita"], **decision)
         out, err = agent.communicate(timeout=120)
     finally:
         if agent.poll() is None:
             agent.kill()
             agent.communicate()
     assert agent.returncode == 0, err
-    outcome = json.loads(out.strip().splitlines()[-1])
+    return run_id, json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def held_crm(profile: AgentProfile) -> AgentProfile:
+    """`ext` asking a human for every crm_update."""
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[ASK_CRM])
+    return profile
+
+
+@pytest.mark.parametrize("mode", ["block", "interrupt"])
+def test_an_unchanged_sdk_agents_tool_call_waits_for_a_reviewer_and_runs_once(
+    live_server: Any, provider: FakeProvider, held_crm: AgentProfile, users: dict[str, User], tmp_path: Path,
+    mode: str,
+) -> None:
+    provider.add(
+        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL)], usage=(120, 30))),
+        Reply(body=openai_completion(content="ACME is followed up.", usage=(180, 12))),
+    )
+    run_id, outcome = held_then_decided(
+        live_server, provider, users, tmp_path, mode, decision="approve", note="fine"
+    )
     # The tool ran once, in the agent's process, and the model was given its result.
-    assert outcome == {"final": "ACME is followed up.", "ran": [CALL], "state": "done"}
+    # `interrupt`: the SDK's needs_approval stopped the run once and settle() resumed it.
+    assert outcome == {"final": "ACME is followed up.", "ran": [CALL], "state": "done",
+                       "interrupted": int(mode == "interrupt")}
     tool_message = [m for m in provider.requests[1].json["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_message] == ["updated ACME: called about the renewal"]
 
@@ -103,3 +126,23 @@ def test_an_unchanged_sdk_agents_tool_call_waits_for_a_reviewer_and_runs_once(
     assert calls[0].result == {"ok": True, "result": "updated ACME: called about the renewal"}
     assert run.transitions.filter(kind="tool").count() == 1
     assert run.tokens == 120 + 30 + 180 + 12
+
+
+@pytest.mark.parametrize("mode", ["block", "interrupt"])
+def test_a_rejected_call_never_runs_and_the_model_reads_the_reviewers_note(
+    live_server: Any, provider: FakeProvider, held_crm: AgentProfile, users: dict[str, User], tmp_path: Path,
+    mode: str,
+) -> None:
+    provider.add(
+        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL)])),
+        Reply(body=openai_completion(content="I could not update ACME.")),
+    )
+    run_id, outcome = held_then_decided(
+        live_server, provider, users, tmp_path, mode, decision="reject", note="ACME asked not to be called"
+    )
+    assert outcome == {"final": "I could not update ACME.", "ran": [], "state": "done",
+                       "interrupted": int(mode == "interrupt")}
+    tool_message = [m for m in provider.requests[1].json["messages"] if m["role"] == "tool"]
+    assert len(tool_message) == 1 and "ACME asked not to be called" in tool_message[0]["content"]
+    assert not ToolCall.objects.filter(run_id=run_id, status="succeeded").exists()
+    assert Approval.objects.get(run_id=run_id).status == "rejected"

@@ -4,7 +4,9 @@ tests/external/test_openai_agents.py in a virtual environment of its own, where
 `agents` is the SDK and not Airlock's Django app.
 
 Environment: AIRLOCK_URL, AIRLOCK_TOKEN, AIRLOCK_AGENT (the external profile),
-OPENAI_BASE_URL (the fake model server). Prints one JSON line with the run's id as soon
+OPENAI_BASE_URL (the fake model server), AIRLOCK_GATE_MODE (`block`: a held call waits
+inside the tool; `interrupt`: the SDK's needs_approval interrupts the run and
+`gate.settle` resumes it). Prints one JSON line with the run's id as soon
 as the run exists, and one with the outcome at the end."""
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ async def main() -> None:
     with Airlock(os.environ["AIRLOCK_URL"], os.environ["AIRLOCK_TOKEN"]) as airlock:
         run = airlock.start_run(os.environ["AIRLOCK_AGENT"], task)
         print(json.dumps({"run": run.id}), flush=True)
-        gate = AirlockGate(airlock, run, timeout=120)
-        result = await Runner.run(gate.govern(agent), task)
+        gate = AirlockGate(airlock, run, timeout=120, interrupt=os.environ.get("AIRLOCK_GATE_MODE") == "interrupt")
+        governed = gate.govern(agent)
+        result = await Runner.run(governed, task)
+        interrupted = 0
+        while result.interruptions:
+            interrupted += 1
+            result = await Runner.run(governed, await gate.settle(result))
         finished = gate.finish(result)
-    print(json.dumps({"final": result.final_output, "ran": RAN, "state": finished.state}), flush=True)
+    print(json.dumps({"final": result.final_output, "ran": RAN, "state": finished.state, "interrupted": interrupted}), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 The SDK's import name is `agents`, as is Airlock's Django app: the two cannot share an
 interpreter. The environment holds the SDK alone (the client comes from this checkout
 on PYTHONPATH, so it is always the code under test), lives in the user's cache keyed by
-the SDK's pin, and is built under a lock into a temporary folder renamed into place, so
+its requirements, and is built under a lock into a temporary folder renamed into place, so
 concurrent test sessions build it once and never see half of one."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -16,12 +17,16 @@ import sys
 from pathlib import Path
 
 SDK = "openai-agents>=0.24,<0.25"
+# The SDK, what the client needs, and what builds the client's wheel without fetching
+# anything (tests/external/test_client_package.py installs it with no build isolation).
+REQUIREMENTS = (SDK, "httpx>=0.27,<1", "setuptools>=69", "wheel")
 BUILD_TIMEOUT = 600  # seconds: a cold pip install of the SDK and its dependencies
 
 
 def cache_dir() -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "airlock" / ("venv-" + "".join(c if c.isalnum() else "-" for c in SDK))
+    key = hashlib.sha256("\n".join(REQUIREMENTS).encode()).hexdigest()[:12]
+    return base / "airlock" / f"venv-openai-agents-{key}"
 
 
 def python() -> Path:
@@ -42,7 +47,7 @@ def python() -> Path:
             # it: the folder may be renamed once built.
             subprocess.run(
                 [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 SDK, "httpx>=0.27,<1"],
+                 *REQUIREMENTS],
                 check=True, timeout=BUILD_TIMEOUT,
             )
             shutil.rmtree(target, ignore_errors=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import httpx
 
@@ -83,7 +83,7 @@ class Decision:
         return self.status in FINAL
 
 
-RunRef = Union[int, RunInfo]
+RunRef = int | RunInfo
 
 
 def _run_id(run: RunRef) -> int:

@@ -9,6 +9,7 @@ inside the tool; `interrupt`: the SDK's needs_approval interrupts the run and
 `gate.settle` resumes it). Prints one JSON line with the run's id as soon
 as the run exists, and one with the outcome at the end."""
 
+# ruff: noqa: I001  (`agents` here is the SDK, a third-party package, not the project's app)
 from __future__ import annotations
 
 import asyncio

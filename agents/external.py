@@ -43,6 +43,8 @@ STATUSES = (PENDING, APPROVED, RUNNING, SUCCEEDED, FAILED, REJECTED, EXPIRED, DE
 WAITING = frozenset({PENDING, RUNNING})
 MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.2
+# How long a proposal waits for Airlock's tool running another call of the run.
+RUNNING_WAIT_SECONDS = 10.0
 
 
 @dataclass
@@ -149,7 +151,32 @@ def _step_decision(
     return state, None
 
 
+class _ToolRunning(Exception):
+    """Airlock's own tool is running for another call of the run: it will finish by
+    itself, so a different call may wait for it instead of being refused."""
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        self.detail = detail
+
+
 def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None) -> CallAnswer:
+    """Propose one call of an external run (see `_propose`). A different call that
+    meets Airlock's own tool running for another call (an agent calling tools in
+    parallel) waits for it, up to RUNNING_WAIT_SECONDS, holding no lock or connection,
+    then is proposed in turn; a call waiting for a human or for the client is refused
+    at once (409 call_pending)."""
+    give_up = time.monotonic() + RUNNING_WAIT_SECONDS
+    while True:
+        try:
+            return _propose(run_id=run_id, tool=tool, args=args, user=user, usage=usage)
+        except _ToolRunning as running:
+            if time.monotonic() >= give_up:
+                raise ActionError("call_pending", running.detail, status=409) from None
+            driver.release_connection()
+            time.sleep(POLL_SECONDS)
+
+
+def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> CallAnswer:
     """Propose one call of an external run; what policy made of it and, for a
     registry tool that was allowed, its result.
 
@@ -157,8 +184,8 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
     2. Lock the run. An identical call (same tool, same canonical arguments) proposed
        before in this run answers with that call, whatever became of it: a retry never
        runs anything twice. A run that ended: 409 run_ended.
-    3. A different call while one waits (for a reviewer, for the client's report, for
-       Airlock's tool): 409 call_pending, with that call.
+    3. A different call while one waits (for a reviewer, for the client's report):
+       409 call_pending, with that call; while Airlock's tool runs: _ToolRunning.
     4. Step the engine with the call as the model's decision: one transition, the
        proposal's record (`ClientCall`) in the same commit. Invalid arguments or an
        unknown tool are recorded as a model's bad call would be, then answered 400.
@@ -180,6 +207,8 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
         if run.state in states.TERMINAL:
             raise _ended(run)
         state = store.load(run)
+        if state.state == states.ACTING and not (state.current_call or {}).get("client"):
+            raise _ToolRunning(_waiting_detail(run, state))
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
         call_id = f"ext_{state.model_calls}"

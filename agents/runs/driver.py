@@ -25,8 +25,8 @@ from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
-from agents.runs import statement, store
-from agents.runs.store import ADVANCING, StaleRun, commit, lease_free, load, read_run
+from agents.runs import statement
+from agents.runs.store import ADVANCING, StaleRun, commit, lease_free, load, read_run, waits_for_client_q
 
 log = logging.getLogger("airlock.store")
 
@@ -238,7 +238,7 @@ def unattended_runs(now: dt.datetime, limit: int) -> list[int]:
     """Runs a worker should advance and nobody is advancing, the longest idle first."""
     return list(
         Run.objects.filter(state__in=ADVANCING)
-        .exclude(store.waits_for_client_q())
+        .exclude(waits_for_client_q())
         .filter(_unattended(now))
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]

@@ -37,7 +37,7 @@ def profile(defaults: None) -> AgentProfile:
     """`ext`: an external profile offering the diagnostic tools and one client tool."""
     return AgentProfile.objects.create(
         name="ext", provider="external", client_tools=[CRM_UPDATE],
-        tools=["echo", "fail", "fetch_fixture", "ledger_write", "ledger_write_unsafe", "crm_update"],
+        tools=["echo", "fail", "sleep", "fetch_fixture", "ledger_write", "ledger_write_unsafe", "crm_update"],
     )
 
 

@@ -183,3 +183,23 @@ def test_a_profile_offering_every_tool_offers_its_client_tools_and_asks_as_told(
     assert propose(api, run_id, "echo", text="x").data["status"] == "succeeded"
     held = propose(api, run_id, "crm_update", customer="A", note="n").data
     assert (held["verdict"], held["status"], held["client_tool"]) == ("ask", "pending", True)
+
+
+def test_votes_separated_duties_and_outbox_events_hold_for_an_external_call(api, external_run) -> None:
+    from agents.models import OutboxEvent
+
+    two = {**ASK_CRM, "approvals": 2, "reason": "two people read CRM notes"}
+    # root may both drive and decide; on its own run the policy keeps it from approving.
+    run_id = external_run("root", policy={"rules": [two]})
+    root = api("root")
+    held = root.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": {"customer": "A", "note": "n"}}).data
+    url = f"/api/approvals/{held['approval']['id']}/decision"
+    own = root.post(url, {"decision": "approve"})
+    assert own.status_code == 403 and own.data["error"] == "separation_of_duties"
+    assert api("rita").post(url, {"decision": "approve"}).status_code == 200
+    assert root.get(f"/api/runs/{run_id}/calls/{held['key']}").data["status"] == "pending"
+    assert api("rob").post(url, {"decision": "approve"}).status_code == 200
+    told = root.get(f"/api/runs/{run_id}/calls/{held['key']}").data
+    assert told["status"] == "approved" and [v["by"] for v in told["approval"]["votes"]] == ["rita", "rob"]
+    events = list(OutboxEvent.objects.filter(run_id=run_id).order_by("pk").values_list("type", flat=True))
+    assert events == ["approval.pending", "approval.decided"]

@@ -6,15 +6,17 @@ record replays."""
 from __future__ import annotations
 
 import io
+import threading
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from agents import external
 from agents.models import Approval, ClientCall, LedgerEntry, Run, ToolCall
 from agents.runs import driver, verify
-from tests.helpers import PLANTED, at_once, requires_postgres
+from tests.helpers import PLANTED, at_once, requires_postgres, state_of, wait_for
 
 ASK_LEDGER = {"tool": "ledger_write_unsafe", "then": "ask", "reason": "a human signs the ledger"}
 ASK_CRM = {"tool": "crm_update", "then": "ask", "reason": "a human reads CRM notes first"}
@@ -197,3 +199,25 @@ def test_an_unsafe_registry_call_cut_off_mid_run_asks_a_human_whether_it_happene
     done = api("lena").get(f"/api/runs/{run_id}/calls/{held['key']}").data
     assert done["status"] == "succeeded" and done["result"]["result"] == "the bank shows the payment"
     assert Run.objects.get(pk=run_id).state == "planning"
+
+
+@pytest.mark.django_db(transaction=True)  # the first call runs in its own thread and connection
+def test_a_call_made_while_airlocks_tool_runs_another_waits_its_turn(users, external_run) -> None:
+    run_id = external_run()
+    lena = users["lena"]
+    first: list[Any] = []
+
+    def slow() -> None:
+        try:
+            first.append(external.call_propose(run_id=run_id, tool="sleep", args={"seconds": 1}, user=lena))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    wait_for(lambda: state_of(run_id) == "acting", timeout=30, what="the sleep running")
+    second = external.call_propose(run_id=run_id, tool="echo", args={"text": "after"}, user=lena)
+    thread.join(30)
+    assert (first[0].status, second.status) == ("succeeded", "succeeded")
+    kinds = list(Run.objects.get(pk=run_id).transitions.order_by("seq").values_list("kind", flat=True))
+    assert kinds == ["launch", "pickup", "model", "tool", "model", "tool"]

@@ -146,3 +146,25 @@ def test_a_rejected_call_never_runs_and_the_model_reads_the_reviewers_note(
     assert len(tool_message) == 1 and "ACME asked not to be called" in tool_message[0]["content"]
     assert not ToolCall.objects.filter(run_id=run_id, status="succeeded").exists()
     assert Approval.objects.get(run_id=run_id).status == "rejected"
+
+
+def test_parallel_tool_calls_are_proposed_one_after_the_other_and_each_runs_once(
+    live_server: Any, provider: FakeProvider, profile: AgentProfile, users: dict[str, User], tmp_path: Path
+) -> None:
+    """The model asks for two calls at once; the SDK runs them concurrently. Airlock
+    takes one call of a run at a time (a second one while the first is unreported is a
+    409 call_pending): the gate queues them, so both are allowed, run and journalled."""
+    other = {"customer": "Globex", "note": "sent the quote"}
+    provider.add(
+        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL), ("call_2", "crm_update", other)])),
+        Reply(body=openai_completion(content="Both updated.")),
+    )
+    _token, raw = token_create(user=users["lena"])
+    agent = sdk_agent(live_server, provider, raw, tmp_path, "block")
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["final"] == "Both updated." and sorted(outcome["ran"], key=str) == sorted([CALL, other], key=str)
+    run_id = json.loads(out.strip().splitlines()[0])["run"]
+    calls = ToolCall.objects.filter(run_id=run_id).order_by("id")
+    assert sorted((c.args["customer"], c.status) for c in calls) == [("ACME", "succeeded"), ("Globex", "succeeded")]

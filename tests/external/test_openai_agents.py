@@ -168,3 +168,19 @@ def test_parallel_tool_calls_are_proposed_one_after_the_other_and_each_runs_once
     run_id = json.loads(out.strip().splitlines()[0])["run"]
     calls = ToolCall.objects.filter(run_id=run_id).order_by("id")
     assert sorted((c.args["customer"], c.status) for c in calls) == [("ACME", "succeeded"), ("Globex", "succeeded")]
+
+
+@pytest.mark.parametrize("mode", ["block", "interrupt"])
+def test_a_reviewers_edit_is_what_the_sdk_agents_tool_runs(
+    live_server: Any, provider: FakeProvider, held_crm: AgentProfile, users: dict[str, User], tmp_path: Path,
+    mode: str,
+) -> None:
+    edited = {"customer": "ACME", "note": "called about the renewal (no discount)"}
+    provider.add(
+        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL)])),
+        Reply(body=openai_completion(content="ACME is followed up.")),
+    )
+    run_id, outcome = held_then_decided(live_server, provider, users, tmp_path, mode, decision="approve", args=edited)
+    assert outcome["ran"] == [edited]
+    call = ToolCall.objects.get(run_id=run_id, status="succeeded")
+    assert (call.args, call.result) == (edited, {"ok": True, "result": f"updated ACME: {edited['note']}"})

@@ -182,5 +182,9 @@ def test_a_reviewers_edit_is_what_the_sdk_agents_tool_runs(
     )
     run_id, outcome = held_then_decided(live_server, provider, users, tmp_path, mode, decision="approve", args=edited)
     assert outcome["ran"] == [edited]
+    # The model is told what really ran (the journal keeps the tool's own output).
+    tool_message = [m for m in provider.requests[1].json["messages"] if m["role"] == "tool"]
+    assert "a reviewer changed the arguments" in tool_message[0]["content"]
+    assert edited["note"] in tool_message[0]["content"]
     call = ToolCall.objects.get(run_id=run_id, status="succeeded")
     assert (call.args, call.result) == (edited, {"ok": True, "result": f"updated ACME: {edited['note']}"})

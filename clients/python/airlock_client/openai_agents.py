@@ -91,6 +91,9 @@ class AirlockGate:
                     )
                     raise
                 await asyncio.to_thread(gate.airlock.report, gate.run, decision.key, True, _jsonable(output))
+                if decision.edited and isinstance(output, str):
+                    # The model should know what really ran, not what it asked for.
+                    return f"{output}\n[Airlock: a reviewer changed the arguments; it ran with {json.dumps(decision.args)}]"
                 return output
 
         wrapped = copy.copy(tool)

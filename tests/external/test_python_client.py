@@ -142,3 +142,15 @@ def test_refusals_carry_the_apis_code_and_detail(airlock: Any, live_server: Any)
         Airlock(live_server.url, "not-a-token").start_run("ext", "x")
     assert no_token.value.status == 401
     assert Run.objects.get(pk=run.id).state == "planning"
+
+
+def test_an_airlock_that_cannot_be_reached_is_unavailable_not_a_refusal() -> None:
+    import socket
+
+    from airlock_client import Unavailable
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with Airlock(f"http://127.0.0.1:{port}", "any-token", timeout=2) as client, pytest.raises(Unavailable):
+        client.start_run("ext", "x")

@@ -157,7 +157,7 @@ class ReleasingModel:
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def decide(self, request: ModelRequest) -> Decision | None:
         release_connection()
         return self.inner.decide(request)
 

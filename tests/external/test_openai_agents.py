@@ -188,3 +188,36 @@ def test_a_reviewers_edit_is_what_the_sdk_agents_tool_runs(
     assert edited["note"] in tool_message[0]["content"]
     call = ToolCall.objects.get(run_id=run_id, status="succeeded")
     assert (call.args, call.result) == (edited, {"ok": True, "result": f"updated ACME: {edited['note']}"})
+
+
+@pytest.mark.parametrize("mode", ["block", "interrupt"])
+def test_two_held_parallel_calls_are_each_reviewed_and_run_once(
+    live_server: Any, provider: FakeProvider, held_crm: AgentProfile, users: dict[str, User], tmp_path: Path,
+    mode: str,
+) -> None:
+    """Two calls at once, both held: Airlock shows one at a time (the second waits for the
+    first to run), each gets its own approval, and each runs once after it."""
+    other = {"customer": "Globex", "note": "sent the quote"}
+    provider.add(
+        Reply(body=openai_completion(tool_calls=[("call_1", "crm_update", CALL), ("call_2", "crm_update", other)])),
+        Reply(body=openai_completion(content="Both updated.")),
+    )
+    _token, raw = token_create(user=users["lena"])
+    agent = sdk_agent(live_server, provider, raw, tmp_path, mode)
+    try:
+        run_id = json.loads(agent.stdout.readline() if agent.stdout else "{}")["run"]
+        seen = []
+        for _ in range(2):
+            approval = pending_approval(run_id, agent)
+            seen.append(approval.args["customer"])
+            approval_decide(approval_id=approval.pk, user=users["rita"], decision="approve")
+        out, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 0, err
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["ran"] == [CALL, other] and seen == ["ACME", "Globex"]
+    calls = ToolCall.objects.filter(run_id=run_id).order_by("id")
+    assert [(c.args["customer"], c.status) for c in calls] == [("ACME", "succeeded"), ("Globex", "succeeded")]

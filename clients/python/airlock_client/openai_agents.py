@@ -140,6 +140,12 @@ class AirlockGate:
         except CallNotRun as exc:
             state.reject(item, rejection_message=str(exc))
             return
+        except Refused as exc:
+            if exc.code == "call_pending":
+                # An earlier call of this round, approved, has not run yet: Airlock takes
+                # this one once it has. Left undecided, the SDK interrupts on it again.
+                return
+            raise
         state.approve(item)
 
     # -- the end of the run -------------------------------------------------------------

@@ -17,7 +17,7 @@ from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
-from agents.engine.limits import LimitError
+from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.ops import telemetry
@@ -110,6 +110,8 @@ def _launch(
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")
     if not isinstance(task, str) or not task.strip():
         raise ActionError("invalid_task", "the task must be non-empty text")
+    if len(task) > TASK_MAX_CHARS:
+        raise ActionError("invalid_task", f"the task is {len(task):,} characters; at most {TASK_MAX_CHARS:,} are taken")
     if approver not in engine_policy.APPROVERS:
         raise ActionError("invalid_approver", f"approver must be one of {', '.join(engine_policy.APPROVERS)}")
     if profile.provider == "scripted":
@@ -119,6 +121,9 @@ def _launch(
             validate_script(script if script is not None else [])
         except ScriptError as exc:
             raise ActionError("invalid_script", str(exc)) from None
+        if not script:
+            # It could only fail with "script exhausted" at its first model call.
+            raise ActionError("invalid_script", "the scripted agent needs a script: a list of at least one decision")
     elif script is not None:
         raise ActionError("invalid_script", f"the {profile.name} agent takes no script")
     try:
@@ -130,13 +135,23 @@ def _launch(
     except engine_policy.PolicyError as exc:
         raise ActionError("invalid_policy", str(exc)) from None
     tools = profile.tools or None
-    if tools and any(name.endswith("__*") for name in tools):
+    launch_rules = [r for r in run_policy["rules"] if r.get("origin") == "launch"]
+    if launch_rules or (tools and any(name.endswith("__*") for name in tools)):
         from agents.tools import registry
 
+        offered = registry()
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
-        tools = registry().expand(tools)
+        tools = offered.expand(tools)
     if profile.provider == "external":
         tools = _with_client_tools(profile, tools)
+    if launch_rules:
+        from agents.tools import registry_for
+
+        try:
+            names = tools or registry_for(profile).names()
+            engine_policy.check_rule_tools(launch_rules, names, field="policy.rules")
+        except engine_policy.PolicyError as exc:
+            raise ActionError("invalid_policy", str(exc)) from None
     state = engine.new_run(
         "pending",
         limits=run_limits,
@@ -248,13 +263,9 @@ def approval_decide(
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    allowed = decisions.allowed(approval.kind)
-    if decision not in allowed:
-        raise ActionError("invalid_decision", f"this approval takes {' or '.join(allowed)}, not {decision!r}")
-    if args is not None and decision != "approve":
-        raise ActionError("invalid_decision", "only an approval can change the arguments")
-    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
-        raise ActionError("invalid_remember", "remember takes 'call' or 'tool', and only with approve")
+    refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
+    if refused is not None:
+        raise ActionError(*refused)
     if access.duties_separated(user, approval.run):
         raise ActionError(
             "separation_of_duties",

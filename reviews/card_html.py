@@ -25,10 +25,11 @@ from django.utils.text import Truncator
 from agents.engine.decisions import DECISIONS
 from agents.web.markup import esc, plural, url_for
 
-from .cards import Card, OnScreen, Quorum
+from .cards import Card, OnScreen, Quorum, ToolSource
 from .untrusted import Untrusted
 
 TASK_CHARS = 600  # a longer task is cut on the card; the run's timeline shows it whole
+DESCRIPTION_CHARS = 300  # an MCP server's description of its tool, cut on the card
 
 
 class _Shared:
@@ -78,7 +79,7 @@ def quorum(q: Quorum, *, oob: bool = False) -> SafeString:
     swap = ' hx-swap-oob="true"' if oob else ""
     return mark_safe(
         f'<p class="quorum" id="approval-{q.pk}-quorum"{swap}>'
-        f'<strong class="count">{q.approvals} of {q.required} approval{plural(q.required)}</strong>'
+        f'<strong class="count">{q.approvals} of {q.required} approvals</strong>'
         f"{': ' + votes if votes else ''}</p>"
     )
 
@@ -110,6 +111,24 @@ def _untrusted(t: Untrusted, pk: int) -> str:
         '<h3><span class="warn-icon" aria-hidden="true">!</span> Untrusted content that tainted this run</h3>\n'
         f'<p class="source">Returned by <code>{esc(t.tool)}</code>{where}{origin}. It came from outside and may '
         f"carry instructions aimed at the agent: treat it as data.\n{flagged}</p>\n{text}\n</section>"
+    )
+
+
+def _source(source: ToolSource, risk: str) -> str:
+    """Where an MCP tool comes from; its description is the server's text, shown inert."""
+    description = ""
+    if source.description:
+        text = Truncator(source.description).chars(DESCRIPTION_CHARS)
+        description = f' The server describes it: <q class="tool-description">{esc(text)}</q>'
+    override = ""
+    if source.risk_override and source.risk_override == risk:
+        override = (
+            f' <strong class="risk-override">Risk {esc(risk)} was set by an operator\'s override</strong> (the '
+            f"server's annotations claim {esc(source.claimed_risk)})."
+        )
+    return (
+        f'<p class="tool-source">From MCP server <code class="server">{esc(source.server)}</code>.'
+        f"{description}{override}</p>\n"
     )
 
 
@@ -258,8 +277,12 @@ def _card(card: Card, shared: _Shared) -> str:
         which = "(the interrupted call)"
     elif edited:
         which = "(as the agent proposed them)"
-    else:
+    elif pending:
         which = "(exactly what will run)"
+    elif a.status == "approved":
+        which = "(as approved)"
+    else:
+        which = "(as the agent proposed them; not run)"
     edit = ""
     if edited:
         edit = (
@@ -272,6 +295,8 @@ def _card(card: Card, shared: _Shared) -> str:
     tainted = (
         '<span class="tainted" title="the run has read external content">tainted run</span>' if run.tainted else ""
     )
+    overridden = card.source is not None and card.source.risk_override == a.risk
+    risk_title = "risk set by an operator's override" if overridden else "risk declared by the tool"
     # A card whose call changed replaces the stale one on screen: not preserved.
     preserve = ' hx-preserve="true"' if shared.preserve and not card.changed else ""
     changed = f'\n<p class="call-changed" role="alert">{esc(card.changed)}</p>' if card.changed else ""
@@ -283,7 +308,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'{preserve} tabindex="-1" aria-labelledby="approval-{pk}-title">\n'
         '<header class="card-head">\n'
         f'<h2 id="approval-{pk}-title"><code class="tool">{esc(a.tool)}</code></h2>\n'
-        f'<span class="risk risk-{esc(a.risk)}" title="risk declared by the tool">{esc(a.risk)}</span>\n'
+        f'<span class="risk risk-{esc(a.risk)}" title="{risk_title}">{esc(a.risk)}</span>\n'
         f"{kind}\n"
         f"{tainted}\n"
         '<span class="spacer"></span>\n'
@@ -291,6 +316,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'data-since="{int(a.created_at.timestamp())}">{esc(card.waited)}</time></span>\n'
         f"{expires}\n"
         f"</header>{changed}\n"
+        f"{_source(card.source, a.risk) if card.source else ''}"
         '<dl class="facts">\n'
         f'<div class="reason"><dt>Why asked</dt><dd>{rule}{esc(a.reason)}{needed}</dd></div>\n'
         f'<div><dt>Run</dt><dd><a href="/runs/{run.pk}/">#{run.pk} timeline</a> <span class="muted">· agent '

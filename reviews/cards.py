@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
-from agents.models import AgentProfile, Approval, ApprovalVote, ToolCall
+from agents.models import AgentProfile, Approval, ApprovalVote, McpTool, ToolCall
 from agents.runs.rows import fetch
 from agents.web.formatting import short_duration
 
@@ -70,6 +70,29 @@ class Quorum:
 
 
 @dataclass
+class ToolSource:
+    """Where an MCP tool comes from, as its card says: the server, the server's own
+    description of the tool, and the risk an operator's override set (or "")."""
+
+    server: str
+    description: str
+    risk_override: str
+    claimed_risk: str  # what the server's annotations claim
+
+    @classmethod
+    def of(cls, approvals: list[Approval]) -> dict[str, ToolSource]:
+        """The sources of the MCP tools among `approvals`, by tool name: one query, none
+        when no card is about an MCP tool (their names are SERVER__tool)."""
+        names = {a.tool for a in approvals if "__" in a.tool}
+        if not names:
+            return {}
+        tools = McpTool.objects.filter(name__in=names).select_related("server").only(
+            "name", "description", "annotations", "risk_override", "server__name"
+        )
+        return {t.name: cls(t.server.name, t.description, t.risk_override, t.claimed().risk) for t in tools}
+
+
+@dataclass
 class Card:
     approval: Approval
     args_json: str
@@ -82,6 +105,7 @@ class Card:
     message: str = ""  # what the deciding request is told
     edit_error: str = ""  # why the reviewer's edited arguments were refused
     edit_text: str = ""  # those arguments, as typed, to correct
+    source: ToolSource | None = None  # an MCP tool's server and description
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
 
     @functools.cached_property
@@ -225,6 +249,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
         for c in ToolCall.objects.filter(idempotency_key__in=keys).only("idempotency_key", "tool", "step", "result")
     } if keys else {}
     now = timezone.now()
+    sources = ToolSource.of(approvals)
     cards = []
     for a in approvals:
         taint = None
@@ -246,6 +271,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
                 separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
                 late=late,
+                source=sources.get(a.tool),
             )
         )
     return cards

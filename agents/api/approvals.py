@@ -53,10 +53,9 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:
         who = approval.decided_by.get_username() if approval.decided_by else "the system"
-        recorded = approval.decision or approval.status
         raise ActionError(
             "already_decided",
-            {"message": f"already {approval.status} ({recorded}) by {who}", "approval": plain(approval.to_dict())},
+            {"message": f"already {approval.status_text} by {who}", "approval": plain(approval.to_dict())},
             status=409,
         )
     if result.outcome == "already_voted":

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
@@ -30,9 +31,21 @@ def error(status: int, code: str, detail: Any, **headers: str) -> JsonResponse:
     return response
 
 
+class _PlainEncoder(DjangoJSONEncoder):
+    """Times as every other answer of the API has them (ISO 8601, DjangoJSONEncoder's
+    form, which ninja's renderer uses too); anything else unknown as its text."""
+
+    def default(self, o: Any) -> Any:
+        try:
+            return super().default(o)
+        except TypeError:
+            return str(o)
+
+
 def plain(value: Any) -> Any:
-    # Validation errors can carry exceptions and other objects in their context.
-    return json.loads(json.dumps(value, default=str))
+    # Validation errors can carry exceptions and other objects in their context; a
+    # conflict carries an approval's to_dict(), with its datetimes.
+    return json.loads(json.dumps(value, cls=_PlainEncoder))
 
 
 def forbidden(detail: str) -> ActionError:

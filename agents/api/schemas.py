@@ -9,6 +9,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictInt, StrictStr
 
 from agents.engine import decisions
+from agents.engine.limits import TASK_MAX_CHARS
 
 
 class Error(Schema):
@@ -33,7 +34,8 @@ class RunIn(Schema):
     agent: StrictStr = Field(
         ..., min_length=1, max_length=64, pattern=r"^[-a-zA-Z0-9_]+$", description="an agent profile's name"
     )
-    task: StrictStr = Field(..., max_length=100_000)
+    # The limit run_launch applies to the launch form too; here it is also in the schema.
+    task: StrictStr = Field(..., max_length=TASK_MAX_CHARS)
     limits: Limits | None = Field(None, description="each may only tighten the profile's")
     approver: Literal["human", "none"] = "human"
     script: list[dict[str, Any]] | None = Field(None, description="decisions for the scripted agent")

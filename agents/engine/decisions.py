@@ -55,10 +55,35 @@ def allowed(kind: str) -> tuple[str, ...]:
     return KIND_DECISIONS.get(kind, ())
 
 
+REMEMBER = ("call", "tool")
+
+
+def refusal(kind: str, decision: str, *, edits: bool, remember: str | None) -> tuple[str, str] | None:
+    """(error code, message) when this answer cannot be given to an approval of this
+    kind at all, whoever gives it: the one statement of the rule the action checks
+    before it locks anything and the engine checks again on the state it steps."""
+    choices = allowed(kind)
+    if decision not in choices:
+        return "invalid_decision", f"a {kind} approval takes {' or '.join(choices)}, not {decision!r}"
+    if edits and decision != "approve":
+        return "invalid_decision", "only an approval can change the arguments"
+    if remember is not None and (remember not in REMEMBER or decision != "approve"):
+        return "invalid_remember", "remember takes 'call' or 'tool', and only with approve"
+    return None
+
+
 def label(decision: str, status: str) -> str:
     if status == EXPIRED:
         return "Expired"
     return DECISION_LABELS.get(decision, status.capitalize())
+
+
+def status_text(status: str, decision: str) -> str:
+    """The status as the timeline and a conflict name it: 'rejected', not 'rejected
+    (reject)'; the answer is added only where it says more ('approved (run again)')."""
+    if decision in ("", "approve", "reject") or status == EXPIRED:
+        return status
+    return f"{status} ({label(decision, status).lower()})"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ DEFAULTS: dict[str, int] = {
 # even where max_identical_calls allows more repeats.
 IDENTICAL_ERROR_STREAK = 3
 
+# The longest task a launch takes, in characters: the form, the API and the commands
+# all refuse a longer one through run_launch, with the same words.
+TASK_MAX_CHARS = 100_000
+
 
 class LimitError(ValueError):
     """Limits that are not positive whole numbers, or looser than allowed."""

@@ -8,7 +8,7 @@ arguments after its schema was validated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -111,6 +111,22 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
         validate_condition(rule["when"], field=f"{field}.when")
     # The reason reaches notifications as one line of theirs: one line, capped.
     return {**{k: rule[k] for k in ("tool", "when", "then", "approvals") if k in rule}, "reason": one_line(reason)}
+
+
+def check_rule_tools(rules: list[dict[str, Any]], offered: Iterable[str], *, field: str = "rules") -> None:
+    """PolicyError for the first rule naming a tool the agent is not offered: such a rule
+    could never match, and a reviewer relying on it would be protected by nothing.
+
+    `offered` holds tool names and `PREFIX__*` patterns (all of an MCP server's tools);
+    a rule for `"*"` names every tool."""
+    names = set(offered)
+    prefixes = tuple(n[:-1] for n in names if n.endswith("__*"))
+    for i, rule in enumerate(rules, 1):
+        tool = rule["tool"]
+        if tool == "*" or tool in names or (prefixes and tool.startswith(prefixes)):
+            continue
+        shown = ", ".join(sorted(names)) or "none"
+        raise PolicyError(f"{field}[{i}].tool", f"the agent has no tool named {tool!r} (its tools: {shown})")
 
 
 def _either(choices: tuple[str, ...]) -> str:

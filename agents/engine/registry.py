@@ -149,8 +149,8 @@ def client_tool_specs(data: Any) -> list[ToolSpec]:
                 name=name, description=item["description"], schema=schema, risk=item["risk"],
                 returns=item["returns"], retry_safety=item["retry_safety"], func=_runs_in_client, client=True,
             )
-        except schemas.SchemaRefused as exc:  # main's one schema check (external's branch predates it)
-            raise ClientToolError(f"{where}.schema is not a valid JSON Schema: {exc}") from None
+        except schemas.SchemaRefused as exc:  # an invalid or unsafe schema (engine/schemas.py)
+            raise ClientToolError(f"{where}.schema is refused: {exc}") from None
         specs.append(spec)
     return specs
 

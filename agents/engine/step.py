@@ -12,7 +12,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from . import context, decisions, patch, policy
 from . import limits as limits_mod
@@ -104,6 +104,44 @@ class RunState:
         return state
 
 
+class IntentRow(TypedDict):
+    """A journal row to create (status "intended") before a call runs."""
+
+    key: str
+    fp: str
+    call_id: str
+    tool: str
+    args: Any
+    step: int
+
+
+class JournalResult(TypedDict):
+    """A call's outcome, written to its journal row in the commit that leaves `acting`."""
+
+    key: str
+    fp: str
+    status: str  # "succeeded" | "failed"
+    result: Any
+
+
+class ApprovalRow(TypedDict):
+    """An approval row to create: the exact call shown, why, and its status."""
+
+    rule: dict[str, Any] | None
+    required: int
+    kind: str
+    key: str
+    call_id: str
+    tool: str
+    args: Any
+    risk: str
+    reason: str
+    taint_source: dict[str, Any] | None
+    step: int
+    status: str
+    expires_at: NotRequired[float]
+
+
 @dataclass
 class Move:
     """What one step did: the edge it took, and what the store writes for it (one
@@ -118,14 +156,13 @@ class Move:
     duration_ms: int = 0
     messages: list[dict[str, Any]] = field(default_factory=list)
     # Effects the store applies in the same database transaction as the row itself.
-    intent: dict[str, Any] | None = None  # journal row to create, status "intended"
-    journal_result: dict[str, Any] | None = None  # {"key", "status", "result"}
+    intent: IntentRow | None = None
+    journal_result: JournalResult | None = None
     journal_reset: str | None = None  # key to set back to "intended" (run it again)
-    approval: dict[str, Any] | None = None  # approval row to create
+    approval: ApprovalRow | None = None
     approval_close: str | None = None  # status for the run's pending approval
     grant: dict[str, Any] | None = None  # grant record to create {"n", "tool", "args", ...}
     grant_revoke: int | None = None  # number of the grant to mark revoked
-
 
 
 Outcome = tuple[RunState, Move]
@@ -264,13 +301,9 @@ def decide(
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
     kind = state.approval["kind"]
-    allowed = decisions.allowed(kind)
-    if decision not in allowed:
-        raise ValueError(f"a {kind} approval takes {' or '.join(allowed)}, not {decision!r}")
-    if edit is not None and decision != "approve":
-        raise ValueError("only an approval can edit the arguments")
-    if remember is not None and (remember not in ("call", "tool") or decision != "approve"):
-        raise ValueError("remember takes 'call' or 'tool', and only with approve")
+    refused = decisions.refusal(kind, decision, edits=edit is not None, remember=remember)
+    if refused is not None:
+        raise ValueError(refused[1])
     call = state.current_call
     new = state.copy()
     new.approval = None
@@ -607,7 +640,7 @@ def proposed_call(state: RunState, call_id: str) -> dict[str, Any]:
     raise LookupError(f"no proposed call {call_id!r} in the transcript")
 
 
-def _intent(state: RunState, call: dict[str, Any], args: Any) -> dict[str, Any]:
+def _intent(state: RunState, call: dict[str, Any], args: Any) -> IntentRow:
     return {
         "key": call["key"], "fp": call["fp"], "call_id": call["id"], "tool": call["tool"], "args": args,
         "step": state.steps,
@@ -633,7 +666,7 @@ def _approval_row(
     reason: str,
     spec: ToolSpec | None,
     verdict: policy.Verdict | None = None,
-) -> dict[str, Any]:
+) -> ApprovalRow:
     return {
         "rule": verdict.rule if verdict else None,
         "required": verdict.required if verdict else 1,

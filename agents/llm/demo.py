@@ -34,7 +34,15 @@ def _json(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
-        return text
+        pass
+    if text.startswith("[airlock:"):
+        # A reviewer edited the call: Airlock's statement of the edit comes first, the
+        # result (one line of JSON) after it, as a model reads it.
+        try:
+            return json.loads(text.rsplit("\n", 1)[-1])
+        except ValueError:
+            pass
+    return text
 
 
 def _failed(result: Any) -> bool:
@@ -90,10 +98,15 @@ class DemoPlanner:
                         f"The customer asks for a refund of order {order}; the refund policy covers damaged items.")
         outcome = (results.get("refund") or [None])[-1]
         if isinstance(outcome, dict) and outcome.get("refunded"):
-            amount = int(outcome.get("amount_cents", 0)) / 100
+            order = str(outcome.get("order_id") or order)
+            cents = int(outcome.get("amount_cents", 0))
+            known = demo.ORDERS.get(order)
+            total = int(known["amount_cents"]) if known is not None else cents  # type: ignore[call-overload]
+            # A reviewer may have edited the amount: say what was refunded, not what was asked.
+            what = (f"order {order} in full (EUR {cents / 100:.2f})" if cents >= total
+                    else f"EUR {cents / 100:.2f} of order {order} (EUR {total / 100:.2f})")
             return Decision(final=f"I'm sorry your {outcome.get('item', 'item')} arrived broken. I have refunded "
-                                  f"order {order} in full (EUR {amount:.2f}); you will see it on your statement "
-                                  "within 5 business days.")
+                                  f"{what}; you will see it on your statement within 5 business days.")
         if outcome is not None and not _failed(outcome):
             # A reviewer confirmed an interrupted refund happened: their note is the result.
             return Decision(final=f"I'm sorry your order {order} arrived broken. I have refunded it in full.")

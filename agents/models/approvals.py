@@ -109,6 +109,10 @@ class Approval(models.Model):
     def decided_label(self) -> str:
         return decisions.label(self.decision, self.status)
 
+    @property
+    def status_text(self) -> str:
+        return decisions.status_text(self.status, self.decision)
+
     @staticmethod
     def prefetch_people(approvals: list[Approval]) -> None:
         """Read who decided or edited `approvals` in one query, and only if one of them

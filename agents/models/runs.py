@@ -97,6 +97,8 @@ class AgentProfile(models.Model):
         try:
             # Saved as validated: each reason one line, capped (it reaches notifications).
             self.rules = engine_policy.validate_rules(self.rules)
+            if isinstance(self.tools, list) and self.tools:  # empty: every registered tool
+                engine_policy.check_rule_tools(self.rules, self.tools)
             engine_policy.validate_settings(self.policy_fields())
         except engine_policy.PolicyError as exc:
             name = exc.field.split("[")[0].split(".")[0]

@@ -387,8 +387,9 @@ def digest_for(user: Any) -> list[Approval]:
 
 
 def _digest_text(calls: list[Approval]) -> tuple[str, str]:
-    subject = f"Airlock: {len(calls)} tool call{'s' if len(calls) != 1 else ''} waiting for review"
-    lines = [f"{len(calls)} tool call(s) wait for a reviewer:", ""]
+    n = len(calls)
+    subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
+    lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
     for a in calls:
         # One line each: a reason or a tool name with a line break forged entries.
         lines += [f"- {one_line(a.tool)} (run {a.run_id}, {a.risk}): {one_line(a.reason)}", f"  {approval_url(a.pk)}", ""]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.conf import settings
 from django.db import connection
 
-from agents.engine.step import Move
+from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, Run
 from agents.notifications import events as outbox
 from agents.runs.sanitize import bounded_result, clean
@@ -22,19 +22,19 @@ if TYPE_CHECKING:
     from agents.runs.store import Events
 
 
-def intent_fields(i: dict[str, Any]) -> dict[str, Any]:
+def intent_fields(i: IntentRow) -> dict[str, Any]:
     return {
         "idempotency_key": i["key"], "fingerprint": i["fp"], "step": i["step"], "call_id": i["call_id"][:200],
         "tool": i["tool"][:100], "args": clean(i["args"]),
     }
 
 
-def result_fields(r: dict[str, Any]) -> dict[str, Any]:
+def result_fields(r: JournalResult) -> dict[str, Any]:
     result, chars, truncated = bounded_result(r["result"])
     return {"status": r["status"], "result": result, "result_chars": chars, "result_truncated": truncated}
 
 
-def approval_fields(a: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+def approval_fields(a: ApprovalRow, now: dt.datetime) -> dict[str, Any]:
     return {
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
         "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
@@ -48,6 +48,16 @@ def moment(epoch: float | None) -> dt.datetime | None:
     return None if epoch is None else dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
+class Params(dict[str, Any]):
+    """Named placeholders: `p("seq", value)` writes `%(seq)s` where the value goes and
+    keeps the value under that name, so a column and its value sit side by side and
+    cannot drift apart as positional `%s` lists could."""
+
+    def __call__(self, name: str, value: Any, cast_to: str = "") -> str:
+        self[name] = value
+        return f"%({name})s{cast_to}"
+
+
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
     now: dt.datetime, events: Events, claimant: str | None,
@@ -58,87 +68,101 @@ def commit_statement(
     moved the run first the update matches nothing and nothing else is written.
     """
     j = json.dumps
-    params: list[Any] = [engine_text if k == "engine" else v for k, v in cached.items()]
-    sets = ", ".join(f'"{k}" = %s' + ("::jsonb" if k == "engine" else "") for k in cached)
-    claims = ' AND ("lease_owner" IS NULL OR "lease_expires" < %s OR "lease_owner" = %s)' if claimant else ""
-    sql = [f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets} WHERE "id" = %s AND "version" = %s{claims} RETURNING "id", "version")']
-    params += [run.pk, run.version, *((now, claimant) if claimant else ())]
+    p = Params()
+    sets = ", ".join(
+        f'"{k}" = ' + (p("engine", engine_text, "::jsonb") if k == "engine" else p(f"run_{k}", v))
+        for k, v in cached.items()
+    )
+    claims = (
+        f' AND ("lease_owner" IS NULL OR "lease_expires" < {p("lease_now", now)} OR "lease_owner" = {p("claimant", claimant)})'
+        if claimant
+        else ""
+    )
+    sql = [
+        f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets}'
+        f' WHERE "id" = {p("run_id", run.pk)} AND "version" = {p("version", run.version)}{claims} RETURNING "id", "version")'
+    ]
     sql.append(
         ", t AS (INSERT INTO agents_transition (run_id, seq, from_state, to_state, kind, payload, cost_micros, tokens,"
-        " duration_ms, actor, created_at) SELECT r.id, r.version, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s FROM r)"
+        f" duration_ms, actor, created_at) SELECT r.id, r.version, {p('from_state', row['from_state'])},"
+        f" {p('to_state', row['to_state'])}, {p('kind', row['kind'])}, {p('payload', j(row['payload']), '::jsonb')},"
+        f" {p('cost_micros', row['cost_micros'])}, {p('tokens', row['tokens'])}, {p('duration_ms', row['duration_ms'])},"
+        f" {p('actor', row['actor'])}, {p('now', now)} FROM r)"
     )
-    params += [row["from_state"], row["to_state"], row["kind"], j(row["payload"]), row["cost_micros"], row["tokens"],
-               row["duration_ms"], row["actor"], now]
     if messages:
-        values = ", ".join(["(%s::int, %s, %s, %s::jsonb, %s, %s)"] * len(messages))
+        values = ", ".join(
+            f"({p(f'm{n}_index', m['index'], '::int')}, {p(f'm{n}_role', m['role'])}, {p(f'm{n}_content', m['content'])},"
+            f" {p(f'm{n}_tool_calls', None if m['tool_calls'] is None else j(m['tool_calls']), '::jsonb')},"
+            f" {p(f'm{n}_tool_call_id', m['tool_call_id'])}, {p(f'm{n}_name', m['name'])})"
+            for n, m in enumerate(messages)
+        )
         sql.append(
             ', m AS (INSERT INTO agents_message (run_id, "index", seq, role, content, tool_calls, tool_call_id, name,'
-            f" created_at) SELECT r.id, v.i, r.version, v.role, v.content, v.tc, v.tcid, v.name, %s FROM r, (VALUES {values})"
+            f" created_at) SELECT r.id, v.i, r.version, v.role, v.content, v.tc, v.tcid, v.name, %(now)s FROM r, (VALUES {values})"
             " AS v(i, role, content, tc, tcid, name))"
         )
-        params.append(now)
-        for m in messages:
-            tool_calls = m["tool_calls"]
-            params += [m["index"], m["role"], m["content"], None if tool_calls is None else j(tool_calls), m["tool_call_id"], m["name"]]
     if t.intent is not None:
         f = intent_fields(t.intent)
         sql.append(
             ", i AS (INSERT INTO agents_toolcall (run_id, idempotency_key, fingerprint, step, call_id, tool, args, status,"
-            " result_chars, result_truncated, attempts, created_at) SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb,"
-            " 'intended', 0, false, 0, %s FROM r ON CONFLICT (idempotency_key) DO NOTHING)"
+            f" result_chars, result_truncated, attempts, created_at) SELECT r.id, {p('i_key', f['idempotency_key'])},"
+            f" {p('i_fp', f['fingerprint'])}, {p('i_step', f['step'])}, {p('i_call_id', f['call_id'])}, {p('i_tool', f['tool'])},"
+            f" {p('i_args', j(f['args']), '::jsonb')}, 'intended', 0, false, 0, %(now)s FROM r"
+            " ON CONFLICT (idempotency_key) DO NOTHING)"
         )
-        params += [f["idempotency_key"], f["fingerprint"], f["step"], f["call_id"], f["tool"], j(f["args"]), now]
     if t.journal_reset is not None:
         sql.append(
             ", jr AS (UPDATE agents_toolcall SET status = 'intended', result = NULL"
-            " WHERE idempotency_key = %s AND EXISTS (SELECT 1 FROM r))"
+            f" WHERE idempotency_key = {p('jr_key', t.journal_reset)} AND EXISTS (SELECT 1 FROM r))"
         )
-        params.append(t.journal_reset)
     if t.journal_result is not None:
         f = result_fields(t.journal_result)
         sql.append(
-            ", jx AS (UPDATE agents_toolcall SET status = %s, result = %s::jsonb, result_chars = %s,"
-            " result_truncated = %s, finished_at = %s WHERE idempotency_key = %s AND EXISTS (SELECT 1 FROM r))"
+            f", jx AS (UPDATE agents_toolcall SET status = {p('jx_status', f['status'])},"
+            f" result = {p('jx_result', j(f['result']), '::jsonb')}, result_chars = {p('jx_chars', f['result_chars'])},"
+            f" result_truncated = {p('jx_truncated', f['result_truncated'])}, finished_at = %(now)s"
+            f" WHERE idempotency_key = {p('jx_key', t.journal_result['key'])} AND EXISTS (SELECT 1 FROM r))"
         )
-        params += [f["status"], j(f["result"]), f["result_chars"], f["result_truncated"], now, t.journal_result["key"]]
     if t.approval is not None:
         f = approval_fields(t.approval, now)
+        taint, rule = f["taint_source"], f["rule"]
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
             " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at)"
-            " SELECT r.id, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s::jsonb, %s::jsonb, %s, %s, '', %s, '', %s, 0, %s"
-            " FROM r RETURNING id)"
+            f" SELECT r.id, {p('a_kind', f['kind'])}, {p('a_key', f['idempotency_key'])}, {p('a_call_id', f['call_id'])},"
+            f" {p('a_step', f['step'])}, {p('a_tool', f['tool'])}, {p('a_args', j(f['args']), '::jsonb')},"
+            f" {p('a_risk', f['risk'])}, {p('a_reason', f['reason'])},"
+            f" {p('a_taint', None if taint is None else j(taint), '::jsonb')}, {p('a_rule', None if rule is None else j(rule), '::jsonb')},"
+            f" {p('a_required', f['required'])}, {p('a_status', f['status'])}, '', {p('a_decided_at', f['decided_at'])}, '',"
+            f" {p('a_expires_at', f['expires_at'])}, 0, %(now)s FROM r RETURNING id)"
         )
-        params += [f["kind"], f["idempotency_key"], f["call_id"], f["step"], f["tool"], j(f["args"]), f["risk"],
-                   f["reason"], None if f["taint_source"] is None else j(f["taint_source"]),
-                   None if f["rule"] is None else j(f["rule"]), f["required"], f["status"], f["decided_at"],
-                   f["expires_at"], now]
     if t.approval_close is not None:
         sql.append(
-            ", ac AS (UPDATE agents_approval SET status = %s, decided_at = %s"
-            " WHERE run_id = %s AND status = 'pending' AND EXISTS (SELECT 1 FROM r) RETURNING id)"
+            f", ac AS (UPDATE agents_approval SET status = {p('ac_status', t.approval_close)}, decided_at = %(now)s"
+            " WHERE run_id = %(run_id)s AND status = 'pending' AND EXISTS (SELECT 1 FROM r) RETURNING id)"
         )
-        params += [t.approval_close, now, run.pk]
     if events:
         # One insert, its rows in the events' order. The approval an event is about
         # comes from the CTE that wrote it (or, for a decision, the run's newest
         # approval); no such row, no event.
         selects = []
-        for e in events:
+        for n, e in enumerate(events):
             subject, source = {
                 None: ("NULL", "r"),
                 "created": ("a.id", "r, a"),
                 "closed": ("ac.id", "r, ac"),
                 "current": ("(SELECT max(id) FROM agents_approval WHERE run_id = r.id)", "r"),
             }[e.approval]
-            selects.append(f"SELECT %s, %s, r.id, {subject}, %s::timestamptz FROM {source}")
-            params += [outbox.new_msg_id(), e.type, now]
+            selects.append(
+                f"SELECT {p(f'e{n}_msg_id', outbox.new_msg_id())}, {p(f'e{n}_type', e.type)}, r.id, {subject},"
+                f" %(now)s::timestamptz FROM {source}"
+            )
         sql.append(
             ", o AS (INSERT INTO agents_outboxevent (msg_id, type, run_id, approval_id, created_at) "
             + " UNION ALL ".join(selects) + ")"
         )
     sql.append(" SELECT version FROM r")
-    found = _fetch_prepared("".join(sql), params)
+    found = _fetch_prepared("".join(sql), p)
     return None if found is None else int(found[0])
 
 
@@ -146,7 +170,7 @@ def commit_statement(
 _prepared_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def _fetch_prepared(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+def _fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run a statement bound and prepared on the server; its first row.
 
     Django binds parameters on the client, so PostgreSQL plans the transition statement

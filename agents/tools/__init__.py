@@ -43,9 +43,9 @@ def registry(tools: Collection[str] | None = None) -> Registry:
 
 
 def registry_for(profile: Any, tools: Collection[str] | None = None) -> Registry:
-    """registry(tools) with the profile's client tools (an external profile's `client_tools`).
-    A launch refuses a client tool named like a registered one, so a name means one
-    tool; were one added since, the registered tool keeps the name."""
+    """registry(tools) with the profile's client tools (an external profile's
+    `client_tools`). A launch refuses a client tool named like a registered one, so a
+    name means one tool; were one added since, the registered tool keeps the name."""
     reg = registry(tools)
     for spec in profile.client_specs():
         if spec.name not in reg:

@@ -31,14 +31,33 @@ LIMIT_HELP = {
 
 
 class RunFilterForm(forms.Form):
-    """The list's filters; a value that does not parse is ignored, not an error page."""
+    """The list's filters; a value that does not parse is named in `problems()` (the page
+    says which filter is wrong) and left out of `filters()`."""
 
     q = forms.CharField(required=False, max_length=200, label="Search task")
     state = forms.ChoiceField(required=False, choices=[("", "any state"), *[(s, s) for s in states.STATES]])
     agent = forms.CharField(required=False, max_length=64)
-    tainted = forms.ChoiceField(required=False, choices=[("", "tainted or not"), ("yes", "tainted"), ("no", "clean")])
+    tainted = forms.ChoiceField(
+        required=False, label="Taint", choices=[("", "tainted or not"), ("yes", "tainted"), ("no", "clean")]
+    )
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean_agent(self) -> str:
+        name: str = self.cleaned_data.get("agent", "")
+        if name and not AgentProfile.objects.filter(name=name).exists():
+            raise forms.ValidationError(f"there is no agent profile named “{name}”")
+        return name
+
+    def problems(self) -> list[str]:
+        """One line per filter whose value was refused, naming the filter and the value."""
+        self.is_valid()
+        lines = []
+        for name, errors in self.errors.items():
+            field = self.fields[name]
+            label = field.label or name.capitalize()
+            lines.append(f"{label} “{self.data.get(name, '')}”: {' '.join(errors)}")
+        return lines
 
     def filters(self) -> dict[str, Any]:
         """The valid filters as ORM lookups."""
@@ -105,8 +124,8 @@ class SafeJSONField(forms.JSONField):
 
 class LaunchForm(forms.Form):
     agent = forms.ChoiceField(label="Agent profile", widget=forms.RadioSelect)
-    # Not `required`: run_launch owns the rule and its wording.
-    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}), max_length=20_000)
+    # Neither `required` nor `max_length`: run_launch owns those rules and their wording.
+    task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
     approver = forms.ChoiceField(
         choices=[
             (engine_policy.HUMAN, "a human reviewer approves risky calls"),

@@ -122,10 +122,23 @@ def runs(request: HttpRequest) -> HttpResponse:
     if rows and has_newer:
         newer = f"?{base}&after={_cursor(rows[0])}" if base else f"?after={_cursor(rows[0])}"
     agents = list(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+    # A wrong filter is the visitor's mistake, named on the page: not "No runs match".
+    problems = form.problems()
+    if problems:
+        rows, older, newer = [], None, None
     return render(
         request,
         "agents/runs.html",
-        {"form": form, "rows": rows, "older": older, "newer": newer, "agents": agents, "filtered": bool(base)},
+        {
+            "form": form,
+            "rows": rows,
+            "older": older,
+            "newer": newer,
+            "agents": agents,
+            "filtered": bool(base),
+            "problems": problems,
+        },
+        status=400 if problems else 200,
     )
 
 

@@ -169,3 +169,15 @@ def test_two_reviewers_deciding_at_once_through_the_api_execute_once(api) -> Non
     assert run.state == "done" and run.ledger.count() == 1
     assert run.transitions.filter(kind="decision").count() == 1
     assert run.transitions.get(kind="decision").actor == f"user:{deciders.pop()}"
+
+
+@pytest.mark.django_db
+def test_a_conflict_shows_the_approval_as_the_api_does_with_iso_times(api) -> None:
+    _, approval_id = paused_run(api)
+    first = api("rita").post(f"/api/approvals/{approval_id}/decision", {"decision": "reject", "note": "no"})
+    conflict = api("rob").post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"})
+    assert conflict.status_code == 409
+    assert conflict.data["detail"]["message"] == "already rejected by rita"
+    assert conflict.data["detail"]["approval"] == first.data
+    decided_at = conflict.data["detail"]["approval"]["decided_at"]
+    assert "T" in decided_at and decided_at.endswith("Z"), decided_at

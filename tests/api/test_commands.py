@@ -38,7 +38,7 @@ def write_script(tmp_path: Path, script: list) -> str:
     "script,approver,code,state",
     [
         ([{"final": "hello"}], "human", 0, "done"),
-        ([], "human", 1, "failed"),
+        ([{"call": {"tool": "echo", "args": {"text": "x"}}}], "human", 1, "failed"),  # then the script runs out
         (tainted_write(), "human", 2, "awaiting_approval"),
         (tainted_write(), "none", 0, "done"),
     ],
@@ -77,16 +77,17 @@ def test_launch_refusal_is_a_command_error(defaults) -> None:
     assert Run.objects.count() == 0
 
 
-def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults) -> None:
+def test_launch_takes_a_tighter_policy_and_refuses_a_looser_one(defaults, tmp_path) -> None:
     from django.core.management.base import CommandError
 
     rule = {"tool": "echo", "then": "deny", "reason": "not in this run"}
     call_command("launch", "--agent", "scripted", "--task", "t", "--policy", json.dumps({"rules": [rule]}),
-                 stdout=io.StringIO())
+                 "--script", write_script(tmp_path, [{"final": "x"}]), stdout=io.StringIO())
     assert Run.objects.get().policy()["rules"] == [{**rule, "origin": "launch", "index": 1}]
     with pytest.raises(CommandError, match=r"invalid_policy: policy.rules\[1\].then"):
         call_command("launch", "--agent", "scripted", "--task", "t", "--policy",
-                     json.dumps({"rules": [{**rule, "then": "allow"}]}), stdout=io.StringIO())
+                     json.dumps({"rules": [{**rule, "then": "allow"}]}), "--script",
+                     write_script(tmp_path, [{"final": "x"}]), stdout=io.StringIO())
     assert Run.objects.count() == 1
 
 

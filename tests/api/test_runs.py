@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from agents.engine.limits import TASK_MAX_CHARS
 from agents.models import IdempotencyKey, Run
 from agents.runs import driver
 from tests.helpers import at_once, launch_body, requires_postgres, tainted_write
@@ -199,7 +200,24 @@ INVALID = [
     ("looser limits than the profile's", launch_body(limits={"max_steps": 21}), "invalid_limits"),
     ("malformed script item", launch_body(script=[{"say": "hi"}]), "invalid_script"),
     ("a script for the demo agent", launch_body(agent="demo"), "invalid_script"),
+    ("an empty script for the scripted agent", launch_body(script=[]), "invalid_script"),
+    ("no script for the scripted agent", {"agent": "scripted", "task": "t"}, "invalid_script"),
+    (
+        "a launch rule for a tool the agent lacks",
+        launch_body(policy={"rules": [{"tool": "refund", "then": "deny", "reason": "no refunds"}]}),
+        "invalid_policy",
+    ),
 ]
+
+
+def test_the_api_takes_the_task_length_the_form_takes(api) -> None:
+    lena = api("lena")
+    over = lena.post("/api/runs", launch_body(task="x" * (TASK_MAX_CHARS + 1)))
+    assert over.status_code == 400 and over.data["error"] == "invalid_request"
+    assert over.data["detail"][0]["loc"][-1] == "task"
+    assert f"at most {TASK_MAX_CHARS} characters" in over.data["detail"][0]["msg"]
+    assert Run.objects.count() == 0
+    assert lena.post("/api/runs", launch_body(task="x" * TASK_MAX_CHARS)).status_code == 201
 
 
 @pytest.mark.parametrize("label,body,code", INVALID, ids=[i[0] for i in INVALID])

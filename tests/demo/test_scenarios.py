@@ -83,6 +83,16 @@ def test_refund_over_20_asks_by_the_profiles_rule_though_the_run_is_not_tainted(
     assert refunds.count() == 1 and refunds.get().entry["amount_cents"] == 18900
 
 
+def test_an_edited_refund_amount_is_the_amount_the_customer_is_told(defaults, drive, rita) -> None:
+    run = drive(start("refund-request"))
+    approval = Approval.objects.get(run=run, status="pending")
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", args={**approval.args, "amount": 100})
+    run = drive(run)
+    assert LedgerEntry.objects.get(run=run, entry__kind="refund").entry["amount_cents"] == 10000
+    assert run.state == "done" and "refunded EUR 100.00 of order 1042 (EUR 189.00)" in run.answer
+    assert "in full" not in run.answer
+
+
 def test_refund_under_20_is_allowed_by_the_profiles_rule(defaults, drive) -> None:
     run = drive(start("small-refund"))
     assert run.state == "done" and "refunded order 1045 in full (EUR 12.90)" in run.answer

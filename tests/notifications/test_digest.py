@@ -46,6 +46,7 @@ def test_fifty_pending_calls_in_a_minute_make_one_digest_per_reviewer(loopback_a
     assert sorted(m.to[0] for m in mailoutbox) == [rita.email, rob.email]  # not quinn, not the operator
     message = mailoutbox[0]
     assert message.subject == "Airlock: 50 tool calls waiting for review"
+    assert message.body.startswith("50 tool calls wait for a reviewer:\n")
     for a in approvals:
         assert f"https://airlock.example.org/reviews/{a.pk}/" in message.body
     assert (
@@ -65,6 +66,7 @@ def test_calls_decided_before_the_digest_are_left_out(loopback_allowed, waiting,
     body = mailoutbox[0].body
     assert f"/reviews/{still.pk}/" in body and f"/reviews/{decided.pk}/" not in body
     assert mailoutbox[0].subject == "Airlock: 1 tool call waiting for review"
+    assert body.startswith("1 tool call waits for a reviewer:\n")
 
 
 def test_nothing_is_sent_when_every_call_was_decided(loopback_allowed, waiting, mailoutbox) -> None:

@@ -75,3 +75,14 @@ def test_a_bad_client_tool_is_refused_with_a_readable_error(admin_client: Client
     assert response.status_code == 200
     assert "client_tools[0].risk must be one of read, write, irreversible" in response.content.decode()
     assert AgentProfile.objects.get(pk=profile.pk).client_tools == []
+
+
+def test_a_rule_for_a_tool_the_profile_does_not_offer_is_refused(admin_client: Client) -> None:
+    demo = AgentProfile.objects.get(name="demo")
+    before = demo.rules
+    typo = {**OVER_100, "tool": "refunds"}
+    response = admin_client.post(f"/admin/agents/agentprofile/{demo.pk}/change/", form(demo, [OVER_100, typo]))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "rules[2].tool: the agent has no tool named &#x27;refunds&#x27; (its tools: http_get, kb_search, refund, send_email)" in page
+    assert AgentProfile.objects.get(pk=demo.pk).rules == before

@@ -200,3 +200,13 @@ def test_a_two_person_decision_names_both_voters_on_the_timeline(pending, rita, 
     page = as_user(rob).get(f"/runs/{approval.run_id}/").content.decode()
     assert ('Votes: <strong class="who">rita</strong> approve (“checked the invoice”), '
             '<strong class="who">rob</strong> approve') in page
+
+
+def test_a_decided_card_is_worded_as_decided(pending, rita, as_user) -> None:
+    approval = pending()
+    assert "(exactly what will run)" in card_html(as_user(rita), approval)
+    html = as_user(rita).decide(approval.pk, "reject", htmx=True).content.decode()
+    assert '<strong class="verdict">Rejected</strong> by <strong class="who">rita</strong>' in html
+    assert '<strong class="count">0 of 1 approvals</strong>: <span class="voter">rita</span> (reject)' in html
+    assert "exactly what will run" not in html
+    assert "Arguments <span class=\"muted\">(as the agent proposed them; not run)</span>" in html

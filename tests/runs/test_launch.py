@@ -5,6 +5,7 @@ import json
 import pytest
 from django.test import override_settings
 
+from agents.engine.limits import TASK_MAX_CHARS
 from agents.models import Run, Transition
 from tests.helpers import client_for, csrf_post, person
 
@@ -145,3 +146,35 @@ def test_a_looser_launch_policy_is_refused_on_the_field(lena) -> None:
     assert '<p class="error" id="policy-error">policy.rules[1].then: must be ask or deny (launch rules only tighten)' in html
     bad_json = csrf_post(client_for(lena), "/runs/new/", form(policy="{rules"))
     assert bad_json.status_code == 400 and '<p class="error" id="policy-error">not valid JSON' in bad_json.content.decode()
+
+
+def test_a_task_over_the_limit_is_refused_inline_and_one_at_the_limit_launches(lena) -> None:
+    client = client_for(lena)
+    response = csrf_post(client, "/runs/new/", form(task="x" * (TASK_MAX_CHARS + 1)))
+    assert response.status_code == 400 and not Run.objects.exists()
+    assert (
+        f'<p class="error" id="task-error">the task is {TASK_MAX_CHARS + 1:,} characters; at most {TASK_MAX_CHARS:,} '
+        "are taken</p>"
+    ) in response.content.decode()
+    assert csrf_post(client, "/runs/new/", form(task="x" * TASK_MAX_CHARS)).status_code == 302
+    assert len(Run.objects.get().task) == TASK_MAX_CHARS
+
+
+def test_a_scripted_run_with_an_empty_script_is_refused_at_launch(lena) -> None:
+    for script in ("", "[]"):
+        response = csrf_post(client_for(lena), "/runs/new/", form(script=script))
+        assert response.status_code == 400 and not Run.objects.exists()
+        assert (
+            '<p class="error" id="script-error">the scripted agent needs a script: a list of at least one decision</p>'
+        ) in response.content.decode()
+
+
+def test_a_launch_rule_for_a_tool_the_agent_lacks_is_refused_on_the_field(lena) -> None:
+    policy = json.dumps({"rules": [{"tool": "delete_account", "then": "deny", "reason": "not today"}]})
+    response = csrf_post(client_for(lena), "/runs/new/", form(agent="demo", policy=policy, script=""))
+    html = response.content.decode()
+    assert response.status_code == 400 and not Run.objects.exists()
+    assert (
+        '<p class="error" id="policy-error">policy.rules[1].tool: the agent has no tool named &#x27;delete_account&#x27; '
+        "(its tools: http_get, kb_search, refund, send_email)</p>"
+    ) in html

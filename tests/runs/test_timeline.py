@@ -235,3 +235,13 @@ def test_denials_rejections_and_invalid_calls_are_explained(launch, drive, otto,
     html = client_for(otto).get(f"/runs/{rejected.pk}/").content.decode()
     assert 'decision <strong>reject</strong> on <code>ledger_write</code> by <strong class="who">rita</strong>' in html
     assert "rejected by a human reviewer (rita): not this one" in html
+
+
+def test_the_approvals_table_says_rejected_not_rejected_reject(pending, otto, rita) -> None:
+    approval = pending()
+    approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="no")
+    html = client_for(otto).get(f"/runs/{approval.run_id}/").content.decode()
+    row = html[html.index(f'<tr data-approval-id="{approval.pk}">') :]
+    row = row[: row.index("</tr>")]
+    assert '<span class="status status-rejected">rejected</span></td>' in row
+    assert "(reject)" not in row

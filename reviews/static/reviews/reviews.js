@@ -1,7 +1,7 @@
 // The review queue's keyboard and clock. No inline handlers: a strict CSP holds.
 // j / k: focus the next / previous card; in the focused card, a: Approve, r: Reject,
-// n: the note field. The keys act only on the card holding focus, and the
-// "Single-key shortcuts" switch turns them off (remembered in this browser).
+// n: the note field, Esc: back from a field to its card. The keys act only on the
+// card holding focus, and the "Single-key shortcuts" switch turns them off (remembered in this browser).
 // The server decides every answer; these keys only click the card's real buttons.
 (function () {
   "use strict";
@@ -29,6 +29,16 @@
       if (toggle.checked) window.localStorage.removeItem(OFF);
       else window.localStorage.setItem(OFF, "1");
     });
+  });
+
+  // Esc leaves a field of a card (the note, the edited arguments) for the card itself,
+  // so the single keys act again; the text typed stays in the field.
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || !typing(event.target)) return;
+    const card = event.target.closest("#queue-list .card");
+    if (!card) return;
+    event.preventDefault();
+    card.focus({ preventScroll: true });
   });
 
   document.addEventListener("keydown", function (event) {
@@ -122,6 +132,22 @@
     const active = document.activeElement;
     if (!active || active === document.body || !active.isConnected) next.focus();
   }
+
+  // Untrusted text sits in a box of limited height; on a narrow screen the highlighted
+  // instruction can fall below its fold. Each box new on the page is scrolled once so
+  // its first highlighted passage shows, with a line of what precedes it.
+  function revealSuspects() {
+    document.querySelectorAll("pre.untrusted-text:not([data-revealed])").forEach(function (box) {
+      const mark = box.querySelector("mark.suspect");
+      if (!mark || !box.clientHeight) return;
+      box.dataset.revealed = "1";
+      const top = mark.getBoundingClientRect().top - box.getBoundingClientRect().top + box.scrollTop;
+      const line = parseFloat(window.getComputedStyle(box).lineHeight) || 20;
+      if (top + mark.offsetHeight > box.scrollTop + box.clientHeight) box.scrollTop = Math.max(0, top - line);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", revealSuspects);
+  document.addEventListener("htmx:afterSettle", revealSuspects);
 
   document.addEventListener("htmx:afterSettle", function () { refocus(true); focusAppended(); });
   document.addEventListener("htmx:afterRequest", function (event) {

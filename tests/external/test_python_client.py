@@ -63,7 +63,7 @@ def test_a_client_tool_allowed_by_policy_runs_in_the_client_and_is_journalled(ai
     assert airlock.call(run, "crm_update", CALL, crm_update) == {"updated": 1}
     assert ran == [CALL]
     done = airlock.finish(run, "CRM tidied", usage={"input_tokens": 10, "output_tokens": 2})
-    assert (done.state, done.data["answer"]) == ("done", "CRM tidied")
+    assert (done.state, done.data["answer"], done.data["tokens"]) == ("done", "CRM tidied", 12)
     call = ToolCall.objects.get(run_id=run.id)
     assert (call.tool, call.status) == ("crm_update", "succeeded")
 

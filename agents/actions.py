@@ -232,6 +232,7 @@ def approval_decide(
     remember: str | None = None,
     voter: str = "",
     args_hash: str | None = None,
+    via: str = "dashboard",
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -258,7 +259,9 @@ def approval_decide(
     `remember` ("call" or "tool", with approve) also grants the call that runs for the
     rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
     edit, which may raise the votes needed). `voter` names a vote cast without a user
-    (the evals replaying a saved run's votes).
+    (the evals replaying a saved run's votes). `via` says where the answer came from
+    (`Approval.CHANNELS`: dashboard, api, slack, email): kept on the vote, on the
+    approval it decides, and in the decision's transition.
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
@@ -296,7 +299,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "already_voted")
         ApprovalVote.objects.create(
             approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            args=approval.edited_args, at=timezone.now(),
+            args=approval.edited_args, via=via, at=timezone.now(),
         )
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)
@@ -304,7 +307,7 @@ def approval_decide(
             return DecisionResult(_fresh(approval_id), "voted")
         updated = Approval.objects.pending().filter(pk=approval_id).update(
             status=decisions.DECISION_STATUS[tally.decision], decision=tally.decision, decided_by=user,
-            decided_at=timezone.now(), note=note,
+            decided_at=timezone.now(), note=note, via=via,
         )
         if updated != 1:
             # Cannot happen while we hold the run's lock (every close of an approval
@@ -408,6 +411,33 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
             # A worker committed in between; cancel the state it left.
             run.refresh_from_db()
     raise ActionError("busy", f"run {run_id} kept moving; try again", status=409)
+
+
+def run_hold(*, run_id: int, user: Any, reason: str) -> Run:
+    """Put a run on legal hold: the purge never touches it until it is released.
+    Holding a held run again replaces the reason (the latest word stands)."""
+    reason = " ".join((reason or "").split())[:500]
+    if not reason:
+        raise ActionError("invalid_hold", "a hold needs a reason")
+    # A conditional update: a purge batch that locked the row first wins, and the run
+    # is a tombstone by the time this runs (then there is nothing left to hold).
+    updated = Run.objects.filter(pk=run_id, purged_at__isnull=True).update(
+        hold_reason=reason, held_by=user if getattr(user, "pk", None) else None, held_at=timezone.now()
+    )
+    if updated != 1:
+        if not Run.objects.filter(pk=run_id).exists():
+            raise ActionError("not_found", f"no run {run_id}", status=404)
+        raise ActionError("purged", f"run {run_id} was already purged; its content is gone", status=409)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
+
+
+def run_release(*, run_id: int, user: Any) -> Run:
+    """Lift a run's own hold (a profile's hold is lifted on the profile). Releasing a
+    run that is not held answers with it unchanged."""
+    if not Run.objects.filter(pk=run_id).exists():
+        raise ActionError("not_found", f"no run {run_id}", status=404)
+    Run.objects.filter(pk=run_id).exclude(hold_reason="").update(hold_reason="", held_by=None, held_at=None)
+    return Run.objects.select_related("profile", "held_by").get(pk=run_id)
 
 
 def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:

@@ -10,12 +10,15 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.html import format_html
 
+from agents.engine.policy import PolicyError
 from agents.models import (
     EVENT_TYPES,
     AgentProfile,
@@ -25,9 +28,12 @@ from agents.models import (
     McpServer,
     McpTool,
     NotificationPreference,
+    PurgeRecord,
+    SlackAction,
     Webhook,
 )
 from agents.notifications import delivery as notify
+from agents.runs import backtest as backtests
 from agents.web.forms import SafeJSONField
 
 # Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
@@ -77,7 +83,78 @@ class AgentProfileAdmin(admin.ModelAdmin):
         ("Budget", {"fields": [
             "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
         ]}),
+        ("Retention", {
+            "fields": ["retention_days", "hold_reason"],
+            "description": "Finished runs' content is purged after the retention; a hold keeps every run. See docs/operations.md.",
+        }),
     ]
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("<path:object_id>/backtest/", self.admin_site.admin_view(self.backtest_view), name="agents_agentprofile_backtest"),
+            *super().get_urls(),
+        ]
+
+    def backtest_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """"Try these rules": the backtest of a proposed policy over the profile's recent
+        calls, and each shadow rule's agreement with what happened. Reads only."""
+        profile = self.get_object(request, object_id)
+        if profile is None:
+            raise Http404("no such agent profile")
+        if not self.has_view_permission(request, profile):
+            raise PermissionDenied
+        initial = {
+            "policy": {"rules": profile.rules, "always_ask_tools": profile.always_ask_tools,
+                       "denied_tools": profile.denied_tools, "irreversible_approvals": profile.irreversible_approvals},
+            "days": backtests.DEFAULT_DAYS,
+        }
+        form = TryRulesForm(request.POST or None, initial=initial)
+        report = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                report = backtests.backtest(profile, form.cleaned_data["policy"], days=form.cleaned_data["days"])
+            except PolicyError as exc:
+                form.add_error("policy", str(exc))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Try these rules on {profile.name}",
+            "obj": profile,
+            "form": form,
+            "report": report,
+            "rows": [
+                {"cls": cls, "summary": report.summary(cls), "changes": report.changes[cls]}
+                for cls in backtests.CLASSES if report.changes.get(cls)
+            ] if report else [],
+            "agreement": backtests.shadow_agreement(profile, days=backtests.DEFAULT_DAYS),
+        }
+        return TemplateResponse(request, "admin/agents/agentprofile/backtest.html", context)
+
+
+class TryRulesForm(forms.Form):
+    policy = SafeJSONField(
+        help_text='{"rules": [...], "always_ask_tools"?, "denied_tools"?, "irreversible_approvals"?}: '
+        "the profile's policy fields to try; nothing is saved",
+        widget=forms.Textarea(attrs={"rows": 14, "cols": 100}),
+    )
+    days = forms.IntegerField(min_value=1, max_value=backtests.MAX_DAYS, initial=backtests.DEFAULT_DAYS)
+
+
+@admin.register(PurgeRecord)
+class PurgeRecordAdmin(admin.ModelAdmin):
+    """The purges' audit trail: read-only, and never any content of the runs."""
+
+    list_display = ["started_at", "actor", "older_than_days", "agent", "runs", "bytes", "finished_at"]
+    readonly_fields = [f.name for f in PurgeRecord._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)
@@ -370,7 +447,24 @@ class DeliveryAdmin(admin.ModelAdmin):
 
 @admin.register(NotificationPreference)
 class NotificationPreferenceAdmin(admin.ModelAdmin):
-    list_display = ["user", "email_digest"]
-    list_filter = ["email_digest"]
-    search_fields = ["user__username"]
+    list_display = ["user", "email_digest", "email_each_call", "slack_member_id"]
+    list_filter = ["email_digest", "email_each_call"]
+    search_fields = ["user__username", "slack_member_id"]
     autocomplete_fields = ["user"]
+
+
+@admin.register(SlackAction)
+class SlackActionAdmin(admin.ModelAdmin):
+    """The log of Slack clicks: who clicked what, as whom, and what came of it. Read-only:
+    it is a record, written by agents.notifications.slack."""
+
+    list_display = ["created_at", "member_id", "user", "approval", "decision", "outcome"]
+    list_filter = ["decision"]
+    search_fields = ["member_id", "user__username", "outcome"]
+    exclude = ["response_url"]  # a capability to post into the channel: not shown
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -13,8 +13,8 @@ from typing import Any
 
 from celery import shared_task
 
-from agents.notifications import delivery
-from agents.runs import sweeper, worker
+from agents.notifications import delivery, slack
+from agents.runs import retention, sweeper, worker
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -36,4 +36,14 @@ def deliver_notifications() -> dict[str, int]:
     Woken after a commit that wrote events and run by the beat (retries wait there, not
     in the broker). Safe with any number at once; see `agents.notifications.delivery`.
     """
-    return delivery.dispatch()
+    done = delivery.dispatch()
+    # Slack messages of calls decided elsewhere say so (through a click's response_url).
+    done["slack_updated"] = slack.update_decided()
+    return done
+
+
+@shared_task(ignore_result=True)
+def purge_runs() -> dict[str, int]:
+    """The daily purge of finished runs past their retention (`agents.runs.retention`)."""
+    report = retention.purge(actor="schedule")
+    return {"runs": report.runs, "bytes": report.bytes}

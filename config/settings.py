@@ -243,6 +243,8 @@ CONTENT_SECURITY_POLICY = {
 # -- the engine ---------------------------------------------------------------------
 AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
+# Where "Save as eval case" on a run's page writes its case (run_evals reads the folder).
+AIRLOCK_EVALS_DIR = Path(env_str("AIRLOCK_EVALS_DIR", str(BASE_DIR / "evals")))
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
 # What one MCP sync pins: the first tools by name (OpenAI takes 128 tools per request),
@@ -307,6 +309,13 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 
+# -- the MCP gateway (/mcp/<profile>/, docs/gateway.md) ----------------------------------
+# How long a tools/call that needs a human waits for a decision before it answers
+# "pending_approval" (calling it again returns the outcome). Seconds, 0 to 60.
+AIRLOCK_GATEWAY_WAIT_SECONDS = env_float("AIRLOCK_GATEWAY_WAIT_SECONDS", 20.0)
+if not 0 <= AIRLOCK_GATEWAY_WAIT_SECONDS <= 60:
+    raise EnvError("AIRLOCK_GATEWAY_WAIT_SECONDS must be between 0 and 60 seconds")
+
 # -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
 AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
@@ -322,6 +331,14 @@ AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS = env_float("AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS
 # Pending calls are emailed to reviewers as one digest once the oldest unsent one is
 # this old: fifty in a minute make one email, not fifty.
 AIRLOCK_EMAIL_DIGEST_SECONDS = env_float("AIRLOCK_EMAIL_DIGEST_SECONDS", 60.0)
+# Emailed decision links (/reviews/links/<token>/) die after this many hours at the latest.
+AIRLOCK_EMAIL_LINK_HOURS = env_positive_float("AIRLOCK_EMAIL_LINK_HOURS", 72.0)
+# The Slack app's signing secret: POST /integrations/slack/interactions answers 401 to
+# every request it does not sign (and to all of them while this is unset).
+AIRLOCK_SLACK_SIGNING_SECRET = env_str("AIRLOCK_SLACK_SIGNING_SECRET", "")
+# How long a Slack click waits for its decision before answering "working on it" (Slack
+# gives up, and retries, after 3 s); the outcome then goes to the message's response_url.
+AIRLOCK_SLACK_ANSWER_SECONDS = env_positive_float("AIRLOCK_SLACK_ANSWER_SECONDS", 2.0)
 
 # -- workers (Celery) ---------------------------------------------------------------
 # The database is the truth; broker messages are only wake-ups, so losing one costs a
@@ -412,8 +429,27 @@ CELERY_TASK_QUEUES = [Queue("airlock", routing_key="airlock"), Queue("airlock_sw
 CELERY_TASK_ROUTES = {
     "agents.tasks.sweep": {"queue": "airlock_sweep"},
     "agents.tasks.deliver_notifications": {"queue": "airlock_sweep"},
+    "agents.tasks.purge_runs": {"queue": "airlock_sweep"},
 }
+# -- retention (agents/runs/retention.py, docs/operations.md) -------------------------
+# Finished runs' content is purged after this many days (a profile's retention_days
+# overrides it); unset or empty keeps everything.
+_retention = env_str("AIRLOCK_RETENTION_DAYS", "")
+if _retention and not _retention.isdigit():
+    raise EnvError(f"AIRLOCK_RETENTION_DAYS must be a whole number of days, not {_retention!r}")
+AIRLOCK_RETENTION_DAYS: int | None = int(_retention) if _retention else None
+# Runs purged per transaction: small batches keep locks short and the WAL steady.
+AIRLOCK_PURGE_BATCH = env_int("AIRLOCK_PURGE_BATCH", 200)
+if AIRLOCK_PURGE_BATCH < 1:
+    raise EnvError("AIRLOCK_PURGE_BATCH must be at least 1")
+
 CELERY_BEAT_SCHEDULE = {
+    # The daily purge of runs past their retention (nothing when none is set).
+    "purge-runs": {
+        "task": "agents.tasks.purge_runs",
+        "schedule": 86_400.0,
+        "options": {"expires": 3_600.0},
+    },
     "sweep-runs": {
         "task": "agents.tasks.sweep",
         "schedule": AIRLOCK_SWEEP_SECONDS,

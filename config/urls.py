@@ -1,10 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from agents.api import urlpatterns as api_urlpatterns
+from agents.gateway.bridge import gateway_view
 from agents.web import views as agent_views
 from agents.web import views_demo
+from reviews import slack as slack_views
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
@@ -17,6 +19,10 @@ urlpatterns = [
     path("api/", include((api_urlpatterns(), "ninja"), namespace="api")),
     # The review queue: a UI over agents' approvals.
     path("reviews/", include("reviews.urls")),
+    # Slack's interactivity Request URL: button clicks on approval messages.
+    path("integrations/slack/interactions", slack_views.interactions, name="slack_interactions"),
+    # The MCP gateway (docs/gateway.md); the slash is optional, as MCP clients are given a URL.
+    re_path(r"^mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$", gateway_view, name="mcp_gateway"),
 ]
 
 # The built-in demo web site: the pages http_get serves for demo.airlock.internal, for people.

@@ -4,7 +4,7 @@ from django.urls import path
 
 from agents.engine.decisions import DECISIONS
 
-from . import views
+from . import links, views
 
 app_name = "reviews"
 
@@ -15,5 +15,7 @@ urlpatterns = [
     path("list/", views.queue_list, name="list"),
     path("badge/", views.badge, name="badge"),
     path("<int:approval_id>/", views.approval, name="approval"),
+    # An emailed decision link: GET confirms (changes nothing), POST decides.
+    path("links/<str:token>/", links.link, name="link"),
     *[path(f"<int:approval_id>/{d}/", views.decide, {"decision": d}, name=d) for d in DECISIONS],
 ]

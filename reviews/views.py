@@ -215,6 +215,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             args=form.cleaned_data["args"],
             remember=form.cleaned_data["remember"] or None,
             args_hash=form.cleaned_data["args_hash"] or None,
+            via="dashboard",
         )
     except ActionError as exc:
         if exc.status == 404:

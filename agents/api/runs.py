@@ -1,4 +1,4 @@
-"""/api/runs: launch, list, export, read, follow and cancel runs, and revoke their grants."""
+"""/api/runs: launch, list, export, read, follow, cancel and hold runs, and revoke their grants."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agents import access, actions
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden
 from agents.api.listing import NEWEST_FIRST, RunExportQuery, RunPageQuery, page, run_filters, stream, wants_transitions
-from agents.api.schemas import Error, GrantOut, RunIn, RunOut, RunPage, TransitionOut
+from agents.api.schemas import Error, GrantOut, HoldIn, RunIn, RunOut, RunPage, TransitionOut
 from agents.models import Run, Transition
 
 router = Router()
@@ -123,6 +123,25 @@ def runs_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
         raise ActionError("not_found", f"no run {run_id}", status=404)
     run = actions.run_cancel(run_id=run_id, user=user, reason="through the API")
     return dict(Run.objects.select_related("profile").get(pk=run.pk).to_dict())
+
+
+@router.post("/runs/{int:run_id}/hold", response={200: RunOut, ERRORS: Error}, summary="Put a run on legal hold")
+def runs_hold(request: HttpRequest, run_id: int, body: HoldIn) -> dict[str, Any]:
+    """A held run is never purged (docs/operations.md); `reason` is required."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.can_cancel(user):
+        raise forbidden("holding runs needs the operator role")
+    run = access.readable_run(user, run_id)
+    return dict(actions.run_hold(run_id=run.pk, user=user, reason=body.reason).to_dict())
+
+
+@router.post("/runs/{int:run_id}/release", response={200: RunOut, ERRORS: Error}, summary="Release a run's hold")
+def runs_release(request: HttpRequest, run_id: int) -> dict[str, Any]:
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.can_cancel(user):
+        raise forbidden("releasing held runs needs the operator role")
+    run = access.readable_run(user, run_id)
+    return dict(actions.run_release(run_id=run.pk, user=user).to_dict())
 
 
 @router.post(

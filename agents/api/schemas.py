@@ -72,6 +72,12 @@ class VoteOut(Schema):
     decision: str
     note: str
     at: dt.datetime
+    via: str = Field("", description="where the vote came from: dashboard, api, slack or email")
+
+
+class ShadowOut(Schema):
+    rule: int = Field(..., description="the shadow rule's 1-based index among the profile's rules")
+    verdict: Literal["allow", "ask", "deny"]
 
 
 class ApprovalOut(Schema):
@@ -91,12 +97,16 @@ class ApprovalOut(Schema):
     reason: str
     taint_source: dict[str, Any] | None = None
     rule: dict[str, Any] | None = None
+    shadow: list[ShadowOut] = Field(
+        default_factory=list, description="what each matching shadow rule of the profile would have decided"
+    )
     required: int
     votes: list[VoteOut]
     decided_by: str | None = None
     decided_at: dt.datetime | None = None
     note: str
     expires_at: dt.datetime | None = None
+    via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
 
 
@@ -107,6 +117,17 @@ class GrantOut(Schema):
     by: str | None = None
     created_at: dt.datetime
     revoked_at: dt.datetime | None = None
+
+
+class HoldOut(Schema):
+    scope: str  # "run", or "profile" (every run of the profile is held)
+    reason: str
+    by: str | None = None
+    at: dt.datetime | None = None
+
+
+class HoldIn(Schema):
+    reason: str = ""
 
 
 class RunOut(Schema):
@@ -124,6 +145,8 @@ class RunOut(Schema):
     updated_at: dt.datetime
     pending_approval: ApprovalOut | None = None
     grants: list[GrantOut] = []
+    purged_at: dt.datetime | None = None
+    hold: HoldOut | None = None
 
 
 class TransitionOut(Schema):

@@ -8,6 +8,7 @@ arguments after its schema was validated.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -26,7 +27,12 @@ ON_EXPIRY = ("reject", "fail")
 HUMAN = "human"
 NO_APPROVER = "none"
 APPROVERS = (HUMAN, NO_APPROVER)
-RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason"})
+RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason", "step_up", "mode"})
+# A rule's mode: "enforce" (the default) decides; "shadow" is evaluated on every call
+# and what it would have decided is recorded, but it decides nothing.
+ENFORCE = "enforce"
+SHADOW = "shadow"
+MODES = (ENFORCE, SHADOW)
 MAX_APPROVALS = 10
 MAX_DEPTH = 8
 MAX_PATTERN = 500
@@ -59,6 +65,8 @@ class Verdict:
     rule: dict[str, Any] | None = None  # the rule that decided, as snapshotted (origin, index)
     required: int = 1  # votes an "ask" needs
     grant: int | None = None  # the run-scoped grant that let an "ask" through
+    # What each matching shadow rule would have decided: [{"rule": index, "verdict"}].
+    shadow: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"action": self.action, "reason": self.reason}
@@ -68,6 +76,8 @@ class Verdict:
             data["required"] = self.required
         if self.grant is not None:
             data["grant"] = self.grant
+        if self.shadow:
+            data["shadow"] = [dict(s) for s in self.shadow]
         return data
 
 
@@ -107,10 +117,22 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
             raise PolicyError(f"{field}.approvals", "only an ask rule takes approvals")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_APPROVALS:
             raise PolicyError(f"{field}.approvals", f"must be a whole number from 1 to {MAX_APPROVALS}")
+    if "step_up" in rule and (rule["step_up"] is not True and rule["step_up"] is not False or then != "ask"):
+        # An emailed link alone may not decide what this rule asks: the reviewer logs in.
+        raise PolicyError(f"{field}.step_up", "true or false, and only on an ask rule")
     if "when" in rule:
         validate_condition(rule["when"], field=f"{field}.when")
+    mode = rule.get("mode", ENFORCE)
+    if mode not in MODES:
+        raise PolicyError(f"{field}.mode", f"must be {_either(MODES)}, not {mode!r}")
+    if mode == SHADOW and launch:
+        raise PolicyError(f"{field}.mode", "a launch rule cannot be a shadow rule (shadow rules belong to the profile)")
     # The reason reaches notifications as one line of theirs: one line, capped.
-    return {**{k: rule[k] for k in ("tool", "when", "then", "approvals") if k in rule}, "reason": one_line(reason)}
+    kept = ("tool", "when", "then", "approvals", "step_up")
+    clean = {**{k: rule[k] for k in kept if k in rule}, "reason": one_line(reason)}
+    if mode == SHADOW:
+        clean["mode"] = SHADOW
+    return clean
 
 
 def check_rule_tools(rules: list[dict[str, Any]], offered: Iterable[str], *, field: str = "rules") -> None:
@@ -254,6 +276,17 @@ def rule_label(rule: dict[str, Any]) -> str:
     return f"rule {rule.get('index', '?')} of {where}"
 
 
+WOULD = {"allow": "would have allowed this", "ask": "would have asked a human", "deny": "would have denied this"}
+
+
+def shadow_label(entry: Any) -> str:
+    """'shadow rule 3 would have allowed this', for one of a verdict's `shadow` entries."""
+    if not isinstance(entry, dict):
+        return ""
+    would = WOULD.get(str(entry.get("verdict")), "would have decided otherwise")
+    return f"shadow rule {entry.get('rule', '?')} {would}"
+
+
 # -- the verdict ---------------------------------------------------------------------
 
 
@@ -274,8 +307,41 @@ def decide(
     always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
     a run-scoped grant turns an ask it covers into allow (see `grant_refusal`).
 
-    A tool missing from the registry counts as irreversible and external.
+    A tool missing from the registry counts as irreversible and external. Shadow rules
+    decide nothing; the verdict lists what each one that matches the call would have
+    decided had it been enforced in its place (`Verdict.shadow`).
     """
+    kwargs: dict[str, Any] = dict(
+        denied=denied, always_ask=always_ask, tainted=tainted, approver=approver, args=args, grants=grants,
+        fingerprint=fingerprint,
+    )
+    pol = effective(policy)
+    verdict = _decide(spec, tool, policy=pol, **kwargs)
+    shadows = []
+    for i, rule in enumerate(pol["rules"]):
+        if rule.get("mode") != SHADOW or _first(pol["rules"][i : i + 1], tool, args, shadow=True) is None:
+            continue
+        promoted = [*pol["rules"][:i], {k: v for k, v in rule.items() if k != "mode"}, *pol["rules"][i + 1 :]]
+        what_if = _decide(spec, tool, policy={**pol, "rules": promoted}, **kwargs)
+        shadows.append({"rule": rule.get("index", i + 1), "verdict": what_if.action})
+    if not shadows:
+        return verdict
+    return dataclasses.replace(verdict, shadow=tuple(shadows))
+
+
+def _decide(
+    spec: ToolSpec | None,
+    tool: str,
+    *,
+    denied: list[str],
+    always_ask: list[str],
+    tainted: bool,
+    approver: str,
+    args: Any,
+    policy: dict[str, Any],
+    grants: list[dict[str, Any]] | None,
+    fingerprint: str,
+) -> Verdict:
     risk = spec.risk if spec else "irreversible"
     pol = effective(policy)
     if tool in denied:
@@ -353,9 +419,16 @@ def grant_covers(grant: dict[str, Any], tool: str, fingerprint: str) -> bool:
 
 
 def first_match(rules: list[dict[str, Any]], tool: str, args: Any) -> dict[str, Any] | None:
-    """The first rule whose tool and condition match; fail closed on what cannot be
-    evaluated: such a condition matches an ask or deny rule and not an allow rule."""
+    """The first enforced rule whose tool and condition match; fail closed on what
+    cannot be evaluated: such a condition matches an ask or deny rule and not an allow
+    rule. Shadow rules are skipped: they decide nothing."""
+    return _first(rules, tool, args)
+
+
+def _first(rules: list[dict[str, Any]], tool: str, args: Any, *, shadow: bool = False) -> dict[str, Any] | None:
     for rule in rules:
+        if (rule.get("mode") == SHADOW) is not shadow:
+            continue
         if rule["tool"] not in ("*", tool):
             continue
         if "when" not in rule:

@@ -140,6 +140,7 @@ class ApprovalRow(TypedDict):
     step: int
     status: str
     expires_at: NotRequired[float]
+    shadow: NotRequired[list[dict[str, Any]]]  # what shadow rules would have decided
 
 
 @dataclass
@@ -582,6 +583,9 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
         return _fail_from(new, t, reason)
     verdict = _verdict(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
+    if verdict.shadow:
+        # What the profile's shadow rules would have decided: recorded, deciding nothing.
+        t.detail["shadow"] = [dict(s) for s in verdict.shadow]
     current = {"id": call["id"], "tool": tool, "key": idempotency_key(new.run_id, new.steps, tool, args), "fp": fp}
     if spec.client:
         # The client runs it: the run rests in acting until `report` brings the result.
@@ -670,6 +674,7 @@ def _approval_row(
     return {
         "rule": verdict.rule if verdict else None,
         "required": verdict.required if verdict else 1,
+        "shadow": [dict(s) for s in verdict.shadow] if verdict else [],
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],

@@ -5,26 +5,30 @@ approvals.py   approvals, votes, grants
 notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
-ops.py         metric tallies
+ops.py         metric tallies, purge records
 external.py    ClientCall, the calls external agents proposed
+gateway.py     GatewaySession, which run an MCP session of the gateway drives
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
 from agents.models.approvals import Approval, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
 from agents.models.external import ClientCall
+from agents.models.gateway import GatewaySession
 from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
     EVENT_TYPES,
+    DecisionLink,
     Delivery,
     DeliveryAttempt,
     DigestEntry,
     NotificationPreference,
     OutboxEvent,
+    SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally
+from agents.models.ops import MetricTally, PurgeRecord
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,
@@ -38,6 +42,7 @@ from agents.models.runs import (
 from agents.models.testing import LedgerEntry
 
 __all__ = [
+    "GatewaySession",
     "EVENT_TYPES",
     "AgentProfile",
     "AgentProfileQuerySet",
@@ -48,6 +53,7 @@ __all__ = [
     "ApprovalQuerySet",
     "ApprovalVote",
     "ClientCall",
+    "DecisionLink",
     "Delivery",
     "DeliveryAttempt",
     "DigestEntry",
@@ -60,8 +66,10 @@ __all__ = [
     "MetricTally",
     "NotificationPreference",
     "OutboxEvent",
+    "PurgeRecord",
     "Run",
     "RunDict",
+    "SlackAction",
     "ToolCall",
     "Transition",
     "Webhook",

@@ -33,13 +33,19 @@ class ApprovalDict(TypedDict):
     reason: str
     taint_source: dict[str, Any] | None
     rule: dict[str, Any] | None
+    shadow: list[dict[str, Any]]
     required: int
     votes: list[dict[str, Any]]
     decided_by: str | None
     decided_at: dt.datetime | None
     note: str
     expires_at: dt.datetime | None
+    via: str
     created_at: dt.datetime
+
+
+# Where a decision came from (the approval JSON's `via`, the timeline, metrics).
+CHANNELS = ("dashboard", "api", "slack", "email")
 
 
 class Approval(models.Model):
@@ -67,6 +73,9 @@ class Approval(models.Model):
     taint_source = models.JSONField(null=True, blank=True)
     rule = models.JSONField(null=True, blank=True, help_text="the rule that asked (with origin and index), or null")
     required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
+    shadow = models.JSONField(
+        default=list, blank=True, help_text='what the profile\'s shadow rules would have decided: [{"rule", "verdict"}]'
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decision = models.CharField(max_length=10, blank=True, help_text=", ".join(decisions.DECISIONS))
     decided_by = models.ForeignKey(
@@ -82,7 +91,12 @@ class Approval(models.Model):
     # other arguments).
     round = models.PositiveSmallIntegerField(default=0)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Where the deciding answer came from, of CHANNELS; "" while pending or when no
+    # person decided (an expiry, the run ended).
+    via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -136,7 +150,9 @@ class Approval(models.Model):
     @property
     def args_hash(self) -> str:
         """The hash a decision names to say it saw the call as it stands
-        (engine.decisions.stale_vote)."""
+        (engine.decisions.stale_vote); a purged run's approval keeps it stored."""
+        if self.args_sha256:
+            return self.args_sha256
         return fingerprints.args_hash(self.current_args)
 
     @property
@@ -167,6 +183,11 @@ class Approval(models.Model):
         """'rule 2 of the profile' for an approval a rule asked for, else ''."""
         return engine_policy.rule_label(self.rule) if isinstance(self.rule, dict) else ""
 
+    @property
+    def shadow_labels(self) -> list[str]:
+        """'shadow rule 3 would have allowed this', one per shadow rule that matched."""
+        return [engine_policy.shadow_label(s) for s in self.shadow or ()]
+
     def to_dict(self) -> ApprovalDict:
         """The approval as the JSON API returns it (a run's `pending_approval` too)."""
         return {
@@ -183,12 +204,14 @@ class Approval(models.Model):
             "reason": self.reason,
             "taint_source": self.taint_source,
             "rule": self.rule,
+            "shadow": self.shadow or [],
             "required": self.required,
             "votes": [v.to_dict() for v in self.current_votes()],
             "decided_by": self.decided_by.get_username() if self.decided_by else None,
             "decided_at": self.decided_at,
             "note": self.note,
             "expires_at": self.expires_at,
+            "via": self.via,
             "created_at": self.created_at,
         }
 
@@ -207,6 +230,7 @@ class ApprovalVote(models.Model):
     # What this round was about: a reviewer's edited arguments, or null for the model's.
     # A later edit replaces the approval's `edited_args`; the record of this one stays.
     args = models.JSONField(null=True, blank=True)
+    via = models.CharField(max_length=10, blank=True, default="", db_default="", help_text="dashboard, api, slack or email")
     at = models.DateTimeField()
 
     class Meta:
@@ -215,7 +239,7 @@ class ApprovalVote(models.Model):
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at}
+        return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at, "via": self.via}
 
 
 

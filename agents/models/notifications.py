@@ -127,6 +127,17 @@ class NotificationPreference(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference")
     email_digest = models.BooleanField(default=True, help_text="email me digests of tool calls waiting for review")
+    email_each_call = models.BooleanField(default=False, help_text="email me each call as it starts waiting")
+    # The reviewer's Slack member id (U...): a click on a Slack button decides as this
+    # user only when it came from this member. Unique among those set.
+    slack_member_id = models.CharField(max_length=40, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slack_member_id"], condition=~models.Q(slack_member_id=""), name="slack_member_once"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.user}: digest {'on' if self.email_digest else 'off'}"
@@ -156,3 +167,45 @@ class DigestEntry(models.Model):
 
     def __str__(self) -> str:
         return f"approval {self.approval_id} mailed to user {self.user_id}"
+
+
+class DecisionLink(models.Model):
+    """An emailed link that decides one approval as one reviewer, for the call as it was
+    mailed (`args_hash`). The token itself is only in the email; this row keeps its
+    sha256. Single-use (`used_at`), and dead once the approval is no longer pending with
+    these arguments, or after AIRLOCK_EMAIL_LINK_HOURS."""
+
+    token_hash = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    approval = models.ForeignKey("agents.Approval", on_delete=models.CASCADE, related_name="+")
+    args_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=100, blank=True)
+
+    def __str__(self) -> str:
+        return f"link for approval {self.approval_id} to user {self.user_id}"
+
+
+class SlackAction(models.Model):
+    """One click on a Slack button, as Slack delivered it: the log of who clicked what
+    and what came of it, and the `response_url` to update the message with. Slack
+    retries a delivery with the same `action_ts`: (member, action_ts) is unique, so a
+    retried delivery finds its row and decides nothing."""
+
+    member_id = models.CharField(max_length=40)
+    action_ts = models.CharField(max_length=40)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    approval = models.ForeignKey("agents.Approval", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    decision = models.CharField(max_length=10)
+    response_url = models.URLField(max_length=2000, blank=True)
+    outcome = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_message_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["member_id", "action_ts"], name="slack_action_once")]
+
+    def __str__(self) -> str:
+        return f"slack {self.decision} by {self.member_id}: {self.outcome}"

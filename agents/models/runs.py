@@ -87,6 +87,13 @@ class AgentProfile(models.Model):
         help_text='external profiles: tools the client runs, [{"name", "description", "schema", "risk", '
         '"returns", "retry_safety"}] with the values built-in tools declare',
     )
+    # Retention (docs/operations.md): empty means AIRLOCK_RETENTION_DAYS (unset: keep all).
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="purge finished runs' content after this many days (empty: the deployment's)"
+    )
+    hold_reason = models.CharField(
+        max_length=500, blank=True, db_default="", help_text="a legal hold on every run of this profile: never purged while set"
+    )
 
     objects = AgentProfileQuerySet.as_manager()
 
@@ -186,6 +193,18 @@ class Run(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Retention (agents/runs/retention.py): a purged run is a tombstone; a held one is
+    # never purged.
+    purged_at = models.DateTimeField(null=True, blank=True)
+    purge_retention_days = models.PositiveIntegerField(null=True, blank=True)
+    # db_default: the one-statement commit (agents/runs/statement.py) writes rows with
+    # its own column list, so new columns must default in the database.
+    hold_reason = models.CharField(max_length=500, blank=True, db_default="")
+    held_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    held_at = models.DateTimeField(null=True, blank=True)
+
     # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
     # instead of launching (the API's 200 rather than 201).
     replayed: bool = False
@@ -271,7 +290,19 @@ class Run(models.Model):
             "updated_at": self.updated_at,
             "pending_approval": pending.to_dict() if pending else None,
             "grants": [g.to_dict() for g in self._grants()],
+            "purged_at": self.purged_at,
+            "hold": self.hold(),
         }
+
+    def hold(self) -> dict[str, Any] | None:
+        """The legal hold that keeps this run from being purged: its own, or its
+        profile's (`scope` says which), or None."""
+        if self.hold_reason:
+            by = self.held_by.get_username() if self.held_by_id and self.held_by else None
+            return {"scope": "run", "reason": self.hold_reason, "by": by, "at": self.held_at}
+        if self.profile.hold_reason:
+            return {"scope": "profile", "reason": self.profile.hold_reason, "by": None, "at": None}
+        return None
 
 
 class Transition(models.Model):
@@ -373,6 +404,9 @@ class ToolCall(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when the run is purged (args and result are then null): what they were, by hash.
+    args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
+    result_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         indexes = [models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint")]
@@ -394,3 +428,5 @@ class RunDict(TypedDict):
     updated_at: dt.datetime
     pending_approval: ApprovalDict | None
     grants: list[dict[str, Any]]
+    purged_at: dt.datetime | None
+    hold: dict[str, Any] | None

@@ -44,6 +44,7 @@ from agents.models import (
     Run,
     Webhook,
 )
+from agents.notifications.links import link_create, link_url, needs_step_up
 from agents.tools.http import Deadline, UrlRefused, client, public_addresses
 
 log = logging.getLogger("airlock.notify")
@@ -106,7 +107,7 @@ def body(event: OutboxEvent, webhook: Webhook) -> bytes:
     return json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
 
 
-def _slack_escape(text: Any) -> str:
+def slack_escape(text: Any) -> str:
     # Slack's mrkdwn treats these three as control characters; the rest stays inert text.
     # One line: a line break would end the `>` quote and let the text pose as ours.
     return one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -114,7 +115,7 @@ def _slack_escape(text: Any) -> str:
 
 def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     """Slack's incoming-webhook body: `text` (notifications, fallback) and blocks."""
-    e = _slack_escape
+    e = slack_escape
     url = data.get("url", "")
     if event_type.startswith("approval."):
         what = {
@@ -134,12 +135,28 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         if outcome:
             detail += f"\n>{e(outcome)}"
         action = "Open the timeline"
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
+    ]
+    if event_type == "approval.pending" and data.get("id") and data.get("status", "pending") == "pending":
+        blocks.append(slack_buttons(data))
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]})
+    return {"text": f"{text}: {url}", "blocks": blocks}
+
+
+def slack_buttons(data: dict[str, Any]) -> dict[str, Any]:
+    """Approve and Reject on an `approval.pending` message (answered by
+    agents.notifications.slack): each carries the approval and the args_hash of the
+    call the message shows, so a click after an edit is refused."""
+    value = json.dumps({"approval": data.get("id"), "args_hash": data.get("args_hash", "")})
+    button = {"type": "button", "value": value}
     return {
-        "text": f"{text}: {url}",
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]},
+        "type": "actions",
+        "block_id": f"airlock_approval_{data.get('id')}",
+        "elements": [
+            {**button, "action_id": "approve", "style": "primary", "text": {"type": "plain_text", "text": "Approve"}},
+            {**button, "action_id": "reject", "style": "danger", "text": {"type": "plain_text", "text": "Reject"}},
         ],
     }
 
@@ -197,7 +214,7 @@ def dispatch() -> dict[str, int]:
     started = time.monotonic()
     fanned = fan_out()
     delivered, failed = deliver_due(budget=DISPATCH_SECONDS - (time.monotonic() - started))
-    emailed = send_digest()
+    emailed = send_call_emails() + send_digest()
     if fanned or delivered or failed or emailed:
         log.info("notify fanned_out=%s delivered=%s failed=%s emailed=%s", fanned, delivered, failed, emailed)
     return {"fanned_out": fanned, "delivered": delivered, "failed": failed, "emailed": emailed}
@@ -386,17 +403,72 @@ def digest_for(user: Any) -> list[Approval]:
     return calls
 
 
-def _digest_text(calls: list[Approval]) -> tuple[str, str]:
+def _call_lines(a: Approval, user: Any) -> list[str]:
+    # One line each: a reason or a tool name with a line break forged entries. The link
+    # is this reviewer's alone, for this call as it stands (agents.notifications.links).
+    token = link_create(user=user, approval=a)
+    login = " (asks you to log in first)" if needs_step_up(a) else ""
+    return [
+        f"- {one_line(a.tool)} (run {a.run_id}, {a.risk}): {one_line(a.reason)}",
+        f"  Approve or reject{login}: {link_url(token)}",
+        f"  The call in Airlock: {approval_url(a.pk)}",
+        "",
+    ]
+
+
+def _footer() -> str:
+    return (
+        "Each link is yours alone, works once, for the call as shown, and at most "
+        f"{settings.AIRLOCK_EMAIL_LINK_HOURS:g} hours; opening it decides nothing.\n"
+        f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
+    )
+
+
+def _digest_text(calls: list[Approval], user: Any) -> tuple[str, str]:
     n = len(calls)
     subject = f"Airlock: {n} tool call{'s' if n != 1 else ''} waiting for review"
     lines = [f"{n} tool call{' waits' if n == 1 else 's wait'} for a reviewer:", ""]
     for a in calls:
-        # One line each: a reason or a tool name with a line break forged entries.
-        lines += [f"- {one_line(a.tool)} (run {a.run_id}, {a.risk}): {one_line(a.reason)}", f"  {approval_url(a.pk)}", ""]
-    lines.append(
-        f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
-    )
+        lines += _call_lines(a, user)
+    lines.append(_footer())
     return subject, "\n".join(lines)
+
+
+def _call_text(a: Approval, user: Any) -> tuple[str, str]:
+    subject = f"Airlock: {one_line(a.tool)[:80]} on run {a.run_id} waits for review"
+    return subject, "\n".join(["A tool call waits for a reviewer:", "", *_call_lines(a, user), _footer()])
+
+
+def send_call_emails(*, now: dt.datetime | None = None) -> int:
+    """Email each call, as it starts waiting, to the reviewers who asked for one email per
+    call (`email_each_call`): what `digest_for` would hold, one email each, recorded as
+    DigestEntry rows so no digest repeats them. Same transaction rules as send_digest."""
+    now = now or timezone.now()
+    sent = 0
+    users = (
+        access.reviewers().exclude(email="").filter(notification_preference__email_each_call=True).order_by("pk")
+    )
+    for user in users:
+        try:
+            with transaction.atomic():
+                mine = NotificationPreference.objects.select_for_update(skip_locked=True).filter(user=user).first()
+                if mine is None or not mine.email_each_call:
+                    continue
+                calls = digest_for(user)
+                if not calls:
+                    continue
+                mails = [
+                    EmailMessage(*_call_text(a, user), settings.DEFAULT_FROM_EMAIL, [user.email]) for a in calls
+                ]
+                with get_connection() as connection:
+                    connection.send_messages(mails)
+                DigestEntry.objects.bulk_create(
+                    [DigestEntry(user=user, approval=a, mailed_at=now) for a in calls], ignore_conflicts=True
+                )
+                sent += len(mails)
+        except Exception:  # noqa: BLE001 - one failing address must not hold up the others
+            log.exception("call emails to user=%s failed; the next round tries again", user.pk)
+    return sent
 
 
 def send_digest(*, now: dt.datetime | None = None) -> int:
@@ -425,7 +497,7 @@ def send_digest(*, now: dt.datetime | None = None) -> int:
                 calls = digest_for(user)
                 if not calls or calls[0].created_at > due:
                     continue
-                subject, text = _digest_text(calls)
+                subject, text = _digest_text(calls, user)
                 with get_connection() as connection:
                     connection.send_messages([EmailMessage(subject, text, settings.DEFAULT_FROM_EMAIL, [user.email])])
                 DigestEntry.objects.bulk_create(

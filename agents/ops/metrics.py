@@ -257,6 +257,14 @@ class AirlockCollector(Collector):
         yield GaugeMetricFamily(
             "airlock_approval_oldest_pending_seconds", "Age of the oldest pending approval (0 when none).", value=age
         )
+        by_channel = CounterMetricFamily(
+            "airlock_decisions", "Decisions by people, by where they were made and what they decided.",
+            labels=["via", "decision"],
+        )
+        decided = Approval.objects.exclude(via="").values("via", "decision").annotate(n=Count("pk"))
+        for r in decided.order_by("via", "decision"):
+            by_channel.add_metric([r["via"], r["decision"]], r["n"])
+        yield by_channel
 
     def _counter(
         self, name: str, doc: str, labels: list[str], tallies: list[MetricTally], *, value: str = "count"

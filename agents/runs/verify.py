@@ -7,11 +7,13 @@ from typing import Any
 
 from agents.engine import patch
 from agents.engine.step import RunState
-from agents.models import Message, Run, ToolCall, Transition
+from agents.models import Approval, Message, Run, ToolCall, Transition
 
 
 def verify_run(run: Run) -> list[str]:
     """Every way the run's rows disagree with its cache; empty when they agree."""
+    if run.purged_at is not None:
+        return verify_tombstone(run)
     problems: list[str] = []
     engine: dict[str, Any] = {}
     cost = tokens = 0
@@ -47,6 +49,54 @@ def verify_run(run: Run) -> list[str]:
     indexes = list(Message.objects.filter(run=run).order_by("index").values_list("index", flat=True))
     if indexes != list(range(len(indexes))) or len(indexes) != run.messages_count:
         problems.append(f"messages: {len(indexes)} rows, cached count {run.messages_count}")
+    return problems
+
+
+def verify_tombstone(run: Run) -> list[str]:
+    """A purged run has no patches to replay: its skeleton must still be continuous
+    (seq from 1, each from_state the previous to_state, ending in the run's state), add
+    up to the run row's counters, and every decision must name a call by hash, one the
+    journal holds when the call ran."""
+    problems: list[str] = []
+    seqs = []
+    previous = ""
+    cost = tokens = 0
+    for seq, from_state, to_state, c, n in run.transitions.order_by("seq").values_list(
+        "seq", "from_state", "to_state", "cost_micros", "tokens"
+    ):
+        seqs.append(seq)
+        if from_state != previous:
+            problems.append(f"seq {seq}: from {from_state!r} but the previous transition ended in {previous!r}")
+        previous = to_state
+        cost += c
+        tokens += n
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"seq is not contiguous from 1: {_gaps(seqs)}")
+    if run.version != len(seqs):
+        problems.append(f"version {run.version} != {len(seqs)} transitions")
+    if previous != run.state:
+        problems.append(f"the last transition ends in {previous!r}, the run is {run.state!r}")
+    if cost != run.cost_micros:
+        problems.append(f"transition costs sum to {cost}, cached {run.cost_micros}")
+    if tokens != run.tokens:
+        problems.append(f"transition tokens sum to {tokens}, cached {run.tokens}")
+    if Message.objects.filter(run=run).exists():
+        problems.append("purged, yet transcript rows remain")
+    journal = {
+        key: (args, status)
+        for key, args, status in ToolCall.objects.filter(run=run).values_list("idempotency_key", "args_sha256", "status")
+    }
+    if any(not args for args, _ in journal.values()):
+        problems.append("a journal entry has no arguments hash")
+    for a in Approval.objects.filter(run=run).order_by("pk").only("pk", "status", "idempotency_key", "args_sha256"):
+        if not a.args_sha256:
+            problems.append(f"approval {a.pk}: no arguments hash")
+        elif a.status == Approval.Status.APPROVED:
+            entry = journal.get(a.idempotency_key)
+            if entry is None:
+                problems.append(f"approval {a.pk}: approved, but the journal has no entry {a.idempotency_key[:12]}")
+            elif entry[0] != a.args_sha256:
+                problems.append(f"approval {a.pk}: decided on arguments {a.args_sha256[:12]}, the journal ran {entry[0][:12]}")
     return problems
 
 

@@ -1,10 +1,11 @@
-"""The Jinja2 environment of the fragments a page repeats many times (the runs list's rows
-today; the queue's cards and the timeline's entries next), rendered through Django's
+"""The Jinja2 environment of the fragments a page repeats many times (the runs list's rows,
+the queue's cards and the timeline's entries), rendered through Django's
 `jinja2` backend (TEMPLATES in config/settings.py, templates in each app's `jinja2/`).
 
 A fragment sees only what is put here: the formatting helpers of agents/web/formatting.py
 and a few of Django's as filters (`truncatechars`, `localtime`, `pluralize`), `url` for
-`{% url %}`. No Django template tags, and no
+`{% url %}`, `get` for a dict's key that may be missing, the timeline's `page_text` and
+`cut_for_model`, and the `do` tag (`{% do parts.append(x) %}`). No Django template tags, and no
 `request` unless a caller passes one. Filters, not functions or methods, because a
 filter is a direct call in the compiled template and a call goes through the context:
 `{{ 'run_detail'|url(run.pk) }}`, `{{ when|strftime('%H:%M') }}`.
@@ -32,8 +33,10 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from jinja2 import Environment, StrictUndefined
 
+from agents.engine.policy import shadow_label
 from agents.web import formatting
 from agents.web.markup import plural, url_for
+from agents.web.timeline import cut_for_model, page_text
 
 
 def fragment(name: str, context: dict[str, Any]) -> SafeString:
@@ -61,6 +64,17 @@ def strftime(value: dt.datetime, spec: str) -> str:
     return value.strftime(spec)
 
 
+def timestamp(value: dt.datetime) -> int:
+    """Whole seconds since the epoch (a card's `data-since`, `data-until`)."""
+    return int(value.timestamp())
+
+
+def get(value: Any, key: str) -> Any:
+    """`value.key` as a Django template looks it up in a dict: "" when it is not there
+    (or `value` is no dict), where StrictUndefined would raise."""
+    return value.get(key, "") if isinstance(value, dict) else ""
+
+
 def environment(**options: Any) -> Environment:
     # A misspelt name in a fragment raises instead of printing nothing (Django's backend
     # always passes its own choice, Undefined or DebugUndefined, so this one is forced).
@@ -69,6 +83,8 @@ def environment(**options: Any) -> Environment:
     # line: the fragments keep the line layout of the HTML they print.
     options.setdefault("trim_blocks", True)
     options.setdefault("lstrip_blocks", True)
+    # {% do list.append(...) %}: the timeline's entries collect their notes, then join them.
+    options.setdefault("extensions", ["jinja2.ext.do"])
     env = Environment(**options)
     env.filters.update(
         usd=formatting.usd,
@@ -81,7 +97,12 @@ def environment(**options: Any) -> Environment:
         localtime=timezone.localtime,  # |localtime(tz): pass the page's zone, looked up once
         isoformat=isoformat,
         strftime=strftime,
+        timestamp=timestamp,
+        get=get,
+        page_text=page_text,  # (text as a page shows it, whether it was cut)
+        cut_for_model=cut_for_model,
         url=url,
         pluralize=plural,  # |pluralize('y,ies'), as Django's |pluralize:"y,ies"
+        shadow_label=shadow_label,  # "shadow rule 3 would have allowed this"
     )
     return env

@@ -1,12 +1,9 @@
-"""What the page fragments built in Python share (agents/web/timeline_html.py,
-reviews/card_html.py): text escaped as the templates' autoescape escapes it, the
-`pluralize` filter they stand in for, and `{% url %}` for many ids (also the Jinja2
-fragments' `url` filter, agents/web/jinja.py)."""
+"""What the Jinja2 fragments (agents/web/jinja.py) take from Django's templates: the
+`pluralize` filter and `{% url %}` for many ids (their `url` filter)."""
 
 from __future__ import annotations
 
 import functools
-from html import escape
 from typing import Any
 
 from django.conf import settings
@@ -15,11 +12,6 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 # An id no URL prefix contains: a URL is reversed once with it, then each row's id put
 # in its place (a reverse() per link cost 10 µs, x50 a page).
 _MARK = 987654321987654
-
-
-def esc(value: Any) -> str:
-    """A value as inert HTML text, the way `{{ value }}` prints it (None prints "None")."""
-    return escape(str(value))
 
 
 def plural(count: Any, forms: str = ",s") -> str:

@@ -104,7 +104,12 @@ class Entry:
     def decision(self) -> dict[str, Any] | None:
         if self.t.kind != "decision":
             return None
-        return {k: self.payload.get(k) for k in ("decision", "by", "note", "tool", "votes")}
+        shown = {k: self.payload.get(k) for k in ("decision", "by", "note", "tool", "votes")}
+        # Where the deciding answer came from: the last vote's channel (older runs: none).
+        votes = shown["votes"] if isinstance(shown["votes"], list) else []
+        last = votes[-1] if votes and isinstance(votes[-1], dict) else {}
+        shown["via"] = last.get("via") or ""
+        return shown
 
     @property
     def edit(self) -> dict[str, Any] | None:

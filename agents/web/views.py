@@ -22,10 +22,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from agents import access
 from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
+from agents.actions import run_hold as hold_action
+from agents.actions import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import AgentProfile, Approval, NotificationPreference, Run
-from agents.runs.export import export_run
+from agents.notifications import slack
+from agents.runs.export import export_run, save_eval_case
 from agents.web import timeline
 from agents.web.forms import LaunchForm, RunFilterForm
 
@@ -267,6 +270,32 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_POST
 @login_required
+def run_hold(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators hold runs")
+    try:
+        hold_action(run_id=run.pk, user=request.user, reason=request.POST.get("reason", ""))
+    except ActionError as exc:
+        messages.error(request, str(exc.detail))
+    else:
+        messages.success(request, f"Run {run.pk} is on hold.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_release(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators release held runs")
+    release_action(run_id=run.pk, user=request.user)
+    messages.success(request, f"Run {run.pk}'s hold is released.")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
 def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
     if not access.can_decide(request.user):
@@ -322,6 +351,23 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
     return response
 
 
+@require_POST
+@login_required
+def run_save_eval_case(request: HttpRequest, run_id: int) -> HttpResponse:
+    """"Save as eval case": the run's export, with its recorded tool results, written
+    where run_evals reads cases (AIRLOCK_EVALS_DIR)."""
+    run = access.readable_run(request.user, run_id)
+    if not access.can_cancel(request.user):
+        raise PermissionDenied("only operators save eval cases")
+    try:
+        path = save_eval_case(run, settings.AIRLOCK_EVALS_DIR)
+    except OSError as exc:
+        messages.error(request, f"Could not save the eval case: {exc.strerror}.")
+    else:
+        messages.success(request, f"Run {run.pk} saved as the eval case {path.name}; run_evals replays it.")
+    return redirect("run_detail", run_id=run.pk)
+
+
 # -- launch --------------------------------------------------------------------------
 
 
@@ -369,15 +415,36 @@ EXAMPLE_SCRIPT = json.dumps(
 @require_http_methods(["GET", "POST"])
 @login_required
 def notifications(request: HttpRequest) -> HttpResponse:
-    """A reviewer turns the pending-calls email digest on or off for themselves."""
+    """A reviewer's own notification settings: the pending-calls email digest, an email
+    per call, and the Slack member id whose clicks decide as them."""
     reviewer = access.can_decide(request.user)
     if request.method == "POST":
         on = request.POST.get("email_digest") == "on"
         NotificationPreference.set_digest(request.user, on)
+        NotificationPreference.objects.filter(user=request.user).update(
+            email_each_call=request.POST.get("email_each_call") == "on"
+        )
+        member = request.POST.get("slack_member_id", "").strip()
+        current = NotificationPreference.objects.get(user=request.user).slack_member_id
+        if member != current:
+            if not member:
+                NotificationPreference.objects.filter(user=request.user).update(slack_member_id="")
+            else:
+                try:
+                    slack.link(request.user.get_username(), member)
+                except ValueError as exc:
+                    messages.error(request, f"Slack not linked: {exc}")
+                    return redirect("notifications")
         messages.success(request, "Digest emails are on." if on else "Digest emails are off.")
         return redirect("notifications")
+    pref = NotificationPreference.objects.filter(user=request.user).first()
     return render(
         request,
         "agents/notifications.html",
-        {"reviewer": reviewer, "digest_on": NotificationPreference.digest_on(request.user)},
+        {
+            "reviewer": reviewer,
+            "digest_on": NotificationPreference.digest_on(request.user),
+            "each_call": bool(pref and pref.email_each_call),
+            "slack_member_id": pref.slack_member_id if pref else "",
+        },
     )

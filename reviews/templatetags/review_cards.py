@@ -1,4 +1,4 @@
-"""The queue's cards, built in Python (reviews/card_html.py)."""
+"""The queue's cards: Jinja2 templates rendered by reviews/card_html.py."""
 
 from __future__ import annotations
 

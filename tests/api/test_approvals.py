@@ -33,6 +33,10 @@ APPROVAL_FIELDS = {
     # Decisions bound to the call the voter saw (issue 34): send args_hash back.
     "edited_by",
     "args_hash",
+    # Where the deciding answer came from: dashboard, api, slack or email.
+    "via",
+    # What the profile's shadow rules would have decided.
+    "shadow",
 }
 
 

@@ -111,11 +111,14 @@ def test_shipped_evals_pass(defaults) -> None:
     assert Approval.objects.get(run=injected).status == "rejected"
     assert LedgerEntry.objects.filter(run=injected).count() == 0
     # Saved demo runs replay with the scripted model under the demo profile's policy:
-    # the profile's rule asked about the refund, a reviewer approved it, and it paid once.
+    # the profile's rule asked about the refund and a reviewer approved it; strict
+    # replay returned the recorded refund instead of paying again (issue 32).
     refund = Run.objects.get(task__startswith="My blender from order 1042")
     assert refund.profile.name == "replay-demo"
     assert Approval.objects.get(run=refund).reason == "refunds of 20 or more need a human"
-    assert [e.entry["kind"] for e in LedgerEntry.objects.filter(run=refund)] == ["refund"]
+    assert LedgerEntry.objects.filter(run=refund).count() == 0
+    [paid] = refund.tool_calls.filter(tool="refund")
+    assert paid.status == "succeeded" and paid.result["result"]["refunded"] is True
 
 
 def every_row() -> dict[str, list[int]]:
@@ -148,7 +151,7 @@ def test_an_eval_sends_no_email(defaults, tmp_path, settings) -> None:
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     settings.EMAIL_FILE_PATH = str(tmp_path / "mail")
     case = {
-        "agent": "demo", "task": "tell Sam", "approver": "human",
+        "agent": "demo", "task": "tell Sam", "approver": "human", "tools": "live",
         "script": [{"call": {"tool": "send_email", "args": {"to": "sam@example.com", "subject": "Hi", "body": "Hello"}}},
                    {"final": "told"}],
         "expect": {"state": "done", "answer": "told", "ledger_entries": 1},
@@ -174,7 +177,7 @@ def doctor(tmp_path: Path, name: str, change) -> Path:
         (
             "injected_page_email_rejected.json",
             lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
-            "1 ledger entries (side effects), expected 0",
+            "strict replay: the case recorded no result for ledger_write",
         ),
         (
             "injected_page_email_rejected.json",
@@ -189,7 +192,7 @@ def doctor(tmp_path: Path, name: str, change) -> Path:
         (
             "demo_planted_instruction_email_rejected.json",
             lambda c: c["decisions"].__setitem__(0, {**c["decisions"][0], "decision": "approve"}),
-            "1 ledger entries (side effects), expected 0",
+            "strict replay: the case recorded no result for send_email",
         ),
         (
             "demo_refund_always_asks_approved.json",
@@ -222,7 +225,11 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
     code, out = run_command("run_evals", "--keep", str(tmp_path / "case.json"))
     assert code == 0, out
     replay = Run.objects.exclude(pk=run.pk).get(task="exported")
-    assert replay.answer == run.answer and replay.ledger.count() == 1
+    # Strict replay: the recorded results came back, nothing was written again.
+    assert replay.answer == run.answer and replay.ledger.count() == 0
+    assert [(c.tool, c.result) for c in replay.tool_calls.order_by("step")] == [
+        (c.tool, c.result) for c in run.tool_calls.order_by("step")
+    ]
 
 
 def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
@@ -255,6 +262,7 @@ def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_
         "agent": "demo",
         "task": "look it up",
         "approver": "human",
+        "tools": "live",
         "limits": {},
         "script": [{"call": {"tool": "echo", "args": {"text": "kb"}}}, {"final": "found"}],
         "decisions": [{"tool": "echo", "decision": "approve", "note": ""}],

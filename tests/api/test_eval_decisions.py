@@ -53,7 +53,9 @@ def test_an_edited_two_person_approval_replays_with_the_same_votes(defaults, lau
 
     code, out, again = replay(case, tmp_path)
     assert code == 0, out
-    assert [e.entry for e in LedgerEntry.objects.filter(run=again)] == ["pay ACME 90"]
+    # Strict replay matched the recorded result to the edited call; nothing was written.
+    assert [(c.args, c.status) for c in again.tool_calls.all()] == [({"entry": "pay ACME 90"}, "succeeded")]
+    assert not LedgerEntry.objects.filter(run=again).exists()
     replayed = Approval.objects.get(run=again)
     assert replayed.edited_args == {"entry": "pay ACME 90"}
     assert [v.by_name for v in replayed.current_votes()] == ["rob", "rita"]

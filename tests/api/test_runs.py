@@ -27,6 +27,8 @@ RUN_FIELDS = {
     "updated_at",
     "pending_approval",
     "grants",
+    "purged_at",
+    "hold",
 }
 
 

@@ -130,7 +130,9 @@ def test_slack_format_posts_text_and_blocks_with_the_link(loopback_allowed, rece
     assert set(body) == {"text", "blocks"}
     link = f"https://airlock.example.org/reviews/{approval.pk}/"
     assert link in body["text"] and "ledger_write" in body["text"]
-    assert [b["type"] for b in body["blocks"]] == ["section", "section", "context"]
+    # The buttons answer through the Slack app (issue 27, tests/notifications/test_slack_interactions.py).
+    assert [b["type"] for b in body["blocks"]] == ["section", "section", "actions", "context"]
+    assert [e["action_id"] for e in body["blocks"][2]["elements"]] == ["approve", "reject"]
     assert body["blocks"][0]["text"]["type"] == "mrkdwn"
     assert "ledger_write writes and the run has read external content" in body["blocks"][0]["text"]["text"]
     assert body["blocks"][1]["text"]["text"] == f"<{link}|Open the call>"

@@ -202,3 +202,16 @@ def test_probes_answer_a_load_balancer_asking_by_address_over_http() -> None:
     assert client.get("/readyz", HTTP_HOST="10.0.0.5:8000").json() == {"status": "ready"}
     assert client.get("/healthz", HTTP_HOST="10.0.0.5:8000").status_code == 200
     assert client.get("/login/", HTTP_HOST="10.0.0.5:8000").status_code == 400
+
+
+@override_settings(AIRLOCK_METRICS_TOKEN=TOKEN)
+def test_decisions_are_counted_by_the_channel_they_came_from(launch, drive) -> None:
+    rita, rob = person("rita", "reviewer"), person("rob", "reviewer")
+    answers = [("slack", rita, "approve"), ("email", rob, "reject"), ("api", rita, "approve"), ("slack", rob, "approve")]
+    for via, user, decision in answers:
+        approval = Approval.objects.get(run=drive(launch(tainted_write(entry=via + decision + user.username))))
+        approval_decide(approval_id=approval.pk, user=user, decision=decision, via=via)
+    drive(launch(tainted_write(entry="still waiting")))
+    got = samples(scrape(), "airlock_decisions", "airlock_decisions_total")
+    # Keyed (decision, via): the labels sorted by name.
+    assert got == {("approve", "slack"): 2, ("reject", "email"): 1, ("approve", "api"): 1}

@@ -50,7 +50,7 @@ def test_deciding_on_the_page_comes_back_to_it_with_who_when_and_the_note(pendin
 
     html = client.get(response["Location"]).content.decode()
     assert 'data-status="rejected"' in html
-    assert "Rejected by rita at" in html and "<time" in html
+    assert "Rejected by rita via dashboard at" in html and "<time" in html
     assert "not to every customer" in html
     assert ">Approve</button>" not in html and ">Reject</button>" not in html
     assert re.search(r'<tr class="vote">\s*<td class="who">rita</td>\s*<td>reject</td>', html)

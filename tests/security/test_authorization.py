@@ -53,6 +53,9 @@ PAGES = [
     ("cancel other's run",                  "POST",   "/runs/{other}/cancel/",            (302, 404, 302, 403, 302)),
     ("cancel own run",                      "POST",   "/runs/{own}/cancel/",              (302, 403, 302, 403, 302)),
     ("cancel, wrong method",                "GET",    "/runs/{other}/cancel/",            (405, 405, 405, 405, 405)),
+    ("save other's run as eval case",       "POST",   "/runs/{other}/eval-case/",         (302, 404, 302, 403, 302)),
+    ("save own run as eval case",           "POST",   "/runs/{own}/eval-case/",           (302, 403, 302, 403, 302)),
+    ("save eval case, wrong method",        "GET",    "/runs/{other}/eval-case/",         (405, 405, 405, 405, 405)),
     ("review queue",                        "GET",    "/reviews/",                        (302, 200, 200, 200, 200)),
     ("review queue, wrong method",          "POST",   "/reviews/",                        (302, 405, 405, 405, 405)),
     ("review list poll",                    "GET",    "/reviews/list/",                   (302, 200, 200, 200, 200)),
@@ -113,6 +116,12 @@ API = [
     ("no such endpoint",                    "GET",    "/api/nowhere",                     (404, 404, 404, 404, 404)),
 ]
 # fmt: on
+
+
+@pytest.fixture(autouse=True)
+def evals_dir(settings: Any, tmp_path: Any) -> None:
+    """"Save as eval case" writes into a folder of the test's own, not the repository's evals/."""
+    settings.AIRLOCK_EVALS_DIR = tmp_path / "evals"
 
 
 def body_for(method: str, path: str, ids: dict[str, Any]) -> tuple[Any, str]:

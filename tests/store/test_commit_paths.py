@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agents.actions import approval_decide
-from agents.models import Approval, Message, OutboxEvent, Run, ToolCall
+from agents.models import AgentProfile, Approval, Message, OutboxEvent, Run, ToolCall
 from tests.helpers import call, person, requires_postgres, tainted_write
 
 # The write tool runs on its own thread and connection: it must see the committed run.
@@ -60,7 +60,7 @@ def written(run: Run) -> dict[str, Any]:
             .order_by("pk")
             .values(
                 "kind", "idempotency_key", "call_id", "step", "tool", "args", "risk", "reason", "taint_source",
-                "rule", "required", "status", "decision", "decided_by__username",
+                "rule", "shadow", "required", "status", "decision", "decided_by__username",
             )
         ),
         "events": list(OutboxEvent.objects.filter(run=run).order_by("pk").values("type", "data", "approval__status")),
@@ -77,6 +77,9 @@ def written(run: Run) -> dict[str, Any]:
 
 def test_both_commit_paths_write_the_same_rows(settings, launch, drive: Callable[..., Run]) -> None:
     rita = person("rita", "reviewer")
+    # A shadow rule that matches the approved write: both paths record what it would do.
+    shadow = {"tool": "ledger_write", "then": "deny", "reason": "would stop writes", "mode": "shadow"}
+    AgentProfile.objects.filter(name="scripted").update(rules=[shadow])
     results = {}
     for one_statement in (True, False):
         settings.AIRLOCK_STORE_ONE_STATEMENT = one_statement
@@ -89,5 +92,6 @@ def test_both_commit_paths_write_the_same_rows(settings, launch, drive: Callable
         results[one_statement] = written(run)
     one, orm = results[True], results[False]
     assert len(one["transitions"]) > 8 and one["tool_calls"] and one["approvals"] and one["events"]
+    assert [a["shadow"] for a in one["approvals"]] == [[{"rule": 1, "verdict": "deny"}]]
     for table in one:
         assert one[table] == orm[table], table

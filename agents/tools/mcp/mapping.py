@@ -92,3 +92,15 @@ def claimed_kind(annotations: dict[str, Any] | None) -> Kind:
     retry: RetrySafety = "safe" if hints["idempotentHint"] else "unsafe"
     returns: Returns = "external" if hints["openWorldHint"] else "internal"
     return Kind(risk, returns, retry)
+
+
+def hints_for(risk: str, returns: str, retry_safety: str) -> dict[str, bool]:
+    """The four hints that `claimed_kind` reads back as this kind: what the MCP gateway
+    tells its clients, so their own confirmation logic sees the kind Airlock applies
+    (the operator's overrides included), whatever the server claimed."""
+    return {
+        "readOnlyHint": risk == "read",
+        "destructiveHint": risk == "irreversible",
+        "idempotentHint": retry_safety == "safe",
+        "openWorldHint": returns == "external",
+    }

@@ -1,0 +1,280 @@
+"""`/mcp/<profile>/` as an ASGI application: the HTTP front (token, profile, session)
+and the official SDK's server behind it. `config.asgi` mounts it as it is; the WSGI
+door (`bridge.py`) runs it on an event loop thread of its own (docs/gateway.md).
+
+Sessions: the SDK's stateful mode keeps a session in one process's memory, so a request
+that lands on another gunicorn worker or host would find no session. The gateway
+therefore owns the session: it mints the `Mcp-Session-Id` at `initialize`, keeps it in
+the database (`GatewaySession`) and checks it on every request, and lets the SDK serve
+each request on its own (`stateless=True`). Nothing an MCP request needs lives between
+requests in a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from agents import jsonsafe
+from agents.runs import driver
+
+from . import core
+
+T = TypeVar("T")
+PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
+MAX_BODY = 4 * 1024 * 1024
+POLL_SECONDS = 0.2
+# Threads for database work: every handler's queries run there, never on the loop.
+# Waiting calls sleep on the loop, not in a thread, so 50 waiting clients hold no thread.
+DB_THREADS = anyio.CapacityLimiter(16)
+
+
+def _released(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        # The thread's connection goes back to the pool between requests' queries.
+        driver.release_connection()
+
+
+async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    return await anyio.to_thread.run_sync(functools.partial(_released, fn, *args, **kwargs), limiter=DB_THREADS)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What the front learned of a request, for its MCP handlers (in the ASGI scope)."""
+
+    caller: core.Caller
+    session_pk: int
+
+
+def _gate(ctx: Any) -> Gate:
+    gate = ctx.request.scope.get("airlock.gateway") if ctx.request is not None else None
+    if not isinstance(gate, Gate):
+        raise RuntimeError("an MCP request reached the server without the gateway's front")
+    return gate
+
+
+# -- the MCP server -----------------------------------------------------------------------
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    gate = _gate(ctx)
+    listed = await db(core.tool_list, gate.caller)
+    return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    """A tools/call: proposed through the decision API's `call_propose`; a call that
+    needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
+    notifications, if the client asked, each second), then answers as it stands."""
+    gate = _gate(ctx)
+    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {})
+    if isinstance(started, core.Reply):
+        return _result(started)
+    answer, run_id = started
+    wait = settings.AIRLOCK_GATEWAY_WAIT_SECONDS
+    give_up = time.monotonic() + wait
+    last_progress = 0.0
+    while core.waiting(answer) and time.monotonic() < give_up:
+        now = time.monotonic()
+        if now - last_progress >= 1.0:
+            last_progress = now
+            waited = wait - (give_up - now)
+            await ctx.session.report_progress(waited, wait, "waiting for a reviewer's decision in Airlock")
+        await anyio.sleep(min(POLL_SECONDS, max(0.0, give_up - time.monotonic())))
+        answer = await db(core.call_progress, gate.caller, run_id, answer)
+    return _result(core.reply(answer, run_id))
+
+
+def _result(reply: core.Reply) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=reply.text)],
+        structured_content=reply.structured,
+        is_error=reply.is_error,
+    )
+
+
+server = Server(
+    "airlock-gateway",
+    instructions="Airlock polices these tools: a call may be held for a human reviewer. When a result says "
+    "pending_approval, call the same tool again with the same arguments later to get its outcome.",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+)
+
+
+class Managers:
+    """The SDK's request handling, stateless: one manager answering JSON (most
+    requests: one body, no stream) and one answering SSE (a tools/call that asked for
+    progress notifications), started once per event loop."""
+
+    def __init__(self) -> None:
+        self.json = StreamableHTTPSessionManager(server, stateless=True, json_response=True)
+        self.sse = StreamableHTTPSessionManager(server, stateless=True, json_response=False)
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _serve(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self.json.run())
+            await stack.enter_async_context(self.sse.run())
+            self._ready.set()
+            await anyio.sleep_forever()
+
+    async def started(self) -> Managers:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._serve())
+        await self._ready.wait()
+        return self
+
+
+_managers: dict[int, Managers] = {}
+
+
+async def managers() -> Managers:
+    """This event loop's managers (one loop per process in practice: the ASGI server's,
+    or the WSGI bridge's thread)."""
+    loop = asyncio.get_running_loop()
+    found = _managers.get(id(loop))
+    if found is None:
+        found = _managers[id(loop)] = Managers()
+    return await found.started()
+
+
+# -- the HTTP front -------------------------------------------------------------------------
+
+
+async def _answer(send: Any, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    raw = json.dumps(body).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": raw})
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise core.Refused(413, "too_large", f"a request body is at most {MAX_BODY:,} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _wants_progress(message: Any) -> bool:
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return False
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and "progressToken" in meta
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The gateway for one HTTP request under `/mcp/<profile>/`.
+
+    1. The path names a profile; the Host must be one of ALLOWED_HOSTS.
+    2. The token and the profile: 401 with `WWW-Authenticate: Bearer`, 404 for a
+       profile that is not external, before anything else is read or run.
+    3. GET (a standalone stream) is 405: server messages ride each POST's answer.
+       DELETE ends the session. A protocol version past the handshake era is refused
+       with the versions the gateway speaks, so a client falls back to `initialize`.
+    4. `initialize` opens a session (a row; its id goes back in `Mcp-Session-Id`);
+       every other request names one, which must be the caller's, open, of this profile.
+    5. The SDK answers the request; its handlers find the caller and session in the scope.
+    """
+    if scope["type"] != "http":
+        return
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    match = PATH.match(scope["path"])
+    try:
+        if match is None:
+            raise core.Refused(404, "not_found", "the gateway is at /mcp/<profile>/")
+        domain, _port = split_domain_port(headers.get("host", ""))
+        if not validate_host(domain, settings.ALLOWED_HOSTS):
+            raise core.Refused(400, "bad_host", "the Host header is not one of ALLOWED_HOSTS")
+        method, sid, run_header = scope["method"], headers.get("mcp-session-id"), headers.get("airlock-run")
+        authorization = headers.get("authorization")
+        if method != "POST":
+            caller = await db(core.authenticate, authorization, match["profile"])
+            if method == "DELETE" and sid:
+                await db(core.session_close, caller, sid)
+                await _answer(send, 200, {"closed": True})
+                return
+            if method == "DELETE":
+                raise core.Refused(400, "missing_session", "DELETE needs the Mcp-Session-Id header")
+            raise core.Refused(405, "method_not_allowed", "no standalone stream: POST or DELETE",
+                               {"Allow": "POST, DELETE"})
+        body = await _read_body(receive)
+        if body is None:
+            return
+        try:
+            message, unparsed = jsonsafe.parse(body), None
+        except jsonsafe.JsonError as exc:
+            message, unparsed = None, exc.message
+        opening = isinstance(message, dict) and message.get("method") == "initialize"
+        params = message.get("params") if opening and isinstance(message.get("params"), dict) else {}
+        info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await db(core.authenticate, authorization, match["profile"])
+            await _answer(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": types.UNSUPPORTED_PROTOCOL_VERSION, "message": "this gateway speaks the session protocol: "
+                "initialize with one of the supported versions",
+                "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
+            return
+        # One trip to the database threads: the token, the profile, then the session.
+        caller, sid, session_pk = await db(
+            core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
+            client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
+        )
+        if unparsed is not None:
+            await _answer(send, 400, {"jsonrpc": "2.0", "id": None,
+                                      "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {unparsed}"}})
+            return
+    except core.Refused as refused:
+        await _answer(send, refused.status, {"error": refused.error, "detail": refused.detail}, refused.headers)
+        return
+
+    inner = dict(scope)
+    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk)
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    async def stamped(event: dict[str, Any]) -> None:
+        if event["type"] == "http.response.start" and opening and event["status"] < 400:
+            event = {**event, "headers": [*event.get("headers", []), (b"mcp-session-id", sid.encode())]}
+        await send(event)
+
+    found = await managers()
+    chosen = found.sse if _wants_progress(message) else found.json
+    await chosen.handle_request(inner, replay, stamped)

@@ -1,0 +1,333 @@
+"""Deciding from Slack: the buttons on `approval.pending` messages, the clicks Slack
+sends to `POST /integrations/slack/interactions`, and the messages updated afterwards.
+
+A click decides exactly as a dashboard click does (`agents.actions.approval_decide`,
+`via="slack"`), as the Airlock user who linked the clicking Slack member id, for the
+call the message showed (the button carries its `args_hash`). What is added here:
+
+- verification: Slack's signing secret, through slack_sdk's SignatureVerifier (HMAC
+  over `v0:{timestamp}:{body}`, constant-time compare, 5 minutes of clock at most);
+- once per click: Slack retries a delivery it had no answer to in 3 s with the same
+  `action_ts`; the click's `SlackAction` row is unique on (member, action_ts), so a
+  retry finds it and decides nothing;
+- answering in time: the decision runs in a thread the request waits for at most
+  AIRLOCK_SLACK_ANSWER_SECONDS; the outcome always goes to the message's
+  `response_url` (Block Kit clicks are answered there, not in the HTTP response);
+- updating a message when the call was decided elsewhere (`update_decided()`, run by
+  the deliver_notifications task after each dispatch), through the response_url of a
+  click on it.
+
+The buttons themselves are part of the message `agents.notifications.delivery` sends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.urls import reverse
+from django.utils import timezone
+from slack_sdk.signature import SignatureVerifier
+
+from agents import access
+from agents.actions import ActionError, approval_decide
+from agents.engine.text import one_line
+from agents.models import Approval, NotificationPreference, SlackAction
+from agents.notifications.delivery import post, slack_escape
+from agents.tools.http import Deadline, UrlRefused
+
+log = logging.getLogger("airlock.slack")
+
+ACTIONS = ("approve", "reject")
+RESPONSE_URL_LIFETIME_SECONDS = 30 * 60  # Slack: a response_url works 5 times in 30 minutes
+
+
+class BadInteraction(Exception):
+    """A signed request that is not a click Airlock offered: 400, nothing decided."""
+
+
+@dataclass(frozen=True)
+class Click:
+    member_id: str
+    action_ts: str
+    decision: str
+    approval_id: int
+    args_hash: str
+    response_url: str
+
+
+def verified(body: bytes, headers: Any) -> bool:
+    """True only for a request signed with AIRLOCK_SLACK_SIGNING_SECRET within the
+    last 5 minutes; always False while the secret is unset."""
+    secret = settings.AIRLOCK_SLACK_SIGNING_SECRET
+    timestamp = headers.get("X-Slack-Request-Timestamp", "")
+    signature = headers.get("X-Slack-Signature", "")
+    # The verifier reads the timestamp with int(): anything but digits is refused here,
+    # as a missing one is, instead of raising (a 500).
+    if not secret or not signature or not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) < 16):
+        return False
+    return SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature)
+
+
+def parse(body: bytes) -> Click:
+    """The click in a `block_actions` payload (form field `payload`, JSON)."""
+    try:
+        form = urllib.parse.parse_qs(body.decode("utf-8"), strict_parsing=False)
+        payload = json.loads(form["payload"][0])
+        if payload.get("type") != "block_actions":
+            raise BadInteraction(f"not a button click ({one_line(payload.get('type'))[:40]})")
+        action = payload["actions"][0]
+        value = json.loads(action["value"])
+        decision = action["action_id"]
+        if decision not in ACTIONS:
+            raise BadInteraction(f"not an Airlock button ({one_line(decision)[:40]})")
+        approval_id = int(value["approval"])
+        if not 0 < approval_id <= access.MAX_ID:
+            raise BadInteraction("no such approval")
+        return Click(
+            member_id=str(payload["user"]["id"])[:40],
+            action_ts=str(action.get("action_ts") or payload.get("trigger_id") or "")[:40],
+            decision=decision,
+            approval_id=approval_id,
+            args_hash=str(value["args_hash"])[:64],
+            response_url=str(payload.get("response_url") or "")[:2000],
+        )
+    except BadInteraction:
+        raise
+    except (UnicodeDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInteraction(f"not a Slack interaction payload ({type(exc).__name__})") from None
+
+
+def record(click: Click) -> SlackAction | None:
+    """The click's log row, or None when Slack already delivered this click (a retry)."""
+    try:
+        with transaction.atomic():
+            return SlackAction.objects.create(
+                member_id=click.member_id,
+                action_ts=click.action_ts,
+                decision=click.decision,
+                approval_id=click.approval_id if Approval.objects.filter(pk=click.approval_id).exists() else None,
+                response_url=click.response_url,
+                outcome="received",
+            )
+    except IntegrityError:
+        # The first delivery of this click made the row: it decides (or decided).
+        return None
+
+
+# -- the decision, in a thread the request waits for a bounded time ------------------
+
+_working: set[threading.Thread] = set()
+_working_lock = threading.Lock()
+
+
+def handle(click: Click, *, retry: str = "") -> threading.Thread:
+    """Record and decide `click` in a thread (its own database connection; the request's
+    thread touches none), which the caller waits for at most
+    AIRLOCK_SLACK_ANSWER_SECONDS. The thread posts the outcome to the response_url.
+    A click Slack delivered before (`retry`: its X-Slack-Retry-Num) finds its row and
+    decides nothing."""
+
+    def work() -> None:
+        try:
+            row = record(click)
+            if row is None:
+                log.info(
+                    "slack retry %s of member=%s action_ts=%s: already received, nothing decided",
+                    retry or "?",
+                    click.member_id,
+                    click.action_ts,
+                )
+                return
+            decide(click, row)
+        except Exception:  # noqa: BLE001 - a click must never take the web process down
+            log.exception("slack click member=%s approval=%s failed", click.member_id, click.approval_id)
+        finally:
+            connection.close()
+            with _working_lock:
+                _working.discard(thread)
+
+    thread = threading.Thread(target=work, name=f"slack-click-{click.approval_id}", daemon=True)
+    with _working_lock:
+        _working.add(thread)
+    thread.start()
+    return thread
+
+
+def wait_idle(timeout: float = 60.0) -> None:
+    """Wait for every click this process is deciding (tests; a graceful shutdown)."""
+    with _working_lock:
+        threads = list(_working)
+    for t in threads:
+        t.join(timeout)
+
+
+def decide(click: Click, row: SlackAction) -> str:
+    """Decide as the linked reviewer, log the outcome on the click's row and tell Slack."""
+    close_old_connections()
+    user = linked_user(click.member_id)
+    reply: dict[str, Any]
+    if user is None:
+        outcome = "refused: unlinked Slack user"
+        reply = ephemeral(
+            "Your Slack account is not linked to an Airlock reviewer, so this click decided nothing. "
+            f"Link it on {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
+        )
+    else:
+        outcome, reply = _decide_as(user, click)
+    SlackAction.objects.filter(pk=row.pk).update(
+        user=user, outcome=outcome[:200], updated_message_at=timezone.now() if reply.get("replace_original") else None
+    )
+    log.info("slack click member=%s approval=%s %s: %s", click.member_id, click.approval_id, click.decision, outcome)
+    respond(click.response_url, reply)
+    return outcome
+
+
+def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
+    if not access.can_decide(user) or not access.visible_approvals(user).filter(pk=click.approval_id).exists():
+        return "refused: may not decide", ephemeral(
+            f"{_e(user.get_username())} may not decide this call (reviewers decide): nothing was recorded."
+        )
+    try:
+        result = approval_decide(
+            approval_id=click.approval_id, user=user, decision=click.decision, args_hash=click.args_hash, via="slack"
+        )
+    except ActionError as exc:
+        if exc.code == "call_changed":
+            approval = Approval.objects.get(pk=click.approval_id)
+            return "refused: call changed", replace(
+                approval,
+                "The call changed since this message was sent (its arguments were edited): this click decided "
+                "nothing. Review the call as it stands",
+            )
+        if exc.code == "separation_of_duties":
+            return "refused: separation of duties", ephemeral(
+                "You launched this run and its policy separates duties: another reviewer must decide. "
+                "Nothing was recorded."
+            )
+        detail = exc.detail.get("message") if isinstance(exc.detail, dict) else exc.detail
+        return f"refused: {exc.code}", ephemeral(f"Nothing was recorded: {_e(detail)}")
+    approval = result.approval
+    if result.outcome == "decided":
+        return "decided", replace(approval, "")
+    if result.outcome == "voted":
+        votes = sum(1 for v in approval.current_votes() if v.decision == "approve")
+        return "voted", ephemeral(f"Your vote is recorded: {votes} of {approval.required} approvals so far.")
+    if result.outcome == "already_voted":
+        return "already voted", ephemeral("You had already voted on this call: nothing changed.")
+    # Late: decided elsewhere first, expired, or the run ended. The message shows it now.
+    return "late", replace(approval, "")
+
+
+def linked_user(member_id: str) -> Any:
+    pref = (
+        NotificationPreference.objects.select_related("user")
+        .filter(slack_member_id=member_id, user__is_active=True)
+        .exclude(slack_member_id="")
+        .first()
+    )
+    return pref.user if pref is not None else None
+
+
+def link(username: str, member_id: str) -> Any:
+    """Link a Slack member id to an Airlock user (a member id names one user only)."""
+    from django.contrib.auth import get_user_model
+
+    member_id = member_id.strip()
+    if not member_id or len(member_id) > 40 or not member_id.isalnum():
+        raise ValueError(f"{member_id!r} is not a Slack member id (such as U012ABCDEF)")
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise ValueError(f"no user {username!r}")
+    with transaction.atomic():
+        NotificationPreference.objects.filter(slack_member_id=member_id).exclude(user=user).update(slack_member_id="")
+        NotificationPreference.objects.update_or_create(user=user, defaults={"slack_member_id": member_id})
+    return user
+
+
+# -- what Slack is sent ---------------------------------------------------------------
+
+
+_e = slack_escape
+
+
+def ephemeral(text: str) -> dict[str, Any]:
+    """Shown to the clicker only; the message stays as it was."""
+    return {"response_type": "ephemeral", "replace_original": False, "text": text}
+
+
+def decided_text(approval: Approval) -> str:
+    who = approval.decided_by.get_username() if approval.decided_by else ""
+    via = f" via {approval.via}" if approval.via else ""
+    if approval.status == "pending":
+        return f"`{_e(approval.tool)}` on run {approval.run_id} waits for review"
+    if who:
+        return f"`{_e(approval.tool)}` on run {approval.run_id} was {_e(approval.status)} by {_e(who)}{via}"
+    return f"`{_e(approval.tool)}` on run {approval.run_id} is {_e(approval.status)}"
+
+
+def replace(approval: Approval, why: str) -> dict[str, Any]:
+    """The message rewritten to say what became of the call; no buttons left."""
+    url = settings.AIRLOCK_BASE_URL + reverse("reviews:approval", args=[approval.pk])
+    text = f"{why}: <{url}|open the call>" if why else f"{decided_text(approval)}. <{url}|Open the call>"
+    return {
+        "replace_original": True,
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+    }
+
+
+def respond(response_url: str, message: dict[str, Any]) -> bool:
+    """POST `message` to a click's response_url (the same outbound guard as webhooks:
+    public addresses, or a host in AIRLOCK_WEBHOOK_ALLOWED_HOSTS). One attempt, logged."""
+    if not response_url:
+        return False
+    try:
+        code = post(
+            response_url,
+            json.dumps(message, ensure_ascii=False).encode(),
+            {"Content-Type": "application/json", "User-Agent": "Airlock-slack/1"},
+            Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT),
+        )
+    except (UrlRefused, httpx.HTTPError) as exc:
+        log.warning("slack response_url not updated (%s: %s)", type(exc).__name__, exc)
+        return False
+    if not 200 <= code < 300:
+        log.warning("slack response_url answered HTTP %s", code)
+    return 200 <= code < 300
+
+
+def update_decided(*, limit: int = 100) -> int:
+    """Rewrite the Slack messages of calls decided (or expired) elsewhere, once each,
+    through the response_url of a click on them that is still valid. Returns how many."""
+    fresh = timezone.now() - dt.timedelta(seconds=RESPONSE_URL_LIFETIME_SECONDS)
+    rows = list(
+        SlackAction.objects.filter(updated_message_at__isnull=True, created_at__gte=fresh)
+        .exclude(response_url="")
+        .exclude(approval__status="pending")
+        .exclude(approval=None)
+        .order_by("-pk")[:limit]
+    )
+    done = 0
+    seen: set[int] = set()
+    for row in rows:
+        if row.approval_id in seen:
+            continue
+        seen.add(row.approval_id)  # type: ignore[arg-type]
+        # Claim every row of this approval: another dispatcher that claimed first sends.
+        claimed = SlackAction.objects.filter(approval_id=row.approval_id, updated_message_at__isnull=True).update(
+            updated_message_at=timezone.now()
+        )
+        if not claimed:
+            continue
+        approval = Approval.objects.select_related("decided_by").get(pk=row.approval_id)
+        done += respond(row.response_url, replace(approval, ""))
+    return done

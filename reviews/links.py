@@ -1,0 +1,60 @@
+"""`/reviews/links/<token>/`: an emailed decision link. GET shows the call and the
+buttons and changes nothing (mail scanners fetch every link); POST decides, as the
+bound reviewer (agents.notifications.links)."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from agents.actions import ActionError
+from agents.models import DecisionLink
+from agents.notifications import links
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def link(request: HttpRequest, token: str) -> HttpResponse:
+    found = links.link_find(token)
+    if found is None:
+        return _page(request, None, message="This link is not valid.", status=404)
+    if request.method == "POST":
+        decision = request.POST.get("decision", "")
+        if decision not in ("approve", "reject"):
+            return _page(request, found, message="Choose Approve or Reject.", status=400)
+        if links.step_up_required(found, request.user) and not request.user.is_authenticated:
+            return redirect_to_login(request.path)
+        try:
+            links.link_decide(
+                token=token, user=request.user, decision=decision, note=request.POST.get("note", "")[:2000]
+            )
+        except links.LinkRefused as exc:
+            return _page(request, found, message=exc.why.message, status=exc.why.status)
+        except ActionError as exc:
+            detail = exc.detail.get("message") if isinstance(exc.detail, dict) else exc.detail
+            return _page(request, found, message=f"Nothing was recorded: {detail}", status=exc.status)
+        response = redirect(request.path)
+        response.status_code = 303  # See Other: the browser GETs the page, which says what happened
+        return response
+    why = links.refusal(found, request.user)
+    return _page(request, found, message=why.message if why else "", status=200 if why is None else why.status)
+
+
+def _page(request: HttpRequest, found: DecisionLink | None, *, message: str, status: int) -> HttpResponse:
+    a = found.approval if found is not None else None
+    context = {
+        "link": found,
+        "approval": a,
+        "message": message,
+        "can_answer": found is not None and not message,
+        "step_up": found is not None and not message and links.step_up_required(found, request.user),
+        "args_json": json.dumps(a.current_args, indent=2, ensure_ascii=False, sort_keys=True) if a else "",
+        "taint_json": json.dumps(a.taint_source, ensure_ascii=False, sort_keys=True) if a and a.taint_source else "",
+        "login_url": redirect_to_login(request.path).url,
+    }
+    return render(request, "reviews/link.html", context, status=status)

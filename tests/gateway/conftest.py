@@ -1,0 +1,130 @@
+"""The MCP gateway's fixtures: a real upstream MCP server (examples/mcp_server.py over
+streamable HTTP on loopback, recording each call it runs), an external profile offering
+its tools, and an MCP client built on the official SDK pointed at the gateway."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from agents.models import AgentProfile, McpServer
+from agents.tokens import token_create
+from tests.helpers import CRM_UPDATE
+
+BASE = Path(__file__).resolve().parents[2]
+EXAMPLE = BASE / "examples" / "mcp_server.py"
+# The upstream's tools that matter here: `web__lookup` (read), `web__delete_record`
+# (destructive: asks), `web__web_search` (open world: taints), `web__add_tag` (write).
+
+
+class Upstream:
+    """The example server; `calls()` is what its recording tools ran, one dict per call."""
+
+    def __init__(self, record: Path) -> None:
+        self.record = record
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self, *extra: str) -> str:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), "--http", "--port", "0", "--record", str(self.record),
+             "--max-seconds", "300", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=BASE,
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        assert line.startswith("listening "), f"the example server did not start: {line!r}"
+        self.url = line.split()[1]
+        return self.url
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        found = [json.loads(line) for line in self.record.read_text().splitlines() if line.strip()]
+        return [c for c in found if tool is None or c["tool"] == tool]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+def command(*args: str) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def upstream(defaults: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Upstream]:
+    """`web`: the example server, registered with a secret header (read from the
+    environment per call, never shown to the gateway's clients) and synced."""
+    server = Upstream(tmp_path / "calls.jsonl")
+    url = server.start("--require-bearer", "s3cret-upstream-token")
+    McpServer.objects.create(name="web", transport="http", url=url, headers={"Authorization": "UPSTREAM_BEARER"})
+    monkeypatch.setenv("UPSTREAM_BEARER", "Bearer s3cret-upstream-token")
+    command("mcp_sync", "web")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gw(upstream: Upstream) -> AgentProfile:
+    """`gw`: an external profile offering the upstream's tools, two diagnostic tools and
+    a client tool (which the gateway must not offer: only the decision API can run it)."""
+    return AgentProfile.objects.create(
+        name="gw", provider="external", client_tools=[CRM_UPDATE],
+        tools=["web__*", "echo", "fetch_fixture", "crm_update"],
+    )
+
+
+@pytest.fixture
+def token(lena: User) -> str:
+    _token, raw = token_create(user=lena)
+    return raw
+
+
+@pytest.fixture
+def wait_seconds(settings: Any) -> float:
+    settings.AIRLOCK_GATEWAY_WAIT_SECONDS = 0.5
+    return 0.5
+
+
+Session = Callable[[Client], Awaitable[Any]]
+
+
+def mcp_session(url: str, token: str, fn: Session, *, headers: dict[str, str] | None = None) -> Any:
+    """Run `fn(client)` in one MCP session of the official SDK's client against `url`."""
+
+    async def go() -> Any:
+        with anyio.fail_after(60):
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **(headers or {})},
+                                      timeout=httpx2.Timeout(30.0))
+            async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
+                return await fn(client)
+
+    return run_async(go)
+
+
+def run_async(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """anyio.run(fn, *args) in a thread of its own: the browser tests' Playwright keeps an
+    event loop running in the test thread for the whole session."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, fn, *args).result()
+
+
+def text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content if getattr(block, "type", "") == "text")

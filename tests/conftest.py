@@ -20,7 +20,8 @@ from agents.actions import run_launch
 from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
 from agents.runs import driver
-from tests.helpers import person, tainted_write
+from agents.tokens import token_create
+from tests.helpers import Api, person, tainted_write
 
 pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider"]
 
@@ -141,3 +142,25 @@ def receiver() -> Any:
     r = Receiver().start()
     yield r
     r.stop()
+
+
+# -- the API: the personas by name, and a JSON client per persona ---------------------
+
+
+@pytest.fixture
+def users(lena: User, leo: User, otto: User, rita: User, rob: User, nina: User, root: User) -> dict[str, User]:
+    """The personas by name, for tables of who may do what."""
+    return {u.username: u for u in (lena, leo, otto, rita, rob, nina, root)}
+
+
+@pytest.fixture
+def api(users: dict[str, User]) -> Callable[[str | None], Api]:
+    """api("lena") -> a client carrying a fresh token of lena's; api(None) -> anonymous."""
+
+    def _api(name: str | None) -> Api:
+        if name is None:
+            return Api(None)
+        _token, raw = token_create(user=users[name])
+        return Api(raw)
+
+    return _api

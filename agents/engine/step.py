@@ -377,7 +377,7 @@ def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verd
     problem = spec.validate(args)
     if problem is not None:
         raise EditRefused("invalid_arguments", problem, 400)
-    verdict = _verdict(state, spec, call["tool"], args, fingerprint(call["tool"], args))
+    verdict = verdict_for(state, spec, call["tool"], args, fingerprint(call["tool"], args))
     if verdict.action == "deny":
         raise EditRefused(
             "denied_by_policy", {"message": f"the edited call is denied: {verdict.reason}", "rule": verdict.rule}, 409
@@ -581,7 +581,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
             f"with the same error ({streak.get('error')})"
         )
         return _fail_from(new, t, reason)
-    verdict = _verdict(new, spec, tool, args, fp)
+    verdict = verdict_for(new, spec, tool, args, fp)
     t.detail["verdict"] = verdict.to_dict()
     if verdict.shadow:
         # What the profile's shadow rules would have decided: recorded, deciding nothing.
@@ -609,8 +609,9 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
     return _move(new, PLANNING, t)
 
 
-def _verdict(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
-    """The run's policy on one call: what the model proposed, or a reviewer's edit."""
+def verdict_for(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
+    """The run's policy on one call: what the model proposed, a reviewer's edit, or a
+    recorded call a backtest judges again (agents/runs/backtest.py): the one judge."""
     return policy.decide(
         spec,
         tool,

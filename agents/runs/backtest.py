@@ -24,7 +24,7 @@ from agents.engine import patch, policy
 from agents.engine.fingerprints import fingerprint
 from agents.engine.policy import PolicyError, Verdict
 from agents.engine.registry import Registry
-from agents.engine.step import RunState
+from agents.engine.step import RunState, verdict_for
 from agents.models import AgentProfile, Approval, Message, Run
 from agents.tools import registry as tool_registry
 
@@ -125,20 +125,9 @@ def recorded_calls(runs: Any) -> Iterator[RecordedCall]:
 
 
 def judge(state: RunState, registry: Registry, tool: str, args: Any) -> Verdict:
-    """The verdict the engine gives this call in this state (engine/step.py's _verdict)."""
+    """The verdict the engine gives this call in this state: the engine's own judge."""
     spec = registry.get(tool) if (state.tools is None or tool in state.tools) else None
-    return policy.decide(
-        spec,
-        tool,
-        denied=state.denied_tools,
-        always_ask=state.always_ask_tools,
-        tainted=state.tainted,
-        approver=state.approver,
-        args=args,
-        policy=state.policy,
-        grants=state.grants,
-        fingerprint=fingerprint(tool, args),
-    )
+    return verdict_for(state, spec, tool, args, fingerprint(tool, args))
 
 
 def under(state: RunState, proposal: dict[str, Any]) -> RunState:

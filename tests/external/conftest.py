@@ -1,5 +1,5 @@
-"""The external agents' fixtures: an external profile with a client tool, an API client
-per persona, and a launched external run."""
+"""The external agents' fixtures: an external profile with a client tool and a launched
+external run (the API client per persona, `api`, is the suite's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 
 from agents.models import AgentProfile
-from agents.tokens import token_create
 from tests.helpers import CRM_UPDATE, Api
-
-
-@pytest.fixture
-def users(lena: User, leo: User, otto: User, rita: User, rob: User, root: User) -> dict[str, User]:
-    return {u.username: u for u in (lena, leo, otto, rita, rob, root)}
-
-
-@pytest.fixture
-def api(users: dict[str, User]) -> Callable[[str | None], Api]:
-    """api("lena") -> a client carrying a fresh token of lena's; api(None) -> anonymous."""
-
-    def _api(name: str | None) -> Api:
-        if name is None:
-            return Api(None)
-        _token, raw = token_create(user=users[name])
-        return Api(raw)
-
-    return _api
 
 
 @pytest.fixture

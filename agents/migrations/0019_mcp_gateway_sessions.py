@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0017_retention'),
+        ('agents', '0018_policy_evidence'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

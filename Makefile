@@ -6,10 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench bench-compare install migrate clean chaos
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# The Python client of the decision API (its own distribution, no Django): editable,
+	# for the tests in tests/external that talk to a live server through it.
+	$(PY) -m pip install --quiet -e clients/python
 	touch $(STAMP)
 
 install: $(STAMP)

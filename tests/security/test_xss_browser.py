@@ -112,7 +112,7 @@ def test_hostile_text_is_shown_verbatim_and_stays_inert(new_page, login, launch,
         assert args == [{"text": p}, {"entry": p}]
         note = notes[approval.pk]
         assert page.locator(f'tr[data-approval-id="{approval.pk}"] td').last.inner_text() == note
-        assert page.locator(".decision").inner_text().endswith(f"“{note}”")
+        assert page.locator(".decision").inner_text().endswith(f"“{note}” (via dashboard)")
         inert(page)
 
     page.goto(f"/runs/{odd.pk}/")

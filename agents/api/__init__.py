@@ -69,4 +69,5 @@ def urlpatterns() -> list[URLPattern]:
     for p in patterns:
         if isinstance(p, URLPattern):
             p.callback = _json_405(p.callback)
-    return [*patterns, re_path(r"^(?P<rest>.*)$", _unknown)]
+    # [\s\S], not ".": a path with a newline in it (%0A) is an unknown API path too.
+    return [*patterns, re_path(r"^(?P<rest>[\s\S]*)$", _unknown)]

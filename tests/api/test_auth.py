@@ -163,3 +163,11 @@ def test_admin_lists_tokens_without_the_secret_and_revokes_them(users) -> None:
     response = admin.post("/admin/agents/apitoken/", {"action": "revoke", "_selected_action": [token.pk]}, follow=True)
     assert b"Revoked 1 token(s)." in response.content
     assert Api(raw).get("/api/approvals").status_code == 401
+
+
+def test_an_api_path_with_a_newline_is_a_json_404(api) -> None:
+    """The fuzz found it: the catch-all read `.`, which matches no newline, so
+    /api/runs/%0A/calls/x fell through to Django's HTML 404."""
+    response = api("root").get("/api/runs/%0A/calls/x")
+    assert response.status_code == 404
+    assert response.headers["Content-Type"].startswith("application/json")

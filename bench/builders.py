@@ -1,7 +1,8 @@
-"""The review cards and the timeline's entries as the string builders printed them
-before the Jinja2 templates (reviews/card_html.py and agents/web/timeline_html.py up to
-the templates), kept as they were: the oracle of tests/reviews/test_card_oracle.py and
-tests/runs/test_timeline_oracle.py, and the baseline of bench/fragments.py. Do not fix
+"""The review cards, the timeline's entries and the runs list's rows as the string
+builders printed them before the Jinja2 templates (reviews/card_html.py,
+agents/web/timeline_html.py and agents/web/runs_html.py up to the templates), kept as
+they were: the oracle of tests/reviews/test_card_oracle.py,
+tests/runs/test_timeline_oracle.py and tests/runs/test_runs_rows_oracle.py, and the baseline of bench/fragments.py. Do not fix
 or restyle them: they are the bytes the templates must print. Needs Django set up."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import datetime, tzinfo
 from html import escape
 from typing import Any
 
-from django.template import Context
+from django.template import Context, Template
 from django.template.defaulttags import CsrfTokenNode
 from django.urls import reverse
 from django.utils import timezone
@@ -22,7 +23,7 @@ from django.utils.text import Truncator
 from agents.engine.decisions import DECISIONS
 from agents.engine.policy import shadow_label
 from agents.engine.step import TRANSCRIPT_CAP
-from agents.web.formatting import ms, number, pretty_json, usd
+from agents.web.formatting import ms, number, pretty_json, since, usd
 from agents.web.markup import url_for
 from agents.web.timeline import PAGE_TEXT_MAX, Entry, cut_for_model, page_text
 from reviews.cards import Card, OnScreen, Quorum, ToolSource
@@ -667,3 +668,47 @@ def _entry(e: Entry, tz: tzinfo) -> str:
         "  </div>\n"
         "</li>\n"
     )
+
+
+# -- agents/web/runs_html.py ---------------------------------------------------------------
+
+# The runs list's rows as the Django template loop printed them (before the string builder).
+DJANGO_ROWS = Template(
+    """{% load airlock %}{% for run in rows %}
+    <tr>
+      <td><a href="{% url 'run_detail' run.pk %}">#{{ run.pk }}</a><div class="task-line">{{ run.task|truncatechars:90 }}</div></td>
+      <td>{{ run.profile.name }}</td>
+      <td><span class="state state-{{ run.state }}">{{ run.state }}</span></td>
+      <td class="num">{{ run.steps }}</td>
+      <td class="num">{{ run.cost_micros|usd }}{% if run.cost_unknown %} <span class="hint" title="a model call reported no usage">+?</span>{% endif %}</td>
+      <td class="num">{{ run.tokens|number }}</td>
+      <td>{% if run.tainted %}<span class="taint-badge">tainted</span>{% endif %}</td>
+      <td><time datetime="{{ run.created_at|date:'c' }}">{{ run.created_at|date:"Y-m-d H:i" }}</time></td>
+      <td class="num">{{ run.created_at|since:run.finished_at }}</td>
+    </tr>{% endfor %}"""  # noqa: E501
+)
+
+
+def old_row(run: Any, tz: Any) -> str:
+    created = run.created_at.astimezone(tz)
+    unknown = ' <span class="hint" title="a model call reported no usage">+?</span>' if run.cost_unknown else ""
+    taint = '<span class="taint-badge">tainted</span>' if run.tainted else ""
+    return (
+        "    <tr>\n"
+        f'      <td><a href="{reverse("run_detail", args=[run.pk])}">#{run.pk}</a>'
+        f'<div class="task-line">{esc(Truncator(run.task).chars(90))}</div></td>\n'
+        f"      <td>{esc(run.profile.name)}</td>\n"
+        f'      <td><span class="state state-{esc(run.state)}">{esc(run.state)}</span></td>\n'
+        f'      <td class="num">{run.steps}</td>\n'
+        f'      <td class="num">{usd(run.cost_micros)}{unknown}</td>\n'
+        f'      <td class="num">{number(run.tokens)}</td>\n'
+        f"      <td>{taint}</td>\n"
+        f'      <td><time datetime="{created.isoformat()}">{created:%Y-%m-%d %H:%M}</time></td>\n'
+        f'      <td class="num">{since(run.created_at, run.finished_at)}</td>\n'
+        "    </tr>\n"
+    )
+
+
+def old_rows(runs: list[Any]) -> str:
+    tz = timezone.get_current_timezone()
+    return "".join(old_row(run, tz) for run in runs)

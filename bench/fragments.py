@@ -22,7 +22,6 @@ import os
 import pathlib
 import sys
 import timeit
-from html import escape
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -33,61 +32,16 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.template import Context, Template  # noqa: E402
+from django.template import Context  # noqa: E402
 from django.utils import timezone  # noqa: E402
-from django.utils.safestring import mark_safe  # noqa: E402
-from django.utils.text import Truncator  # noqa: E402
 
 from agents.models import AgentProfile, Approval, Run  # noqa: E402
 from agents.web import runs_html, timeline_html  # noqa: E402
-from agents.web.formatting import number, since, usd  # noqa: E402
-from agents.web.markup import url_for  # noqa: E402
 from agents.web.timeline import Entry  # noqa: E402
-from bench.builders import old_cards, old_entries  # noqa: E402
+from bench.builders import DJANGO_ROWS, old_cards, old_entries, old_rows  # noqa: E402
 from reviews import card_html  # noqa: E402
 from reviews.cards import Card, Filters, pretty_args  # noqa: E402
 from reviews.untrusted import untrusted  # noqa: E402
-
-DJANGO_LOOP = Template(
-    """{% load airlock %}{% for run in rows %}
-    <tr>
-      <td><a href="{% url 'run_detail' run.pk %}">#{{ run.pk }}</a><div class="task-line">{{ run.task|truncatechars:90 }}</div></td>
-      <td>{{ run.profile.name }}</td>
-      <td><span class="state state-{{ run.state }}">{{ run.state }}</span></td>
-      <td class="num">{{ run.steps }}</td>
-      <td class="num">{{ run.cost_micros|usd }}{% if run.cost_unknown %} <span class="hint" title="a model call reported no usage">+?</span>{% endif %}</td>
-      <td class="num">{{ run.tokens|number }}</td>
-      <td>{% if run.tainted %}<span class="taint-badge">tainted</span>{% endif %}</td>
-      <td><time datetime="{{ run.created_at|date:'c' }}">{{ run.created_at|date:"Y-m-d H:i" }}</time></td>
-      <td class="num">{{ run.created_at|since:run.finished_at }}</td>
-    </tr>{% endfor %}"""  # noqa: E501
-)
-
-
-def builder_row(run: Any, tz: Any) -> str:
-    """agents/web/runs_html.py:row as it was (also the oracle of tests/runs/test_runs_rows_oracle.py)."""
-    created = run.created_at.astimezone(tz)
-    unknown = ' <span class="hint" title="a model call reported no usage">+?</span>' if run.cost_unknown else ""
-    taint = '<span class="taint-badge">tainted</span>' if run.tainted else ""
-    return (
-        "    <tr>\n"
-        f'      <td><a href="{url_for("run_detail", run.pk)}">#{run.pk}</a>'
-        f'<div class="task-line">{escape(str(Truncator(run.task).chars(90)))}</div></td>\n'
-        f"      <td>{escape(str(run.profile.name))}</td>\n"
-        f'      <td><span class="state state-{escape(run.state)}">{escape(run.state)}</span></td>\n'
-        f'      <td class="num">{run.steps}</td>\n'
-        f'      <td class="num">{usd(run.cost_micros)}{unknown}</td>\n'
-        f'      <td class="num">{number(run.tokens)}</td>\n'
-        f"      <td>{taint}</td>\n"
-        f'      <td><time datetime="{created.isoformat()}">{created:%Y-%m-%d %H:%M}</time></td>\n'
-        f'      <td class="num">{since(run.created_at, run.finished_at)}</td>\n'
-        "    </tr>\n"
-    )
-
-
-def builder_rows(runs: list[Any]) -> str:
-    tz = timezone.get_current_timezone()
-    return mark_safe("".join(builder_row(run, tz) for run in runs))
 
 
 def page_of_runs(n: int) -> list[Run]:
@@ -216,8 +170,8 @@ def main(rows: int = 50, repeats: int = 50) -> dict[str, Any]:
             "row",
             rows,
             {
-                "django_template": lambda: DJANGO_LOOP.render(Context({"rows": runs})),
-                "string_builder": lambda: builder_rows(runs),
+                "django_template": lambda: DJANGO_ROWS.render(Context({"rows": runs})),
+                "string_builder": lambda: old_rows(runs),
                 "jinja2": lambda: runs_html.rows(runs),
             },
         ),

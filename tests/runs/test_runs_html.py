@@ -7,29 +7,16 @@ import datetime as dt
 import re
 
 import pytest
-from django.template import Context, Template
+from django.template import Context
 from django.utils import timezone
 
 from agents.models import Run
 from agents.web import runs_html
+from bench.builders import DJANGO_ROWS
 from tests.helpers import call, client_for, final
 
 pytestmark = pytest.mark.django_db
 
-TEMPLATE_ROWS = Template(
-    """{% load airlock %}{% for run in rows %}
-    <tr>
-      <td><a href="{% url 'run_detail' run.pk %}">#{{ run.pk }}</a><div class="task-line">{{ run.task|truncatechars:90 }}</div></td>
-      <td>{{ run.profile.name }}</td>
-      <td><span class="state state-{{ run.state }}">{{ run.state }}</span></td>
-      <td class="num">{{ run.steps }}</td>
-      <td class="num">{{ run.cost_micros|usd }}{% if run.cost_unknown %} <span class="hint" title="a model call reported no usage">+?</span>{% endif %}</td>
-      <td class="num">{{ run.tokens|number }}</td>
-      <td>{% if run.tainted %}<span class="taint-badge">tainted</span>{% endif %}</td>
-      <td><time datetime="{{ run.created_at|date:'c' }}">{{ run.created_at|date:"Y-m-d H:i" }}</time></td>
-      <td class="num">{{ run.created_at|since:run.finished_at }}</td>
-    </tr>{% endfor %}"""
-)
 
 
 def squeeze(html: str) -> str:
@@ -52,7 +39,7 @@ def test_rows_are_the_templates_rows(launch, drive) -> None:
     shown = list(Run.objects.filter(pk__in=[r.pk for r in runs]).select_related("profile").order_by("pk"))
 
     with timezone.override("Europe/Berlin"):  # the date filter shows local time
-        expected = squeeze(TEMPLATE_ROWS.render(Context({"rows": shown})))
+        expected = squeeze(DJANGO_ROWS.render(Context({"rows": shown})))
         built = squeeze(runs_html.rows(shown))
 
     def without_running_duration(html: str) -> str:

@@ -7,56 +7,20 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from html import escape
-from typing import Any
 
 import pytest
 from django.template import engines
 from django.template.loader import get_template
-from django.urls import reverse
 from django.utils import timezone
-from django.utils.text import Truncator
 from jinja2.exceptions import UndefinedError
 
 from agents.engine import states
 from agents.models import AgentProfile, Run
 from agents.web import runs_html
-from agents.web.formatting import number, since, usd
+from bench.builders import esc, old_rows
 from tests.helpers import client_for, final
 
 pytestmark = pytest.mark.django_db
-
-
-# -- the oracle: agents/web/runs_html.py as it was before the template ----------------
-
-
-def esc(value: Any) -> str:
-    return escape(str(value))
-
-
-def old_row(run: Any, tz: Any) -> str:
-    created = run.created_at.astimezone(tz)
-    unknown = ' <span class="hint" title="a model call reported no usage">+?</span>' if run.cost_unknown else ""
-    taint = '<span class="taint-badge">tainted</span>' if run.tainted else ""
-    return (
-        "    <tr>\n"
-        f'      <td><a href="{reverse("run_detail", args=[run.pk])}">#{run.pk}</a>'
-        f'<div class="task-line">{esc(Truncator(run.task).chars(90))}</div></td>\n'
-        f"      <td>{esc(run.profile.name)}</td>\n"
-        f'      <td><span class="state state-{esc(run.state)}">{esc(run.state)}</span></td>\n'
-        f'      <td class="num">{run.steps}</td>\n'
-        f'      <td class="num">{usd(run.cost_micros)}{unknown}</td>\n'
-        f'      <td class="num">{number(run.tokens)}</td>\n'
-        f"      <td>{taint}</td>\n"
-        f'      <td><time datetime="{created.isoformat()}">{created:%Y-%m-%d %H:%M}</time></td>\n'
-        f'      <td class="num">{since(run.created_at, run.finished_at)}</td>\n'
-        "    </tr>\n"
-    )
-
-
-def old_rows(runs: list[Any]) -> str:
-    tz = timezone.get_current_timezone()
-    return "".join(old_row(run, tz) for run in runs)
 
 
 # -- the rows ----------------------------------------------------------------------------

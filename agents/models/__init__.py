@@ -6,13 +6,14 @@ notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
 ops.py         metric tallies, purge records
+projects.py    projects and memberships (teams)
 external.py    ClientCall, the calls external agents proposed
 gateway.py     GatewaySession, which run an MCP session of the gateway drives
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
-from agents.models.approvals import Approval, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
+from agents.models.approvals import Approval, ApprovalClaim, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
 from agents.models.external import ClientCall
 from agents.models.gateway import GatewaySession
 from agents.models.mcp import McpServer, McpTool
@@ -29,6 +30,7 @@ from agents.models.notifications import (
     Webhook,
 )
 from agents.models.ops import MetricTally, PurgeRecord
+from agents.models.projects import Membership, Project
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,
@@ -49,6 +51,7 @@ __all__ = [
     "ApiToken",
     "ApiTokenQuerySet",
     "Approval",
+    "ApprovalClaim",
     "ApprovalDict",
     "ApprovalQuerySet",
     "ApprovalVote",
@@ -61,11 +64,13 @@ __all__ = [
     "IdempotencyKey",
     "LedgerEntry",
     "McpServer",
+    "Membership",
     "McpTool",
     "Message",
     "MetricTally",
     "NotificationPreference",
     "OutboxEvent",
+    "Project",
     "PurgeRecord",
     "Run",
     "RunDict",

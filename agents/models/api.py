@@ -25,6 +25,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A token limited to one project (`create_api_token USER --project SLUG`); null: all of the user's.
+    project = models.ForeignKey("agents.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
 
     objects = ApiTokenQuerySet.as_manager()
 

@@ -95,6 +95,13 @@ class Approval(models.Model):
     # person decided (an expiry, the run ended).
     via = models.CharField(max_length=10, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # A claim ("I'm on it", docs/reviewing.md): tells, never stops another reviewer.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    # When the sweeper escalated the call to the profile's backup group (once).
+    escalated_at = models.DateTimeField(null=True, blank=True)
     # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
     args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
@@ -290,3 +297,16 @@ class Grant(models.Model):
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
         }
+
+
+class ApprovalClaim(models.Model):
+    """One claim of an approval, from taking to letting go: the stats count the lapsed."""
+
+    ENDS = [(e, e) for e in ("decided", "released", "logout", "lapsed", "left")]
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="claims")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    claimed_at = models.DateTimeField(auto_now_add=True)
+    until = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end = models.CharField(max_length=10, choices=ENDS, blank=True)

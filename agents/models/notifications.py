@@ -33,6 +33,10 @@ class Webhook(models.Model):
     events = models.JSONField(default=list, help_text=f"event types, of {', '.join(EVENT_TYPES)}")
     format = models.CharField(max_length=10, choices=FORMATS, default="json")
     active = models.BooleanField(default=True)
+    # The project whose events it receives (`add_webhook ... --project SLUG`).
+    project = models.ForeignKey(
+        "agents.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -21,6 +21,7 @@ from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
+from agents.models.projects import default_project
 from agents.runs import rows
 
 
@@ -93,6 +94,20 @@ class AgentProfile(models.Model):
     )
     hold_reason = models.CharField(
         max_length=500, blank=True, db_default="", help_text="a legal hold on every run of this profile: never purged while set"
+    )
+    # Teams (docs/teams.md): the project owns the profile and its runs.
+    project = models.ForeignKey(
+        "agents.Project", on_delete=models.PROTECT, related_name="profiles", default=default_project
+    )
+    # Who reviews (docs/reviewing.md): empty means the `reviewer` group.
+    reviewer_group = models.CharField(
+        max_length=150, blank=True, default="", help_text="the Django group that reviews this profile's calls (empty: reviewer)"
+    )
+    backup_group = models.CharField(
+        max_length=150, blank=True, default="", help_text="the group an escalated call goes to"
+    )
+    escalate_after_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="escalate a call still pending after this long (empty: never)"
     )
 
     objects = AgentProfileQuerySet.as_manager()
@@ -204,6 +219,11 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     held_at = models.DateTimeField(null=True, blank=True)
+    # A fork (docs/retry.md): the run it was forked from and the transition it starts after.
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
+    )  # indexed where set only (Meta): most runs are no fork
+    fork_seq = models.PositiveIntegerField(null=True, blank=True)
 
     # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
     # instead of launching (the API's 200 rather than 201).
@@ -212,6 +232,7 @@ class Run(models.Model):
     class Meta:
         indexes = [
             models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["forked_from"], condition=models.Q(forked_from__isnull=False), name="run_forks"),
             models.Index(fields=["state", "-created_at"], name="run_state_created"),
             models.Index(fields=["created_by", "-created_at"], name="run_owner_created"),
         ]

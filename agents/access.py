@@ -133,3 +133,11 @@ def duties_separated(user: Any, run: Run) -> bool:
     if user is None or run.created_by_id is None or run.created_by_id != user.pk:
         return False
     return bool(run.policy()["separate_duties"])
+
+
+def can_fork(user: Any, run: Run) -> bool:
+    """Who may fork or retry a run (docs/retry.md): operators and superusers any run,
+    a launcher (still one) their own."""
+    if in_group(user, OPERATOR):
+        return True
+    return in_group(user, LAUNCHER) and run.created_by_id == user.pk

@@ -134,16 +134,8 @@ def _launch(
         run_policy = engine_policy.snapshot(profile.policy_fields(), policy)
     except engine_policy.PolicyError as exc:
         raise ActionError("invalid_policy", str(exc)) from None
-    tools = profile.tools or None
     launch_rules = [r for r in run_policy["rules"] if r.get("origin") == "launch"]
-    if launch_rules or (tools and any(name.endswith("__*") for name in tools)):
-        from agents.tools import registry
-
-        offered = registry()
-        # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
-        tools = offered.expand(tools)
-    if profile.provider == "external":
-        tools = _with_client_tools(profile, tools)
+    tools = run_tools(profile, expand=bool(launch_rules))
     if launch_rules:
         from agents.tools import registry_for
 
@@ -177,6 +169,21 @@ def _launch(
         transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
     return run
+
+
+def run_tools(profile: AgentProfile, *, expand: bool = False) -> list[str] | None:
+    """The tool names a new run (or fork) of `profile` snapshots; None: all. `expand`
+    lists the registry's names even without a `NAME__*` entry (launch rules check them)."""
+    tools = profile.tools or None
+    if expand or (tools and any(name.endswith("__*") for name in tools)):
+        from agents.tools import registry
+
+        offered = registry()
+        # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
+        tools = offered.expand(tools)
+    if profile.provider == "external":
+        tools = _with_client_tools(profile, tools)
+    return tools
 
 
 def _with_client_tools(profile: AgentProfile, tools: list[str] | None) -> list[str] | None:
@@ -266,7 +273,9 @@ def approval_decide(
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
+    refused = decisions.refusal(
+        approval.kind, decision, edits=args is not None, remember=remember, reusable=approval.reusable
+    )
     if refused is not None:
         raise ActionError(*refused)
     if access.duties_separated(user, approval.run):

@@ -1,4 +1,4 @@
-"""/api/runs: launch, list, export, read, follow, cancel and hold runs, and revoke their grants."""
+"""/api/runs: launch, list, export, read, follow, cancel, hold, fork and retry runs, and revoke their grants."""
 
 from __future__ import annotations
 
@@ -10,11 +10,24 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Header, Query, Router, Status
 
-from agents import access, actions
+from agents import access, actions, forks
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden
 from agents.api.listing import NEWEST_FIRST, RunExportQuery, RunPageQuery, page, run_filters, stream, wants_transitions
-from agents.api.schemas import Error, GrantOut, HoldIn, RunIn, RunOut, RunPage, TransitionOut
+from agents.api.schemas import (
+    Error,
+    ForkIn,
+    ForkOut,
+    GrantOut,
+    HoldIn,
+    RetryIn,
+    RetryManyIn,
+    RetryManyOut,
+    RunIn,
+    RunOut,
+    RunPage,
+    TransitionOut,
+)
 from agents.models import Run, Transition
 
 router = Router()
@@ -156,3 +169,53 @@ def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[
     if not (0 < run_id <= access.MAX_ID and 0 < grant_id <= access.MAX_ID):
         raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
     return actions.grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
+
+
+def _forkable(user: Any, run_id: int) -> Run:
+    """The run if `user` may fork it: 404 when they cannot read it, 403 when they can
+    read but not fork it (access.can_fork)."""
+    run = access.readable_run(user, run_id)
+    if not access.can_fork(user, run):
+        raise forbidden("forking a run needs the operator role, or the launcher role for your own runs")
+    return run
+
+
+def _fork_answer(run: Run, point: forks.ForkPoint) -> Status[dict[str, Any]]:
+    fresh = Run.objects.select_related("profile").get(pk=run.pk)
+    return Status(201, {**fresh.to_dict(), "fork_point": point.to_dict()})
+
+
+@router.post("/runs/retry", response={200: RetryManyOut, ERRORS: Error}, summary="Retry many failed runs")
+def runs_retry_many(request: HttpRequest, body: RetryManyIn) -> dict[str, Any]:
+    """Retry up to 200 failed runs, each from its last resting point: one result per id
+    (`retried` with the new run, `refused` with why, or `not_found`)."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not (access.can_cancel(user) or access.can_launch(user)):
+        raise forbidden("retrying runs needs the operator role, or the launcher role for your own runs")
+    return {"results": forks.runs_retry(ids=body.ids, user=user)}
+
+
+@router.post("/runs/{int:run_id}/fork", response={201: ForkOut, ERRORS: Error}, summary="Fork a run from a step")
+def runs_fork(request: HttpRequest, run_id: int, body: ForkIn) -> Status[dict[str, Any]]:
+    """A new run of the same profile (as it is now) that starts from this run's state
+    after transition `from_seq` (or the nearest earlier resting point: `fork_point` says
+    so). Calls the parent already made are reused or asked about, never repeated blindly
+    (docs/retry.md)."""
+    user = request.auth  # type: ignore[attr-defined]
+    run = _forkable(user, run_id)
+    fork, point = forks.run_fork(
+        run_id=run.pk, user=user, from_seq=body.from_seq, task=body.task,
+        limits=body.limits.model_dump(exclude_none=True) if body.limits else None, note=body.note, reuse=body.reuse,
+    )
+    return _fork_answer(fork, point)
+
+
+@router.post("/runs/{int:run_id}/retry", response={201: ForkOut, ERRORS: Error}, summary="Retry a failed run")
+def runs_retry(request: HttpRequest, run_id: int, body: RetryIn | None = None) -> Status[dict[str, Any]]:
+    """A fork of a failed run from its last resting point before the failure; `limits`
+    may raise the run's budgets up to the profile's."""
+    user = request.auth  # type: ignore[attr-defined]
+    run = _forkable(user, run_id)
+    limits = body.limits.model_dump(exclude_none=True) if body is not None and body.limits else None
+    fork, point = forks.run_retry(run_id=run.pk, user=user, limits=limits)
+    return _fork_answer(fork, point)

@@ -51,7 +51,8 @@ class DecisionIn(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     decision: decisions.DecisionName = Field(
-        ..., description="approve or reject; an 'outcome unknown' approval takes happened, retry or fail"
+        ..., description="approve or reject; an 'outcome unknown' approval takes happened, retry or fail; "
+        "a fork's 'already ran' approval takes reuse, approve or reject"
     )
     note: StrictStr = Field("", max_length=10_000)
     args: dict[str, Any] | None = Field(
@@ -78,6 +79,12 @@ class VoteOut(Schema):
 class ShadowOut(Schema):
     rule: int = Field(..., description="the shadow rule's 1-based index among the profile's rules")
     verdict: Literal["allow", "ask", "deny"]
+
+
+class PriorOut(Schema):
+    run: int | None = None
+    seq: int | None = None
+    status: str | None = None
 
 
 class ApprovalOut(Schema):
@@ -108,6 +115,9 @@ class ApprovalOut(Schema):
     expires_at: dt.datetime | None = None
     via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
+    prior: PriorOut | None = Field(
+        None, description="a fork's 'already ran' approval: the parent's call (run, seq, status succeeded|started)"
+    )
 
 
 class GrantOut(Schema):
@@ -130,6 +140,11 @@ class HoldIn(Schema):
     reason: str = ""
 
 
+class ForkedFromOut(Schema):
+    run: int | None = Field(None, description="the parent run (null once the parent was deleted)")
+    seq: int
+
+
 class RunOut(Schema):
     id: int
     agent: str
@@ -147,6 +162,52 @@ class RunOut(Schema):
     grants: list[GrantOut] = []
     purged_at: dt.datetime | None = None
     hold: HoldOut | None = None
+    forked_from: ForkedFromOut | None = Field(None, description="a fork's parent run and the transition it starts after")
+
+
+class ForkPointOut(Schema):
+    requested: int
+    used: int
+    why: str
+
+
+class ForkOut(RunOut):
+    fork_point: ForkPointOut | None = Field(
+        None, description="set when the requested seq was not a resting point: the one used instead, and why"
+    )
+
+
+class ForkIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    from_seq: StrictInt = Field(..., description="the parent's transition to start after (a resting point)")
+    task: StrictStr | None = Field(None, max_length=TASK_MAX_CHARS, description="a replacement task")
+    limits: Limits | None = Field(None, description="the fork's limits; each at most the profile's")
+    reuse: StrictStr = Field("recorded", description="recorded (reuse a safe call's recorded result) or none")
+    note: StrictStr = Field("", max_length=2000)
+
+
+class RetryIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    limits: Limits | None = Field(None, description="the retry's limits; each at most the profile's")
+
+
+class RetryManyIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[StrictInt] = Field(..., min_length=1, max_length=200)
+
+
+class RetryResultOut(Schema):
+    id: int
+    outcome: Literal["retried", "refused", "not_found"]
+    run: int | None = None
+    detail: str
+
+
+class RetryManyOut(Schema):
+    results: list[RetryResultOut]
 
 
 class TransitionOut(Schema):

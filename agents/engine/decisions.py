@@ -22,13 +22,17 @@ assert STATUSES == (PENDING, APPROVED, REJECTED, EXPIRED, DENIED)
 # Approval kinds.
 POLICY = "policy"
 OUTCOME_UNKNOWN = "outcome_unknown"
-KINDS: tuple[str, ...] = (POLICY, OUTCOME_UNKNOWN)
+# A fork's call that already took effect in the run it was forked from (docs/retry.md).
+ALREADY_RAN = "already_ran"
+KINDS: tuple[str, ...] = (POLICY, OUTCOME_UNKNOWN, ALREADY_RAN)
 
-DecisionName = Literal["approve", "reject", "happened", "retry", "fail"]
+DecisionName = Literal["approve", "reject", "happened", "retry", "fail", "reuse"]
 DECISIONS: tuple[str, ...] = get_args(DecisionName)
 KIND_DECISIONS: dict[str, tuple[str, ...]] = {
     POLICY: ("approve", "reject"),
     OUTCOME_UNKNOWN: ("happened", "retry", "fail"),
+    # reuse: the earlier run's recorded result stands in, nothing runs; approve runs it again.
+    ALREADY_RAN: ("reuse", "approve", "reject"),
 }
 # The approval status each decision closes it with.
 DECISION_STATUS: dict[str, str] = {
@@ -37,6 +41,7 @@ DECISION_STATUS: dict[str, str] = {
     "happened": APPROVED,
     "retry": APPROVED,
     "fail": REJECTED,
+    "reuse": APPROVED,
 }
 # How a decided card and the timeline name each answer.
 DECISION_LABELS: dict[str, str] = {
@@ -45,10 +50,12 @@ DECISION_LABELS: dict[str, str] = {
     "happened": "Marked as happened",
     "retry": "Run again",
     "fail": "Run failed",
+    "reuse": "Reused the recorded result",
 }
 # Answers that settle a question on their own whatever the quorum: a "no", and every
-# answer to "outcome unknown" (one reviewer says what happened).
-DECIDES_ALONE: frozenset[str] = frozenset({"reject", "happened", "retry", "fail"})
+# answer to "outcome unknown" (one reviewer says what happened), and a reuse, which runs
+# nothing.
+DECIDES_ALONE: frozenset[str] = frozenset({"reject", "happened", "retry", "fail", "reuse"})
 
 
 def allowed(kind: str) -> tuple[str, ...]:
@@ -58,13 +65,24 @@ def allowed(kind: str) -> tuple[str, ...]:
 REMEMBER = ("call", "tool")
 
 
-def refusal(kind: str, decision: str, *, edits: bool, remember: str | None) -> tuple[str, str] | None:
+def choices(kind: str, *, reusable: bool = True) -> tuple[str, ...]:
+    """The answers an approval offers: its kind's, without `reuse` when the earlier
+    call's outcome is unknown (there is no result to reuse)."""
+    return tuple(d for d in allowed(kind) if reusable or d != "reuse")
+
+
+def refusal(
+    kind: str, decision: str, *, edits: bool, remember: str | None, reusable: bool = True
+) -> tuple[str, str] | None:
     """(error code, message) when this answer cannot be given to an approval of this
     kind at all, whoever gives it: the one statement of the rule the action checks
-    before it locks anything and the engine checks again on the state it steps."""
-    choices = allowed(kind)
-    if decision not in choices:
-        return "invalid_decision", f"a {kind} approval takes {' or '.join(choices)}, not {decision!r}"
+    before it locks anything and the engine checks again on the state it steps.
+    `reusable`: an "already ran" approval whose earlier call finished (a result exists)."""
+    if decision == "reuse" and kind == ALREADY_RAN and not reusable:
+        return "invalid_decision", "the earlier call's outcome is unknown: there is no recorded result to reuse"
+    offered = choices(kind, reusable=reusable)
+    if decision not in offered:
+        return "invalid_decision", f"a {kind} approval takes {' or '.join(offered)}, not {decision!r}"
     if edits and decision != "approve":
         return "invalid_decision", "only an approval can change the arguments"
     if remember is not None and (remember not in REMEMBER or decision != "approve"):

@@ -76,6 +76,10 @@ class RunState:
     context_tokens: int | None = None
     folded_before: int | None = None
     token_scale: int | None = None
+    # A fork (docs/retry.md): {"run": parent id, "seq": the fork point, "reuse":
+    # "recorded" | "none", "prior": the parent's calls that took effect after the fork
+    # point, each {"fp", "key", "tool", "status", "seq", "step", "run"}, dropped once met}.
+    fork: dict[str, Any] | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def engine_json(self) -> dict[str, Any]:
@@ -141,6 +145,7 @@ class ApprovalRow(TypedDict):
     status: str
     expires_at: NotRequired[float]
     shadow: NotRequired[list[dict[str, Any]]]  # what shadow rules would have decided
+    prior: NotRequired[dict[str, Any]]  # an "already ran" approval: the parent's call
 
 
 @dataclass
@@ -302,7 +307,10 @@ def decide(
     if state.state != AWAITING_APPROVAL or not state.approval or not state.current_call:
         raise ValueError("the run is not waiting for a decision")
     kind = state.approval["kind"]
-    refused = decisions.refusal(kind, decision, edits=edit is not None, remember=remember)
+    prior = state.approval.get("prior") or {}
+    refused = decisions.refusal(
+        kind, decision, edits=edit is not None, remember=remember, reusable=prior.get("status") == "succeeded"
+    )
     if refused is not None:
         raise ValueError(refused[1])
     call = state.current_call
@@ -329,6 +337,12 @@ def decide(
         after, t = fail(state, f"failed by {by or 'a reviewer'} after {OUTCOME_UNKNOWN}: {note}".rstrip(": "))
         t.detail.update(detail)  # a decision like the others, on the record
         return after, t
+    if decision == "reuse":
+        # Nothing runs: acting records the parent's journal result under this call's key.
+        call = new.current_call = {**call, "reuse": prior}
+        t = Move(AWAITING_APPROVAL, ACTING, "decision", detail)
+        t.intent = _intent(new, call, call_args(new, call))
+        return _move(new, ACTING, t)
     if decision in ("approve", "retry"):
         t = Move(AWAITING_APPROVAL, ACTING, "decision", detail)
         if decision == "approve":
@@ -590,6 +604,11 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
     if spec.client:
         # The client runs it: the run rests in acting until `report` brings the result.
         current["client"] = True
+    prior = _prior_call(new, fp) if verdict.action != "deny" else None
+    if prior is not None:
+        already = _already_ran(new, current, args, spec, verdict, prior, t, deps)
+        if already is not None:
+            return already
     if verdict.action == "allow":
         new.current_call = current
         t.intent = _intent(new, current, args)
@@ -607,6 +626,60 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
+
+
+def _prior_call(state: RunState, fp: str) -> dict[str, Any] | None:
+    """The parent's call with this fingerprint that took effect after the fork point."""
+    if not state.fork:
+        return None
+    return next((p for p in state.fork.get("prior") or () if p.get("fp") == fp), None)
+
+
+def prior_reason(prior: dict[str, Any]) -> str:
+    where = f"this exact call already ran in run #{prior.get('run')} at step {prior.get('seq')}"
+    if prior.get("status") != "succeeded":
+        return f"{where}; outcome unknown: it may or may not have taken effect"
+    return where
+
+
+def _already_ran(
+    new: RunState,
+    current: dict[str, Any],
+    args: Any,
+    spec: ToolSpec,
+    verdict: policy.Verdict,
+    prior: dict[str, Any],
+    t: Move,
+    deps: Deps,
+) -> Outcome | None:
+    """A fork's call that its parent already made after the fork point: never repeated
+    blindly. A safe tool reuses the recorded result (the fork's `reuse`: "recorded") or
+    runs again ("none", or no result to reuse); an unsafe or irreversible one asks a
+    human: reuse that result, run it again, or reject. None: go on as any call.
+
+    Each of the parent's calls is met once: a second identical proposal is a new call."""
+    assert new.fork is not None
+    rest = list(new.fork.get("prior") or [])
+    rest.remove(prior)
+    new.fork = {**new.fork, "prior": rest}
+    ref = {k: prior.get(k) for k in ("run", "seq", "step", "status", "key")}
+    t.detail["prior"] = ref
+    if spec.retry_safety == "safe" and spec.risk != "irreversible":
+        if new.fork.get("reuse") != "recorded" or prior.get("status") != "succeeded":
+            return None
+        new.current_call = {**current, "reuse": ref}
+        t.intent = _intent(new, new.current_call, args)
+        t.to_state = ACTING
+        return _move(new, ACTING, t)
+    reason = prior_reason(prior)
+    if verdict.action == "ask":
+        reason = f"{reason}; and {verdict.reason}"
+    new.current_call = current
+    new.approval = {"kind": decisions.ALREADY_RAN, "reason": reason, "prior": ref}
+    t.approval = {**_approval_row(new, current, args, decisions.ALREADY_RAN, reason, spec, verdict), "prior": ref}
+    _set_expiry(new, t, deps.now())
+    t.to_state = AWAITING_APPROVAL
+    return _move(new, AWAITING_APPROVAL, t)
 
 
 def verdict_for(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
@@ -700,6 +773,16 @@ def _run_tool(state: RunState, deps: Deps) -> Outcome | None:
     if entry is not None and entry.status in ("succeeded", "failed"):
         # Nothing runs twice: the journal already holds this call's result.
         return _record(state, call, spec, ToolOutcome(ok=True), stored=entry.result)
+    reuse = call.get("reuse")
+    if reuse is not None:
+        # A fork reusing its parent's result: the tool is not called.
+        recorded = deps.journal.get(reuse["key"])
+        if recorded is None or recorded.status != "succeeded":
+            gone = f"the recorded result of run #{reuse.get('run')} step {reuse.get('seq')} is no longer in the journal"
+            result = {"ok": False, "error": "reuse_unavailable", "detail": gone}
+        else:
+            result = recorded.result
+        return _record(state, call, spec, ToolOutcome(ok=True), stored=result, reused=reuse)
     if spec is None:
         outcome = ToolOutcome(ok=False, error="unknown_tool", detail=f"{call['tool']} is no longer registered")
         return _record(state, call, spec, outcome)
@@ -744,6 +827,7 @@ def _record(
     spec: ToolSpec | None,
     outcome: ToolOutcome,
     stored: Any = None,
+    reused: dict[str, Any] | None = None,
 ) -> Outcome:
     result = stored if stored is not None else outcome.result()
     ok = bool(isinstance(result, dict) and result.get("ok"))
@@ -761,7 +845,9 @@ def _record(
         streak = new.error_streak or {}
         same = streak.get("fp") == call["fp"] and streak.get("error") == error
         new.error_streak = {"fp": call["fp"], "error": error, "count": streak.get("count", 0) + 1 if same else 1}
-    if stored is not None:
+    if reused is not None:
+        detail["reused"] = {"run": reused.get("run"), "seq": reused.get("seq")}
+    elif stored is not None:
         detail["replayed"] = True
     if spec is not None and spec.returns == "external" and not new.tainted:
         new.tainted = True
@@ -769,7 +855,7 @@ def _record(
         detail["tainted"] = True
     t = Move(ACTING, PLANNING, "tool", detail, duration_ms=outcome.duration_ms)
     t.messages.append(_tool_message(call, result))
-    if stored is None:
+    if stored is None or reused is not None:
         t.journal_result = {"key": call["key"], "fp": call["fp"], "status": "succeeded" if ok else "failed", "result": result}
     return _move(new, PLANNING, t)
 

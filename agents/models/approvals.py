@@ -42,6 +42,7 @@ class ApprovalDict(TypedDict):
     expires_at: dt.datetime | None
     via: str
     created_at: dt.datetime
+    prior: dict[str, Any] | None
 
 
 # Where a decision came from (the approval JSON's `via`, the timeline, metrics).
@@ -59,6 +60,7 @@ class Approval(models.Model):
     class Kind(models.TextChoices):
         POLICY = decisions.POLICY
         OUTCOME_UNKNOWN = decisions.OUTCOME_UNKNOWN, "outcome unknown"
+        ALREADY_RAN = decisions.ALREADY_RAN, "already ran"
 
     run = models.ForeignKey("agents.Run", on_delete=models.CASCADE, related_name="approvals")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.POLICY)
@@ -104,6 +106,9 @@ class Approval(models.Model):
     escalated_at = models.DateTimeField(null=True, blank=True)
     # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
     args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
+    # An "already ran" approval of a fork (docs/retry.md): the parent's call, {"run",
+    # "seq", "step", "status", "key"}; its result is read from the parent's journal.
+    prior = models.JSONField(null=True, blank=True)
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -125,6 +130,15 @@ class Approval(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def reusable(self) -> bool:
+        """An "already ran" approval whose earlier call finished: its result can stand in."""
+        return bool(self.prior) and (self.prior or {}).get("status") == "succeeded"
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return decisions.choices(self.kind, reusable=self.reusable)
 
     @property
     def decided_label(self) -> str:
@@ -220,6 +234,7 @@ class Approval(models.Model):
             "expires_at": self.expires_at,
             "via": self.via,
             "created_at": self.created_at,
+            "prior": {k: self.prior.get(k) for k in ("run", "seq", "status")} if self.prior else None,
         }
 
 

@@ -313,6 +313,7 @@ class Run(models.Model):
             "grants": [g.to_dict() for g in self._grants()],
             "purged_at": self.purged_at,
             "hold": self.hold(),
+            "forked_from": {"run": self.forked_from_id, "seq": self.fork_seq} if self.fork_seq is not None else None,
         }
 
     def hold(self) -> dict[str, Any] | None:
@@ -451,3 +452,4 @@ class RunDict(TypedDict):
     grants: list[dict[str, Any]]
     purged_at: dt.datetime | None
     hold: dict[str, Any] | None
+    forked_from: dict[str, Any] | None

@@ -41,6 +41,7 @@ def approval_fields(a: ApprovalRow, now: dt.datetime) -> dict[str, Any]:
         "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
         "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
         "expires_at": moment(a.get("expires_at")), "shadow": clean(a.get("shadow") or []),
+        "prior": a.get("prior"),
     }
 
 
@@ -125,16 +126,17 @@ def commit_statement(
         )
     if t.approval is not None:
         f = approval_fields(t.approval, now)
-        taint, rule = f["taint_source"], f["rule"]
+        taint, rule, prior = f["taint_source"], f["rule"], f["prior"]
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow)"
+            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow, prior)"
             f" SELECT r.id, {p('a_kind', f['kind'])}, {p('a_key', f['idempotency_key'])}, {p('a_call_id', f['call_id'])},"
             f" {p('a_step', f['step'])}, {p('a_tool', f['tool'])}, {p('a_args', j(f['args']), '::jsonb')},"
             f" {p('a_risk', f['risk'])}, {p('a_reason', f['reason'])},"
             f" {p('a_taint', None if taint is None else j(taint), '::jsonb')}, {p('a_rule', None if rule is None else j(rule), '::jsonb')},"
             f" {p('a_required', f['required'])}, {p('a_status', f['status'])}, '', {p('a_decided_at', f['decided_at'])}, '',"
-            f" {p('a_expires_at', f['expires_at'])}, 0, %(now)s, {p('a_shadow', j(f['shadow']), '::jsonb')} FROM r RETURNING id)"
+            f" {p('a_expires_at', f['expires_at'])}, 0, %(now)s, {p('a_shadow', j(f['shadow']), '::jsonb')},"
+            f" {p('a_prior', None if prior is None else j(prior), '::jsonb')} FROM r RETURNING id)"
         )
     if t.approval_close is not None:
         sql.append(

@@ -112,9 +112,10 @@ def reserve_id(run: Run) -> int:
     return int(run.pk)
 
 
-def create(run: Run, state: RunState, *, actor: str) -> Run:
+def create(run: Run, state: RunState, *, actor: str, kind: str = "launch", detail: dict[str, Any] | None = None) -> Run:
     """Insert a new run (its id from `reserve_id`) with its launch transition (seq 1)
-    and first messages."""
+    and first messages. A fork's first transition is kind "fork", its `detail` the fork
+    point, its messages the transcript copied from the parent (agents/forks.py)."""
     with transaction.atomic():
         for name, value in cache_fields(state).items():
             setattr(run, name, value)
@@ -123,8 +124,8 @@ def create(run: Run, state: RunState, *, actor: str) -> Run:
         # An id set by hand would make save() try an UPDATE first: say it is new.
         run.save(force_insert=run._state.adding)
         Transition.objects.create(
-            run=run, seq=1, from_state="", to_state=state.state, kind="launch",
-            payload={"patch": run.engine}, actor=actor,
+            run=run, seq=1, from_state="", to_state=state.state, kind=kind,
+            payload={"patch": run.engine, **clean(detail or {})}, actor=actor,
         )
         Message.objects.bulk_create([Message(run=run, seq=1, **m) for m in _message_rows(0, state.messages)])
     return run

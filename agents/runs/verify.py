@@ -20,8 +20,14 @@ def verify_run(run: Run) -> list[str]:
     previous = ""
     seqs = []
     for t in run.transitions.order_by("seq").only(
-        "seq", "from_state", "to_state", "payload", "cost_micros", "tokens"
+        "seq", "kind", "from_state", "to_state", "payload", "cost_micros", "tokens"
     ).iterator():
+        if t.seq == 1 and run.fork_seq is not None:
+            # A fork starts from its parent's counters at the fork point: its own
+            # transitions add to them (the copied steps were billed to the parent).
+            problems.extend(verify_fork_start(run, t))
+            start = t.payload.get("patch", {})
+            cost, tokens = int(start.get("cost_micros", 0)), int(start.get("tokens", 0))
         seqs.append(t.seq)
         if t.from_state != previous:
             problems.append(f"seq {t.seq}: from {t.from_state!r} but the previous transition ended in {previous!r}")
@@ -50,6 +56,51 @@ def verify_run(run: Run) -> list[str]:
     if indexes != list(range(len(indexes))) or len(indexes) != run.messages_count:
         problems.append(f"messages: {len(indexes)} rows, cached count {run.messages_count}")
     return problems
+
+
+# What a fork's first state takes from its parent unchanged (the rest is set at the fork:
+# limits, deadline, the profile's policy and tools, no grants, queued).
+FORK_CARRIED = (
+    "steps", "model_calls", "cost_micros", "cost_unknown", "tokens", "consecutive_errors", "tainted",
+    "taint_source", "error_streak", "pending_calls", "folded_before", "token_scale",
+)
+
+
+def verify_fork_start(run: Run, first: Transition) -> list[str]:
+    """A fork's first transition against its parent: the same counters, taint and
+    transcript as the parent's replayed state at the fork point. A parent since purged or
+    deleted can no longer be compared; the fork's own replay is still checked."""
+    if first.kind != "fork":
+        return [f"seq 1 is {first.kind!r}, but the run is a fork of run {run.forked_from_id}"]
+    start = first.payload.get("patch", {})
+    fork = start.get("fork") or {}
+    if fork.get("seq") != run.fork_seq or fork.get("run") != (run.forked_from_id or fork.get("run")):
+        return [f"seq 1 names fork point {fork.get('run')}@{fork.get('seq')}, the run row {run.forked_from_id}@{run.fork_seq}"]
+    parent = run.forked_from
+    if parent is None or parent.purged_at is not None:
+        return []
+    problems: list[str] = []
+    engine: dict[str, Any] = {}
+    for payload in parent.transitions.filter(seq__lte=run.fork_seq).order_by("seq").values_list("payload", flat=True):
+        engine = patch.apply(engine, payload.get("patch", {}))
+    for name in FORK_CARRIED:
+        if engine.get(name) != start.get(name):
+            problems.append(f"fork start: {name} {start.get(name)!r}, the parent had {engine.get(name)!r} at seq {run.fork_seq}")
+    fields = ("role", "content", "tool_calls", "tool_call_id", "name")
+    theirs = list(Message.objects.filter(run=parent, seq__lte=run.fork_seq).order_by("index").values_list(*fields))
+    mine = list(Message.objects.filter(run=run, seq=1).order_by("index").values_list(*fields))
+    # The system prompt and the task may be replaced at the fork: compare the rest.
+    same = len(mine) == len(theirs) and all(
+        a == b or (a[0] == b[0] and a[0] in ("system", "user") and i == first_of(theirs, a[0]))
+        for i, (a, b) in enumerate(zip(mine, theirs, strict=True))
+    )
+    if not same:
+        problems.append(f"fork start: the copied transcript differs from run {parent.pk}'s up to seq {run.fork_seq}")
+    return problems
+
+
+def first_of(messages: list[Any], role: str) -> int:
+    return next((i for i, m in enumerate(messages) if m[0] == role), -1)
 
 
 def verify_tombstone(run: Run) -> list[str]:

@@ -92,6 +92,37 @@ class ToolSource:
         return {t.name: cls(t.server.name, t.description, t.risk_override, t.claimed().risk) for t in tools}
 
 
+@dataclass(frozen=True)
+class Prior:
+    """A fork's "already ran" call as its parent recorded it (docs/retry.md): where, and
+    the parent's result as text, or that its outcome is unknown."""
+
+    run: int | None
+    seq: int | None
+    reusable: bool  # the parent's call finished: "Reuse that result" is offered
+    result: str  # the parent's recorded result, shown as inert text ("" when unknown)
+    missing: bool = False  # the parent's journal row is gone (purged or deleted)
+
+    @classmethod
+    def of(cls, approvals: list[Approval]) -> dict[int, Prior]:
+        """The priors of `approvals` that have one, in one query for all."""
+        asked = [a for a in approvals if a.prior]
+        if not asked:
+            return {}
+        keys = [str(a.prior.get("key", "")) for a in asked]
+        results = dict(ToolCall.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", "result"))
+        found = {}
+        for a in asked:
+            p = a.prior
+            key = str(p.get("key", ""))
+            result = results.get(key)
+            found[a.pk] = cls(
+                run=p.get("run"), seq=p.get("seq"), reusable=a.reusable,
+                result=pretty_args(result) if a.reusable and result is not None else "", missing=key not in results,
+            )
+        return found
+
+
 @dataclass
 class Card:
     approval: Approval
@@ -107,6 +138,7 @@ class Card:
     edit_text: str = ""  # those arguments, as typed, to correct
     source: ToolSource | None = None  # an MCP tool's server and description
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
+    prior: Prior | None = None  # a fork's call that already ran in its parent
 
     @functools.cached_property
     def args_hash(self) -> str:
@@ -131,6 +163,10 @@ class Card:
     @property
     def outcome_unknown(self) -> bool:
         return self.approval.kind == Approval.Kind.OUTCOME_UNKNOWN
+
+    @property
+    def already_ran(self) -> bool:
+        return self.approval.kind == Approval.Kind.ALREADY_RAN
 
     @property
     def can_grant(self) -> bool:
@@ -250,6 +286,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
     } if keys else {}
     now = timezone.now()
     sources = ToolSource.of(approvals)
+    priors = Prior.of(approvals)
     cards = []
     for a in approvals:
         taint = None
@@ -272,6 +309,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
                 late=late,
                 source=sources.get(a.tool),
+                prior=priors.get(a.pk),
             )
         )
     return cards

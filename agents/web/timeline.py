@@ -147,6 +147,24 @@ class Entry:
         return {**self.payload, "count": len(self.payload.get("folded") or [])}
 
     @property
+    def fork(self) -> dict[str, Any] | None:
+        """A fork's first entry: where its copied history came from (agents/forks.py)."""
+        fork = self.payload.get("fork") if self.t.kind == "fork" else None
+        return fork if isinstance(fork, dict) else None
+
+    @property
+    def reused(self) -> dict[str, Any] | None:
+        """A fork's tool step that took its parent's recorded result instead of running."""
+        reused = self.payload.get("reused") if self.t.kind == "tool" else None
+        return reused if isinstance(reused, dict) else None
+
+    @property
+    def prior(self) -> dict[str, Any] | None:
+        """A fork's proposed call that its parent already made after the fork point."""
+        prior = self.payload.get("prior")
+        return prior if isinstance(prior, dict) else None
+
+    @property
     def cost_unknown(self) -> bool:
         return self.t.kind == "model" and "usage" in self.payload and self.payload["usage"] is None
 
@@ -263,7 +281,8 @@ def page(
                 or e.payload.get("decision") in decisions.KIND_DECISIONS[decisions.OUTCOME_UNKNOWN]
                 else decisions.POLICY
             )
-            e.approval = by_call.get((e.call_id, kind))
+            # A fork's "already ran" question takes approve and reject too.
+            e.approval = by_call.get((e.call_id, kind)) or by_call.get((e.call_id, decisions.ALREADY_RAN))
     return entries, more
 
 

@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import access
+from agents import access, forks
 from agents.actions import ActionError, grant_revoke, run_launch
 from agents.actions import run_cancel as cancel_action
 from agents.actions import run_hold as hold_action
@@ -207,6 +207,9 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
         # Most runs grant nothing, and the run row says so: no query for them.
         "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")) if run.has_grants else [],
         "can_revoke": access.can_decide(request.user) and not run.is_terminal,
+        "can_fork": access.can_fork(request.user, run),
+        # Forks are rare: the partial index on forked_from answers "none" without a scan.
+        "forks": list(run.forks.order_by("pk").only("pk", "state", "fork_seq")),
     }
 
 
@@ -266,6 +269,22 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Run {run.pk} cancelled.")
     return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
+    """"Retry from the last good step": a fork of the failed run; goes to the new run."""
+    run = access.readable_run(request.user, run_id)
+    if not access.can_fork(request.user, run):
+        raise PermissionDenied("only operators, or the run's launcher, retry runs")
+    try:
+        fork, point = forks.run_retry(run_id=run.pk, user=request.user)
+    except ActionError as exc:
+        messages.error(request, str(exc.detail))
+        return redirect("run_detail", run_id=run.pk)
+    messages.success(request, f"Run {run.pk} retried as run {fork.pk}, from after step {point.used}.")
+    return redirect("run_detail", run_id=fork.pk)
 
 
 @require_POST

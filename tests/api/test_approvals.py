@@ -37,6 +37,8 @@ APPROVAL_FIELDS = {
     "via",
     # What the profile's shadow rules would have decided.
     "shadow",
+    # A fork's "already ran" approval: the parent's call (docs/retry.md).
+    "prior",
 }
 
 

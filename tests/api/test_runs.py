@@ -29,6 +29,8 @@ RUN_FIELDS = {
     "grants",
     "purged_at",
     "hold",
+    # A fork's parent and fork point (docs/retry.md), null for any other run.
+    "forked_from",
 }
 
 

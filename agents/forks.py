@@ -249,7 +249,11 @@ def run_fork(
             # What the copied block shows, without replaying the parent again.
             "steps": int(engine.get("steps", 0)), "cost_micros": int(engine.get("cost_micros", 0)),
             "tokens": int(engine.get("tokens", 0)), "messages": len(state.messages),
-        }
+        },
+        # Top-level numbers outlive a purge (retention.skeleton): what verify starts a
+        # fork's sums from, tombstone or not.
+        "inherited_cost_micros": int(engine.get("cost_micros", 0)),
+        "inherited_tokens": int(engine.get("tokens", 0)),
     }
     with transaction.atomic():
         if retry:

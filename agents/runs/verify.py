@@ -26,8 +26,7 @@ def verify_run(run: Run) -> list[str]:
             # A fork starts from its parent's counters at the fork point: its own
             # transitions add to them (the copied steps were billed to the parent).
             problems.extend(verify_fork_start(run, t))
-            start = t.payload.get("patch", {})
-            cost, tokens = int(start.get("cost_micros", 0)), int(start.get("tokens", 0))
+            cost, tokens = inherited(t.payload)
         seqs.append(t.seq)
         if t.from_state != previous:
             problems.append(f"seq {t.seq}: from {t.from_state!r} but the previous transition ended in {previous!r}")
@@ -73,6 +72,9 @@ def verify_fork_start(run: Run, first: Transition) -> list[str]:
     if first.kind != "fork":
         return [f"seq 1 is {first.kind!r}, but the run is a fork of run {run.forked_from_id}"]
     start = first.payload.get("patch", {})
+    if inherited(first.payload) != (start.get("cost_micros", 0), start.get("tokens", 0)):
+        return [f"seq 1 inherits {inherited(first.payload)} (cost, tokens), its state starts at "
+                f"{(start.get('cost_micros', 0), start.get('tokens', 0))}"]
     fork = start.get("fork") or {}
     if fork.get("seq") != run.fork_seq or fork.get("run") != (run.forked_from_id or fork.get("run")):
         return [f"seq 1 names fork point {fork.get('run')}@{fork.get('seq')}, the run row {run.forked_from_id}@{run.fork_seq}"]
@@ -99,6 +101,11 @@ def verify_fork_start(run: Run, first: Transition) -> list[str]:
     return problems
 
 
+def inherited(payload: dict[str, Any]) -> tuple[int, int]:
+    """The cost and tokens a fork's first transition says it took over from its parent."""
+    return int(payload.get("inherited_cost_micros", 0)), int(payload.get("inherited_tokens", 0))
+
+
 def first_of(messages: list[Any], role: str) -> int:
     return next((i for i, m in enumerate(messages) if m[0] == role), -1)
 
@@ -112,9 +119,11 @@ def verify_tombstone(run: Run) -> list[str]:
     seqs = []
     previous = ""
     cost = tokens = 0
-    for seq, from_state, to_state, c, n in run.transitions.order_by("seq").values_list(
-        "seq", "from_state", "to_state", "cost_micros", "tokens"
+    for seq, from_state, to_state, c, n, payload in run.transitions.order_by("seq").values_list(
+        "seq", "from_state", "to_state", "cost_micros", "tokens", "payload"
     ):
+        if seq == 1 and run.fork_seq is not None:
+            cost, tokens = inherited(payload)  # a fork's counters start from its parent's
         seqs.append(seq)
         if from_state != previous:
             problems.append(f"seq {seq}: from {from_state!r} but the previous transition ended in {previous!r}")

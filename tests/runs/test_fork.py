@@ -237,7 +237,22 @@ def test_verify_catches_a_tampered_fork(launch, drive) -> None:
     assert verify_run(child) == []
     # The inherited counters claim less than the parent had spent.
     first = Transition.objects.get(run=child, seq=1)
-    payload = {**first.payload, "patch": {**first.payload["patch"], "tokens": 0}}
+    payload = {**first.payload, "patch": {**first.payload["patch"], "tokens": 0}, "inherited_tokens": 0}
     Transition.objects.filter(pk=first.pk).update(payload=payload)
-    problems = verify_run(child)
-    assert any("fork start: tokens" in p for p in problems)
+    assert any("fork start: tokens 0, the parent had 110" in p for p in verify_run(child))
+    # Or the first transition's own two accounts disagree.
+    Transition.objects.filter(pk=first.pk).update(payload={**first.payload, "inherited_tokens": 0})
+    assert any(p.startswith("seq 1 inherits (") and "(cost, tokens)" in p for p in verify_run(child))
+
+
+def test_a_purged_fork_still_verifies_from_its_inherited_counters(launch, drive) -> None:
+    from agents.runs.retention import purge
+
+    parent = drive(launch([call("echo", usage=USAGE, text="a"), final("done", USAGE)]))
+    child = drive(fork(parent, from_seq=seq_of(parent, "tool")))
+    assert child.tokens == 220
+    purge(actor="test", only=[parent.pk, child.pk], older_than_days=0)
+    child = Run.objects.get(pk=child.pk)
+    assert child.purged_at is not None and verify_run(child) == []
+    Run.objects.filter(pk=child.pk).update(tokens=child.tokens + 1)
+    assert verify_run(Run.objects.get(pk=child.pk)) == ["transition tokens sum to 220, cached 221"]

@@ -358,7 +358,9 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     approval.round += 1
     approval.required = max(approval.required, verdict.required)
     approval.idempotency_key = engine.edited_key(state, args)
-    approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key"])
+    # An edited call is a person's, no longer like the agent's others: it leaves its group.
+    approval.group_key = ""
+    approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key", "group_key"])
 
 
 def _plain_votes(votes: list[dict[str, Any]]) -> list[dict[str, Any]]:

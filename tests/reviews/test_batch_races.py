@@ -5,7 +5,6 @@ reviewers (separation of duties), on PostgreSQL, in threads with their own conne
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User

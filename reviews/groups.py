@@ -15,8 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, CharField, Count, F, Min, QuerySet, Value, When, Window
-from django.db.models.functions import Cast, Concat, RowNumber
+from django.db.models import Count, F, Min, QuerySet
 from django.utils import timezone
 
 from agents import access
@@ -31,6 +30,12 @@ PAGE = cards.PAGE  # entries (groups or lone cards) a page shows
 GROUP_ROWS = 50  # a group's rows shown (and selectable); the rest are counted
 VALUE_CHARS = 80  # a value longer than this is cut in the table, in full behind a toggle
 REASON = "why asked"  # the pseudo-field for the policy's reason, when it differs
+# What a group reads of a call and its run: not the task (a card's), nor the run's engine
+# state, counters or script, which 50 rows a group would otherwise carry.
+ROW_FIELDS = (
+    "pk", "run_id", "kind", "tool", "risk", "args", "edited_args", "args_sha256", "reason", "rule", "required",
+    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "run__created_by", "run__profile",
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class Row:
     approval: Approval
     cells: list[Cell]
     waited: str
+    since: int  # the call's creation, in seconds since the epoch (the page's clock advances it)
     votes: int = 0  # approvals counted this round, for a call that needs several
     mine: str = ""  # the viewer's vote this round, if any
     separated: bool = False  # the viewer launched the run and its duties are separated
@@ -100,15 +106,6 @@ class GroupPage:
     has_next: bool
 
 
-def _entry() -> Case:
-    # A call without a key (its outcome is unknown, or someone edited it) is an entry alone.
-    return Case(
-        When(group_key="", then=Concat(Value("#"), Cast("pk", CharField()))),
-        default=F("group_key"),
-        output_field=CharField(),
-    )
-
-
 def _shape(rows: list[Approval]) -> tuple[list[str], list[str]]:
     """(fields the same in every row, fields that differ), each in the first row's order."""
     first = rows[0].args if isinstance(rows[0].args, dict) else {}
@@ -138,6 +135,7 @@ def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any)
                 approval=a,
                 cells=[Cell.of(a.reason) if name == REASON else Cell.of(args.get(name)) for name in differ],
                 waited=short_duration((now - a.created_at).total_seconds()),
+                since=int(a.created_at.timestamp()),
                 votes=sum(v.decision == "approve" for v in votes),
                 mine=mine,
                 separated=access.duties_separated(viewer, a.run),
@@ -146,17 +144,22 @@ def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any)
     return Group(key=key, count=count, rows=rows, same=same, differ=differ)
 
 
-def _rows(pending: QuerySet[Approval], keys: list[str]) -> dict[str, list[Approval]]:
-    """The first GROUP_ROWS calls of each group in `keys`, oldest first: one query."""
-    if not keys:
-        return {}
-    ranked = pending.filter(group_key__in=keys).annotate(
-        nth=Window(RowNumber(), partition_by=[F("group_key")], order_by=[F("created_at").asc(), F("pk").asc()])
-    )
-    shown = cards._load(cards._select(ranked.filter(nth__lte=GROUP_ROWS)).order_by("group_key", "created_at", "pk"))
-    by_key: dict[str, list[Approval]] = {k: [] for k in keys}
-    for a in shown:
-        by_key[a.group_key].append(a)
+def _rows(pending: QuerySet[Approval], counts: dict[str, int]) -> dict[str, list[Approval]]:
+    """The first GROUP_ROWS calls of each group (`counts`: key -> calls), oldest first.
+    The groups that fit are read in one query; each bigger one by its own LIMITed query
+    along approval_pending_group (few a page: a window over every call of the page's
+    groups sorted 5,000 rows to keep 50, and a UNION of one part a group cost more to
+    compile than to run)."""
+    rows = pending.select_related("run").only(*ROW_FIELDS).annotate(agent_name=F("run__profile__name"))
+    small = [k for k, n in counts.items() if n <= GROUP_ROWS]
+    parts = [rows.filter(group_key__in=small)] if small else []
+    parts += [rows.filter(group_key=k).order_by("created_at", "pk")[:GROUP_ROWS] for k, n in counts.items() if n > GROUP_ROWS]
+    by_key: dict[str, list[Approval]] = {k: [] for k in counts}
+    for part in parts:
+        for a in cards._load(part):
+            by_key[a.group_key].append(a)
+    for found in by_key.values():
+        found.sort(key=lambda a: (a.created_at, a.pk))
     return by_key
 
 
@@ -164,21 +167,59 @@ def pending_calls(user: Any, filters: Filters) -> QuerySet[Approval]:
     return cards._filtered(access.visible_approvals(user).pending(), filters)
 
 
+WALK = 400  # pending calls read in queue order to find a page's entries, before counting all
+
+
+def _entries(pending: QuerySet[Approval], first: int, count: int) -> list[dict[str, Any]]:
+    """Entries `first` to `first + count` of the page order (a group's place is its
+    oldest call's; a call without a key, its outcome unknown or its arguments edited,
+    is an entry alone), each {"entry", "n", "one"}.
+
+    The first K distinct keys met walking the pending calls oldest first are exactly the
+    K entries whose oldest call comes first, so a short prefix of the queue order
+    usually names a page's entries, and only their groups are counted. Where it does not
+    (one group's calls fill the first WALK*4), every pending call is counted by key in
+    the database: an index-only scan of approval_pending_group."""
+    need = first + count
+    limit = WALK if need <= WALK // 4 else WALK * 4  # later pages walk further
+    walked = list(pending.order_by("created_at", "pk").values_list("group_key", "pk")[:limit])
+    seen: dict[str, int] = {}
+    for key, pk in walked:
+        seen.setdefault(key or f"#{pk}", pk)
+        if len(seen) >= need:
+            break
+    if len(seen) < need and len(walked) == limit:
+        return _entries_counted(pending, first, count)
+    page = list(seen.items())[first:need]
+    counts = dict(
+        pending.filter(group_key__in=[k for k, _pk in page if not k.startswith("#")])
+        .values_list("group_key").annotate(n=Count("pk")).order_by()
+    )
+    return [{"entry": k, "n": counts.get(k, 1), "one": pk} for k, pk in page]
+
+
+def _entries_counted(pending: QuerySet[Approval], first: int, count: int) -> list[dict[str, Any]]:
+    groups_ = pending.exclude(group_key="").values("group_key").annotate(
+        n=Count("pk"), first=Min("created_at"), one=Min("pk")
+    ).order_by("first", "group_key")[: first + count]
+    alone = pending.filter(group_key="").order_by("created_at", "pk").values("pk", "created_at")[: first + count]
+    merged = [{"entry": g["group_key"], "n": g["n"], "first": g["first"], "one": g["one"]} for g in groups_]
+    merged += [{"entry": f"#{a['pk']}", "n": 1, "first": a["created_at"], "one": a["pk"]} for a in alone]
+    merged.sort(key=lambda e: (e["first"], e["one"]))
+    return merged[first : first + count]
+
+
 def group_page(user: Any, filters: Filters, *, page: int = 1, matching: int | None = None) -> GroupPage:
     """The grouped queue's page `page`: its entries, oldest call first."""
     pending = pending_calls(user, filters)
-    entries = list(
-        pending.values(entry=_entry())
-        .annotate(n=Count("pk"), first=Min("created_at"), one=Min("pk"))
-        .order_by("first", "entry")[(page - 1) * PAGE : page * PAGE + 1]
-    )
+    entries = _entries(pending, (page - 1) * PAGE, PAGE + 1)
     has_next = len(entries) > PAGE
     entries = entries[:PAGE]
-    keys = [e["entry"] for e in entries if e["n"] > 1]
-    rows = _rows(pending, keys)
+    rows = _rows(pending, {e["entry"]: e["n"] for e in entries if e["n"] > 1})
+    lone_ids = [e["one"] for e in entries if e["n"] == 1]
     lone = {c.approval.pk: c for c in cards.build(
-        cards._load(cards._select(pending.filter(pk__in=[e["one"] for e in entries if e["n"] == 1]))), viewer=user
-    )}
+        cards._load(cards._select(pending.filter(pk__in=lone_ids))), viewer=user
+    )} if lone_ids else {}
     items: list[Group | Card] = []
     for e in entries:
         if e["n"] > 1 and rows.get(e["entry"]):
@@ -193,14 +234,16 @@ def group_page(user: Any, filters: Filters, *, page: int = 1, matching: int | No
 def group_of(user: Any, key: str, filters: Filters) -> Group | Card | None:
     """The group `key` as it stands now (after a batch): a group while two or more of
     its calls wait, the last one's card, or None when none is left."""
+    if not key:
+        return None
     pending = pending_calls(user, filters).filter(group_key=key)
     count = pending.count()
-    if count == 0 or not key:
+    approvals = _rows(pending, {key: count}).get(key, []) if count else []
+    if not approvals:
         return None
-    approvals = _rows(pending, [key]).get(key, [])
-    if count == 1 and approvals:
+    if count == 1:
         return cards.build(approvals, viewer=user)[0]
-    return build_group(key, count, approvals, viewer=user) if approvals else None
+    return build_group(key, count, approvals, viewer=user)
 
 
 OUTCOME_LABELS = {

@@ -31,7 +31,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='approval',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['group_key', 'created_at'], name='approval_pending_group'),
+            index=models.Index(condition=models.Q(('status', 'pending')), fields=['group_key', 'created_at', 'id'], name='approval_pending_group'),
         ),
         migrations.RunPython(key_pending, migrations.RunPython.noop, elidable=True),
     ]

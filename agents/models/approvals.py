@@ -137,7 +137,7 @@ class Approval(models.Model):
             models.Index(fields=["tool"], condition=models.Q(status=decisions.PENDING), name="approval_pending_tool"),
             # The grouped queue counts pending calls by key, oldest first (reviews.groups).
             models.Index(
-                fields=["group_key", "created_at"], condition=models.Q(status=decisions.PENDING),
+                fields=["group_key", "created_at", "id"], condition=models.Q(status=decisions.PENDING),
                 name="approval_pending_group",
             ),
         ]

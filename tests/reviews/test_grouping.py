@@ -277,3 +277,18 @@ def test_a_batch_needs_csrf_and_post(defaults, rita) -> None:
     assert client.post("/reviews/decisions/", {"decision": "approve", "ids": [a.pk]}).status_code == 403
     assert client.get("/reviews/decisions/").status_code == 405
     assert Approval.objects.get(pk=a.pk).status == "pending"
+
+
+def test_the_short_walk_and_the_full_count_find_the_same_entries_in_the_same_order(defaults, rita, monkeypatch) -> None:
+    """Entries are found by walking the oldest calls (groups._entries); past WALK calls
+    of one group they are counted in full instead. Both must give the same page."""
+    refunds(4)
+    lone = waiting({"order": "Z"})
+    refunds(2, rules=[{**REFUND, "reason": "another rule"}])
+    pending = groups.pending_calls(rita, groups.Filters())
+    walked = groups._entries(pending, 0, 10)
+    monkeypatch.setattr(groups, "WALK", 1)  # the walk gives up at once: the full count answers
+    counted = groups._entries(pending, 0, 10)
+    assert [(e["entry"], e["n"]) for e in walked] == [(e["entry"], e["n"]) for e in counted]
+    assert [e["n"] for e in walked] == [4, 1, 2] and walked[1]["one"] == lone.pk
+    assert [e["entry"] for e in groups._entries(pending, 1, 2)] == [e["entry"] for e in walked[1:3]]

@@ -413,6 +413,7 @@ def approval_batch_decide(
     decision: str,
     note: str = "",
     args_hashes: dict[int, str] | None = None,
+    require_hashes: bool = False,
     via: str = "dashboard",
 ) -> list[BatchResult]:
     """Decide the approvals a reviewer selected, one by one, as the same number of
@@ -423,8 +424,10 @@ def approval_batch_decide(
     of the others. `args_hashes` binds each answer to the call its voter saw. No
     argument edits and no grants: a batch answers the calls exactly as shown.
 
-    Ids `user` may not see answer `refused` "not found", exactly like missing ones.
-    Results come in the order of `approval_ids` (distinct, at most BATCH_MAX)."""
+    Ids `user` may not see answer `refused` "not found", exactly like missing ones; with
+    `require_hashes` (the queue's form, whose every row carries its call's hash) so does
+    an id without a hash: the page did not show it. Results come in the order of
+    `approval_ids` (distinct, at most BATCH_MAX)."""
     if decision not in decisions.KIND_DECISIONS[decisions.POLICY]:
         raise ActionError("invalid_decision", "a batch approves or rejects")
     if not approval_ids or len(approval_ids) > BATCH_MAX or len(set(approval_ids)) != len(approval_ids):
@@ -434,7 +437,7 @@ def approval_batch_decide(
     visible = set(access.visible_approvals(user).filter(pk__in=valid).values_list("pk", flat=True))
     results = []
     for approval_id in approval_ids:
-        if approval_id not in visible:
+        if approval_id not in visible or (require_hashes and approval_id not in hashes):
             results.append(BatchResult(approval_id, "refused", "not found"))
             continue
         try:

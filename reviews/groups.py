@@ -109,7 +109,8 @@ class GroupPage:
 def _shape(rows: list[Approval]) -> tuple[list[str], list[str]]:
     """(fields the same in every row, fields that differ), each in the first row's order."""
     first = rows[0].args if isinstance(rows[0].args, dict) else {}
-    same, differ = [], []
+    same: list[str] = []
+    differ: list[str] = []
     for name in first:
         values = {json.dumps(r.args.get(name), sort_keys=True, default=str) for r in rows if isinstance(r.args, dict)}
         (same if len(values) == 1 else differ).append(name)

@@ -300,7 +300,8 @@ def decide_batch(request: HttpRequest) -> HttpResponse:
     else:
         results = approval_batch_decide(
             approval_ids=ids, user=request.user, decision=form.cleaned_data["decision"],
-            note=form.cleaned_data["note"], args_hashes={i: seen[i] for i in ids if i in seen}, via="dashboard",
+            note=form.cleaned_data["note"], args_hashes={i: seen[i] for i in ids if i in seen}, require_hashes=True,
+            via="dashboard",
         )
         line = f"{form.cleaned_data['decision'].capitalize()} selected: {groups.summary(results)}."
     if not request.htmx:

@@ -8,9 +8,10 @@ from agents.models.approvals import call_group_key
 
 
 def key_pending(apps, schema_editor):
-    """Pending calls written before the key existed get theirs; decided ones never group."""
+    """Pending calls written before the key existed get theirs; decided ones never group,
+    nor do edited ones (round > 0: a person's arguments)."""
     Approval = apps.get_model("agents", "Approval")
-    pending = Approval.objects.filter(status="pending").select_related("run")
+    pending = Approval.objects.filter(status="pending", round=0).select_related("run")
     for a in pending.only("pk", "kind", "tool", "rule", "args", "run__profile_id").iterator(chunk_size=500):
         key = call_group_key(profile_id=a.run.profile_id, kind=a.kind, tool=a.tool, rule=a.rule, args=a.args)
         Approval.objects.filter(pk=a.pk).update(group_key=key)

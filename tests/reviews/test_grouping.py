@@ -241,8 +241,7 @@ def test_with_htmx_the_group_comes_back_under_the_per_call_results(defaults, rit
 def test_a_row_whose_call_changed_since_it_was_shown_is_refused(defaults, rita, as_user) -> None:
     a, b = refunds(2)
     client = as_user(rita)
-    data_seen = [a, b]
-    stale = f"{a.pk}:{'0' * 64}"
+    stale = f"{a.pk}:{'0' * 64}"  # the hash of a call other than the one that waits now
     headers = {"X-CSRFToken": client.token(), "HX-Request": "true"}
     response = client.post("/reviews/decisions/", {
         "decision": "approve", "group_key": a.group_key, "ids": [a.pk, b.pk],
@@ -250,7 +249,17 @@ def test_a_row_whose_call_changed_since_it_was_shown_is_refused(defaults, rita, 
     html = response.content.decode()
     assert re.search(rf"#{a.pk}</a> <strong>refused</strong>: call_changed", html)
     assert Approval.objects.get(pk=a.pk).status == "pending" and Approval.objects.get(pk=b.pk).status == "approved"
-    assert data_seen
+
+
+def test_a_checked_id_the_page_did_not_show_is_refused(defaults, rita, as_user) -> None:
+    a, b, c = refunds(3)
+    client = as_user(rita)
+    headers = {"X-CSRFToken": client.token(), "HX-Request": "true"}
+    response = client.post("/reviews/decisions/", {
+        "decision": "approve", "group_key": a.group_key, "ids": [a.pk, c.pk], "seen": [f"{a.pk}:{a.args_hash}"]},
+        headers=headers)
+    assert re.search(rf"#{c.pk}</a> <strong>refused</strong>: not found", response.content.decode())
+    assert Approval.objects.get(pk=a.pk).status == "approved" and Approval.objects.get(pk=c.pk).status == "pending"
 
 
 def test_nothing_checked_decides_nothing_and_says_so(defaults, rita, as_user) -> None:

@@ -31,9 +31,11 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
+# The grouped queue and batch decisions: bench/batch.py (key "batch").
 # The purge figures (bench/retention.py) seed 100,000 runs: BENCH_PURGE_RUNS=0 skips them.
 bench: $(STAMP)
 	$(PY) bench/run.py
+	$(PY) bench/batch.py
 	$(PY) bench/caching.py
 	$(PY) bench/retention.py
 

@@ -367,7 +367,9 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     approval.round += 1
     approval.required = max(approval.required, verdict.required)
     approval.idempotency_key = engine.edited_key(state, args)
-    approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key"])
+    # An edited call is a person's, no longer like the agent's others: it leaves its group.
+    approval.group_key = ""
+    approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key", "group_key"])
 
 
 def _plain_votes(votes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -376,6 +378,91 @@ def _plain_votes(votes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _fresh(approval_id: int) -> Approval:
     return Approval.objects.select_related("decided_by", "edited_by").get(pk=approval_id)
+
+
+BatchOutcome = Literal["decided", "already_decided", "refused", "needs_more_votes"]
+BATCH_MAX = 200  # ids in one batch: as many as the queue's polls may name
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What became of one id of a batch (`approval_batch_decide`), as the API says it."""
+
+    id: int
+    outcome: BatchOutcome
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "outcome": self.outcome, "detail": self.detail}
+
+
+def _batch_result(approval_id: int, result: DecisionResult, decision: str, *, me: Any) -> BatchResult:
+    a = result.approval
+    if result.outcome == "decided":
+        return BatchResult(approval_id, "decided", a.status)
+    if result.outcome == "voted":
+        counted = decisions.tally([v.to_dict() for v in a.current_votes()], a.required).approvals
+        return BatchResult(approval_id, "needs_more_votes", f"vote recorded: {counted} of {a.required} approvals")
+    if result.outcome == "already_voted":
+        mine = next((v for v in a.current_votes() if me is not None and v.by_id == me.pk), None)
+        if mine is not None and mine.decision != decision:
+            return BatchResult(approval_id, "refused", f"you already voted {mine.decision} in this round")
+        counted = decisions.tally([v.to_dict() for v in a.current_votes()], a.required).approvals
+        return BatchResult(
+            approval_id, "needs_more_votes", f"your vote was already recorded: {counted} of {a.required} approvals"
+        )
+    who = a.decided_by.get_username() if a.decided_by else ""
+    return BatchResult(approval_id, "already_decided", f"{a.status_text} by {who}" if who else a.status_text)
+
+
+def approval_batch_decide(
+    *,
+    approval_ids: list[int],
+    user: Any,
+    decision: str,
+    note: str = "",
+    args_hashes: dict[int, str] | None = None,
+    require_hashes: bool = False,
+    via: str = "dashboard",
+) -> list[BatchResult]:
+    """Decide the approvals a reviewer selected, one by one, as the same number of
+    single clicks would: each id goes through `approval_decide` on its own (its own
+    transaction, lock, compare-and-set and transition), never inside one transaction
+    for all, so a batch holds one run's lock at a time and cannot deadlock with a
+    single decision or with another batch, and a refusal of one id rolls back nothing
+    of the others. `args_hashes` binds each answer to the call its voter saw. No
+    argument edits and no grants: a batch answers the calls exactly as shown.
+
+    Ids `user` may not see answer `refused` "not found", exactly like missing ones; with
+    `require_hashes` (the queue's form, whose every row carries its call's hash) so does
+    an id without a hash: the page did not show it. Results come in the order of
+    `approval_ids` (distinct, at most BATCH_MAX)."""
+    if decision not in decisions.KIND_DECISIONS[decisions.POLICY]:
+        raise ActionError("invalid_decision", "a batch approves or rejects")
+    if not approval_ids or len(approval_ids) > BATCH_MAX or len(set(approval_ids)) != len(approval_ids):
+        raise ActionError("invalid_ids", f"name between 1 and {BATCH_MAX} distinct approval ids")
+    hashes = args_hashes or {}
+    valid = [i for i in approval_ids if 0 < i <= access.MAX_ID]
+    visible = set(access.visible_approvals(user).filter(pk__in=valid).values_list("pk", flat=True))
+    results = []
+    for approval_id in approval_ids:
+        if approval_id not in visible or (require_hashes and approval_id not in hashes):
+            results.append(BatchResult(approval_id, "refused", "not found"))
+            continue
+        try:
+            result = approval_decide(
+                approval_id=approval_id, user=user, decision=decision, note=note,
+                args_hash=hashes.get(approval_id), via=via,
+            )
+        except ActionError as exc:
+            if exc.code == "not_found":  # gone since it was listed: no different from hidden
+                results.append(BatchResult(approval_id, "refused", "not found"))
+                continue
+            detail = exc.detail.get("message", exc.code) if isinstance(exc.detail, dict) else str(exc.detail)
+            results.append(BatchResult(approval_id, "refused", f"{exc.code}: {detail}"))
+            continue
+        results.append(_batch_result(approval_id, result, decision, me=user))
+    return results
 
 
 def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -> bool:

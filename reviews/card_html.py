@@ -16,17 +16,20 @@ from typing import Any
 
 from django.template import Context
 from django.template.defaulttags import CsrfTokenNode
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from agents.actions import BatchResult
 from agents.web.jinja import fragment
 
 from .cards import Card, OnScreen
+from .groups import OUTCOME_LABELS, Group
 
 
-def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -> SafeString:
+def _shared(items: list[Any], context: Context, *, preserve: bool) -> dict[str, Any]:
     filters = context.get("filters")
-    shared: dict[str, Any] = {
+    return {
         "items": items,
         "can_decide": bool(context.get("can_decide")),  # the viewer may answer
         "preserve": preserve,  # hx-preserve: in the list, not in a decision's answer
@@ -37,7 +40,10 @@ def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -
         "csrf": CsrfTokenNode().render(context),  # already safe
         "tz": timezone.get_current_timezone(),  # as the `date` filter shows times
     }
-    return fragment("reviews/cards.html", shared)
+
+
+def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -> SafeString:
+    return fragment("reviews/cards.html", _shared(items, context, preserve=preserve))
 
 
 def card(card: Card, context: Context) -> SafeString:
@@ -51,3 +57,18 @@ def cards(items: list[Card | OnScreen], context: Context) -> SafeString:
     the polling page already shows comes as an empty stand-in, with its vote counter
     out of band."""
     return _render(items, context, preserve=True)
+
+
+def groups(
+    items: list[Group | Card], context: Context, *, results: list[BatchResult] | None = None, line: str = "",
+    key: str = "",
+) -> SafeString:
+    """The grouped queue's entries (reviews/jinja2/reviews/group.html); with `results`,
+    a batch's answer: what became of each call, above what is left of group `key`.
+    Nothing is preserved: the grouped page does not poll (checked rows would be lost)."""
+    shared = _shared(items, context, preserve=False)
+    shared.update(
+        action=reverse("reviews:decisions"), results=results or [], line=line, answer_key=key,
+        labels=OUTCOME_LABELS,
+    )
+    return fragment("reviews/group.html", shared)

@@ -39,9 +39,13 @@ class Filters:
     tool: str = ""
     risk: str = ""
     sort: str = ""
+    group: bool = False  # "Group similar calls" (reviews/groups.py): a view, not a filter
 
     def query(self) -> dict[str, str]:
-        pairs = (("agent", self.agent), ("tool", self.tool), ("risk", self.risk), ("sort", self.sort))
+        pairs = (
+            ("agent", self.agent), ("tool", self.tool), ("risk", self.risk), ("sort", self.sort),
+            ("group", "1" if self.group else ""),
+        )
         return {k: v for k, v in pairs if v}
 
     @property

@@ -43,12 +43,14 @@ class FilterForm(forms.Form):
     tool = forms.CharField(required=False, max_length=100)
     risk = forms.ChoiceField(required=False, choices=[("", "any")] + [(r, r) for r in RISKS])
     sort = forms.ChoiceField(required=False, choices=[(value, label) for value, (label, _o) in SORTS.items()])
+    group = forms.BooleanField(required=False)
 
     def filters(self) -> Filters:
         self.is_valid()
         data = self.cleaned_data  # only the fields that were valid
         return Filters(
-            agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""), sort=data.get("sort", "")
+            agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""), sort=data.get("sort", ""),
+            group=bool(data.get("group")),
         )
 
 
@@ -72,3 +74,17 @@ def seen_hashes(values: list[str]) -> dict[int, str]:
         if ids and len(digest) == 64:
             seen[ids[0]] = digest
     return seen
+
+
+class BatchForm(forms.Form):
+    """A group card's answer: approve or reject the checked rows (`ids`) with one note;
+    `seen` carries each shown row's `id:args_hash`, binding the answer to that call."""
+
+    decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+    note = forms.CharField(required=False, max_length=NOTE_MAX, strip=True)
+    group_key = forms.CharField(required=False, max_length=32)
+
+    def picked(self, data: Any) -> tuple[list[int], dict[int, str]]:
+        """The checked ids (distinct, in the page's order) and the hashes of those shown."""
+        ids = list(dict.fromkeys(keep_ids(data.getlist("ids"))))
+        return ids, seen_hashes(data.getlist("seen"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,11 +16,11 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 from agents import access
-from agents.actions import ActionError, approval_decide
+from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide
 from agents.models import Approval
 
-from . import cards
-from .forms import DecisionForm, FilterForm, keep_ids, seen_hashes
+from . import cards, groups
+from .forms import BatchForm, DecisionForm, FilterForm, keep_ids, seen_hashes
 
 
 def _cursor(request: HttpRequest) -> int | None:
@@ -29,9 +30,40 @@ def _cursor(request: HttpRequest) -> int | None:
     return int(value) if value else None
 
 
-def _queue_context(request: HttpRequest, *, pending_total: int | None = None) -> dict[str, Any]:
-    """`pending_total`: every pending call the user can see, when the caller counted them."""
+def _page_number(request: HttpRequest) -> int:
+    value = request.GET.get("page", "")
+    return min(int(value), 10_000) if value.isascii() and value.isdigit() and int(value or 0) > 0 else 1
+
+
+def _grouped_context(request: HttpRequest, filters: Any, *, pending_total: int | None) -> dict[str, Any]:
+    """The grouped queue (`?group=1`): groups of calls alike and lone cards, a page at a
+    time (`?page=`); it does not poll, so rows a reviewer checked stay checked."""
+    if pending_total is None and filters.active:
+        pending_total = cards.pending_count(request.user)
+    number = _page_number(request)
+    page = groups.group_page(request.user, filters, page=number, matching=None if filters.active else pending_total)
+    query = filters.query()
+    return {
+        "grouped": True,
+        "items": page.items,
+        "matching": page.matching,
+        "page_number": number,
+        "next_query": urlencode({**query, "page": number + 1}) if page.has_next else "",
+        "previous_query": urlencode({**query, "page": number - 1}) if number > 1 else "",
+        "filters": filters,
+        "filter_query": urlencode(query),
+        "pending_total": page.matching if pending_total is None else pending_total,
+    }
+
+
+def _queue_context(
+    request: HttpRequest, *, pending_total: int | None = None, grouped: bool = True
+) -> dict[str, Any]:
+    """`pending_total`: every pending call the user can see, when the caller counted them.
+    `grouped`: the page may be the grouped view (the polled list never is)."""
     filters = FilterForm(request.GET).filters()
+    if filters.group and grouped:
+        return _grouped_context(request, filters, pending_total=pending_total)
     after = _cursor(request)
     if pending_total is None and filters.active:
         pending_total = cards.pending_count(request.user)
@@ -91,7 +123,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
     """The list alone, polled by the open queue page (`shown`/`keep`: the cards it has);
     with `more`, the next cards after `after` and the next "more" form, to append."""
     try:
-        context = _queue_context(request)
+        context = _queue_context(request, grouped=False)
     except cards.BadCursor as exc:
         return _bad_cursor(exc)
     return render(request, "reviews/queue.html#" + ("page" if request.GET.get("more") else "list"), context)
@@ -233,4 +265,57 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
     response = _respond(request, card, ok=not late)
     if request.htmx and result.outcome in ("decided", "late"):
         trigger_client_event(response, "approvalDecided", {"id": card.approval.pk, "won": result.won})
+    return response
+
+
+@dataclass
+class BatchAnswer:
+    """What a group card's form is answered with: each call's result, and what is left
+    of the group (itself, the one call left as its card, or nothing)."""
+
+    results: list[BatchResult]
+    items: list[groups.Group | cards.Card]
+    key: str
+    line: str  # the summary: "Approve selected: 2 decided."
+
+
+@access.login_required_htmx
+@require_POST
+def decide_batch(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the calls checked on a group card, with one note: exactly the
+    ids it posted, each bound to the args_hash its row showed, each decided on its own
+    through `approval_decide` (approval_batch_decide). The group again, under the
+    per-call results, for htmx; without htmx, a redirect to the queue saying the same."""
+    if not access.can_decide(request.user):
+        raise PermissionDenied("only reviewers decide approvals")
+    form = BatchForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"invalid batch: {form.errors.as_text()}", content_type="text/plain")
+    ids, seen = form.picked(request.POST)
+    key = form.cleaned_data["group_key"]
+    filters = FilterForm(request.POST).filters()
+    if not ids:
+        results: list[BatchResult] = []
+        line = "Nothing was decided: check the calls to decide first."
+    else:
+        results = approval_batch_decide(
+            approval_ids=ids, user=request.user, decision=form.cleaned_data["decision"],
+            note=form.cleaned_data["note"], args_hashes={i: seen[i] for i in ids if i in seen}, require_hashes=True,
+            via="dashboard",
+        )
+        line = f"{form.cleaned_data['decision'].capitalize()} selected: {groups.summary(results)}."
+    if not request.htmx:
+        details = "; ".join(f"#{r.id} {groups.OUTCOME_LABELS[r.outcome]}: {r.detail}" for r in results)
+        ok = bool(results) and all(r.outcome in ("decided", "needs_more_votes") for r in results)
+        (messages.success if ok else messages.warning)(request, f"{line} {details}".strip())
+        query = urlencode({**filters.query(), "group": "1"})
+        response = redirect(reverse("reviews:queue") + f"?{query}")
+        response.status_code = 303  # See Other: the browser GETs the page
+        return response
+    left = groups.group_of(request.user, key, filters) if key else None
+    answer = BatchAnswer(results, [left] if left else [], key, line)
+    context = {"answer": answer, "can_decide": True, "filters": filters}
+    response = render(request, "reviews/queue.html#batch_answer", context)
+    if any(r.outcome == "decided" for r in results):
+        trigger_client_event(response, "approvalDecided", {"ids": [r.id for r in results if r.outcome == "decided"]})
     return response

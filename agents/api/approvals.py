@@ -11,7 +11,7 @@ from agents import access, actions
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden, plain
 from agents.api.listing import OLDEST_FIRST, ApprovalPageQuery, approval_filters, page
-from agents.api.schemas import ApprovalOut, ApprovalPage, DecisionIn, Error
+from agents.api.schemas import ApprovalOut, ApprovalPage, BatchDecisionIn, BatchDecisionOut, DecisionIn, Error
 
 router = Router()
 
@@ -67,3 +67,21 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
                 status=409,
             )
     return dict(approval.to_dict())
+
+
+@router.post("/approvals/decisions", response={200: BatchDecisionOut, ERRORS: Error}, summary="Decide several approvals")
+def approvals_decide_batch(request: HttpRequest, payload: BatchDecisionIn) -> dict[str, Any]:
+    """Approve or reject the listed approvals with one note: each id is decided as a
+    single decision would be (its own vote, compare-and-set and transition), and the
+    answer says what became of each, in the order given: `decided`, `already_decided`
+    (someone answered first, or it is no longer pending), `refused` (separation of
+    duties, a changed call, not found; see `detail`) or `needs_more_votes` (the vote is
+    recorded; a two-person rule waits for another reviewer). No edits, no grants."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.can_decide(user):
+        raise forbidden("deciding approvals needs the reviewer role")
+    results = actions.approval_batch_decide(
+        approval_ids=payload.ids, user=user, decision=payload.decision, note=payload.note,
+        args_hashes=payload.hashes(), via="api",
+    )
+    return {"results": [r.to_dict() for r in results]}

@@ -6,8 +6,10 @@ import datetime as dt
 from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
+from agents.access import MAX_ID
+from agents.actions import BATCH_MAX
 from agents.engine import decisions
 from agents.engine.limits import TASK_MAX_CHARS
 
@@ -66,6 +68,56 @@ class DecisionIn(Schema):
         description="the approval's args_hash as you saw it: a call that changed since answers 409 call_changed; "
         "without it, a call someone edited answers 409 call_changed",
     )
+
+
+class BatchDecisionIn(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[StrictInt] = Field(
+        ..., min_length=1, max_length=BATCH_MAX,
+        description=f"the approvals to decide, as the caller was shown them: 1 to {BATCH_MAX} distinct ids",
+    )
+    decision: Literal["approve", "reject"]
+    note: StrictStr = Field("", max_length=10_000, description="one note, kept on every vote")
+    args_hashes: dict[StrictStr, StrictStr] | None = Field(
+        None, description='{"<id>": "<args_hash>"}: bind each answer to the call you saw (a changed call is refused)'
+    )
+
+    @field_validator("ids")
+    @classmethod
+    def _distinct_positive(cls, ids: list[int]) -> list[int]:
+        bad = next((i for i in ids if not 0 < i <= MAX_ID), None)
+        if bad is not None:
+            raise ValueError(f"{bad} is not an approval id (ids are positive integers)")
+        seen: set[int] = set()
+        for i in ids:
+            if i in seen:
+                raise ValueError(f"the ids must be distinct: {i} appears more than once")
+            seen.add(i)
+        return ids
+
+    @model_validator(mode="after")
+    def _hashes_name_listed_ids(self) -> BatchDecisionIn:
+        listed = {str(i) for i in self.ids}
+        for key, digest in (self.args_hashes or {}).items():
+            if key not in listed:
+                raise ValueError(f"args_hashes names {key[:20]!r}, which is not one of the ids")
+            if len(digest) > 64:
+                raise ValueError(f"the args_hash of {key} is longer than a sha256")
+        return self
+
+    def hashes(self) -> dict[int, str]:
+        return {int(k): v for k, v in (self.args_hashes or {}).items()}
+
+
+class BatchResultOut(Schema):
+    id: int
+    outcome: Literal["decided", "already_decided", "refused", "needs_more_votes"]
+    detail: str
+
+
+class BatchDecisionOut(Schema):
+    results: list[BatchResultOut] = Field(..., description="one per id, in the order given")
 
 
 class VoteOut(Schema):

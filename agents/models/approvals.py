@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -17,6 +19,23 @@ from agents.engine import policy as engine_policy
 class ApprovalQuerySet(models.QuerySet["Approval"]):
     def pending(self) -> ApprovalQuerySet:
         return self.filter(status=Approval.Status.PENDING)
+
+
+def call_group_key(*, profile_id: int, kind: str, tool: str, rule: Any, args: Any) -> str:
+    """The key calls that look alike share, so the queue can show them as one group
+    (docs/reviewing.md, "Groups and batches"): the same agent profile, the same tool, the
+    same rule that asked (its origin and index; or none) and the same argument shape
+    (the set of top-level keys). The rule's text counts too: launch rules are each run's
+    own, so "rule 1 of the launch policy" of two runs may be two different rules.
+    Worked out once, when the approval is written, so the grouped queue counts an
+    indexed column instead of reading every pending call's arguments. "" for a call
+    that is never grouped: one whose outcome is unknown."""
+    if kind != decisions.POLICY:
+        return ""
+    asked = rule if isinstance(rule, dict) else None
+    shape = sorted(args) if isinstance(args, dict) else type(args).__name__
+    text = json.dumps([profile_id, tool, asked, shape], separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class ApprovalDict(TypedDict):
@@ -104,6 +123,8 @@ class Approval(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     # When the sweeper escalated the call to the profile's backup group (once).
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # Calls alike (agent, tool, the rule that asked, argument shape): call_group_key().
+    group_key = models.CharField(max_length=32, blank=True, db_default="")
     # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
     args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
     # An "already ran" approval of a fork (docs/retry.md): the parent's call, {"run",
@@ -119,6 +140,11 @@ class Approval(models.Model):
             models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
             # The queue's tool choices, read by skipping from tool to tool (reviews.cards).
             models.Index(fields=["tool"], condition=models.Q(status=decisions.PENDING), name="approval_pending_tool"),
+            # The grouped queue counts pending calls by key, oldest first (reviews.groups).
+            models.Index(
+                fields=["group_key", "created_at", "id"], condition=models.Q(status=decisions.PENDING),
+                name="approval_pending_group",
+            ),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.

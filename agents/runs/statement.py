@@ -15,6 +15,7 @@ from django.db import connection
 
 from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, Run
+from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
 from agents.runs.sanitize import bounded_result, clean
 
@@ -34,14 +35,16 @@ def result_fields(r: JournalResult) -> dict[str, Any]:
     return {"status": r["status"], "result": result, "result_chars": chars, "result_truncated": truncated}
 
 
-def approval_fields(a: ApprovalRow, now: dt.datetime) -> dict[str, Any]:
+def approval_fields(a: ApprovalRow, now: dt.datetime, *, profile_id: int) -> dict[str, Any]:
+    args, rule, tool = clean(a["args"]), clean(a.get("rule")), a["tool"][:100]
     return {
         "kind": a["kind"], "idempotency_key": a["key"], "call_id": a["call_id"][:200], "step": a["step"],
-        "tool": a["tool"][:100], "args": clean(a["args"]), "risk": a["risk"], "reason": clean(a["reason"]),
-        "taint_source": clean(a["taint_source"]), "rule": clean(a.get("rule")), "required": a.get("required", 1),
+        "tool": tool, "args": args, "risk": a["risk"], "reason": clean(a["reason"]),
+        "taint_source": clean(a["taint_source"]), "rule": rule, "required": a.get("required", 1),
         "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
         "expires_at": moment(a.get("expires_at")), "shadow": clean(a.get("shadow") or []),
         "prior": a.get("prior"),
+        "group_key": call_group_key(profile_id=profile_id, kind=a["kind"], tool=tool, rule=rule, args=args),
     }
 
 
@@ -125,18 +128,20 @@ def commit_statement(
             f" WHERE idempotency_key = {p('jx_key', t.journal_result['key'])} AND EXISTS (SELECT 1 FROM r))"
         )
     if t.approval is not None:
-        f = approval_fields(t.approval, now)
+        f = approval_fields(t.approval, now, profile_id=run.profile_id)
         taint, rule, prior = f["taint_source"], f["rule"], f["prior"]
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
-            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow, prior)"
+            " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow,"
+            " prior, group_key)"
             f" SELECT r.id, {p('a_kind', f['kind'])}, {p('a_key', f['idempotency_key'])}, {p('a_call_id', f['call_id'])},"
             f" {p('a_step', f['step'])}, {p('a_tool', f['tool'])}, {p('a_args', j(f['args']), '::jsonb')},"
             f" {p('a_risk', f['risk'])}, {p('a_reason', f['reason'])},"
             f" {p('a_taint', None if taint is None else j(taint), '::jsonb')}, {p('a_rule', None if rule is None else j(rule), '::jsonb')},"
             f" {p('a_required', f['required'])}, {p('a_status', f['status'])}, '', {p('a_decided_at', f['decided_at'])}, '',"
             f" {p('a_expires_at', f['expires_at'])}, 0, %(now)s, {p('a_shadow', j(f['shadow']), '::jsonb')},"
-            f" {p('a_prior', None if prior is None else j(prior), '::jsonb')} FROM r RETURNING id)"
+            f" {p('a_prior', None if prior is None else j(prior), '::jsonb')}, {p('a_group_key', f['group_key'])}"
+            " FROM r RETURNING id)"
         )
     if t.approval_close is not None:
         sql.append(

@@ -243,7 +243,7 @@ def _apply_effects(run: Run, t: Move, now: dt.datetime, events: Events, user: An
         )
     created = closed = None
     if t.approval is not None:
-        created = Approval.objects.create(run=run, **statement.approval_fields(t.approval, now)).pk
+        created = Approval.objects.create(run=run, **statement.approval_fields(t.approval, now, profile_id=run.profile_id)).pk
     if t.approval_close is not None:
         pending = Approval.objects.pending().filter(run=run)
         if events:

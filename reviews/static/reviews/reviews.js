@@ -103,6 +103,23 @@
     if (open) field.focus();
   });
 
+  // A group's "Select all shown" box checks or clears every row of its table, and a row
+  // checked by hand sets it (all, none, or some: indeterminate). Only rows shown can be
+  // checked, and the form posts exactly those.
+  document.addEventListener("change", function (event) {
+    const box = event.target instanceof Element ? event.target : null;
+    const table = box && box.closest("table.group-rows");
+    if (!table) return;
+    const rows = Array.from(table.querySelectorAll('input[name="ids"]'));
+    const all = table.querySelector("[data-select-all]");
+    if (box === all) {
+      rows.forEach(function (row) { row.checked = all.checked; });
+    } else if (all) {
+      all.checked = rows.every(function (row) { return row.checked; });
+      all.indeterminate = !all.checked && rows.some(function (row) { return row.checked; });
+    }
+  });
+
   function refocus(settled) {
     const card = deciding && document.getElementById(deciding);
     // Wait for the decided card itself (a poll may settle first); a refused answer

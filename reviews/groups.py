@@ -1,0 +1,259 @@
+"""The grouped queue (`?group=1`): pending calls alike shown as one card each.
+
+Calls alike share `Approval.group_key` (agent profile, tool, the rule that asked,
+argument shape; `call_group_key()`), worked out when the approval was written. A page is
+PAGE entries in the order of their oldest call: a group of two or more calls, or a call
+alone (its ordinary card). Three queries however long the queue: the entries (counted by
+key in the database), the rows of the page's groups (at most GROUP_ROWS each, by a
+window function), and the page's lone cards. Read-only: a group's form posts the ids it
+shows to `reviews:decisions`, which decides each through `approval_decide`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, F, Min, QuerySet
+from django.utils import timezone
+
+from agents import access
+from agents.actions import BatchResult
+from agents.models import Approval
+from agents.web.formatting import short_duration
+
+from . import cards
+from .cards import Card, Filters
+
+PAGE = cards.PAGE  # entries (groups or lone cards) a page shows
+GROUP_ROWS = 50  # a group's rows shown (and selectable); the rest are counted
+VALUE_CHARS = 80  # a value longer than this is cut in the table, in full behind a toggle
+REASON = "why asked"  # the pseudo-field for the policy's reason, when it differs
+# What a group reads of a call and its run: not the task (a card's), nor the run's engine
+# state, counters or script, which 50 rows a group would otherwise carry.
+ROW_FIELDS = (
+    "pk", "run_id", "kind", "tool", "risk", "args", "edited_args", "args_sha256", "reason", "rule", "required",
+    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "run__created_by", "run__profile",
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A value as a group shows it: `text` (cut to VALUE_CHARS) and, when cut, `full`."""
+
+    text: str
+    full: str = ""
+
+    @classmethod
+    def of(cls, value: Any) -> Cell:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        if len(text) <= VALUE_CHARS:
+            return cls(text)
+        return cls(text[: VALUE_CHARS - 1] + "…", text)
+
+
+@dataclass
+class Row:
+    """One call of a group: its link, checkbox (id and args_hash) and age."""
+
+    approval: Approval
+    cells: list[Cell]
+    waited: str
+    since: int  # the call's creation, in seconds since the epoch (the page's clock advances it)
+    votes: int = 0  # approvals counted this round, for a call that needs several
+    mine: str = ""  # the viewer's vote this round, if any
+    separated: bool = False  # the viewer launched the run and its duties are separated
+
+    @property
+    def args_hash(self) -> str:
+        return self.approval.args_hash
+
+    @property
+    def selectable(self) -> bool:
+        return not (self.mine or self.separated)
+
+
+@dataclass
+class Group:
+    """Two or more pending calls alike: what they share once, what differs per row."""
+
+    key: str
+    count: int
+    rows: list[Row]
+    same: list[tuple[str, Cell]]
+    differ: list[str]
+    results: list[BatchResult] = field(default_factory=list)  # a batch's answer, shown above it
+
+    @property
+    def first(self) -> Approval:
+        return self.rows[0].approval
+
+    @property
+    def more(self) -> int:
+        return self.count - len(self.rows)
+
+    @property
+    def selectable(self) -> int:
+        return sum(r.selectable for r in self.rows)
+
+
+@dataclass
+class GroupPage:
+    items: list[Group | Card]
+    matching: int  # pending calls matching the filters
+    page: int  # 1-based
+    has_next: bool
+
+
+def _shape(rows: list[Approval]) -> tuple[list[str], list[str]]:
+    """(fields the same in every row, fields that differ), each in the first row's order."""
+    first = rows[0].args if isinstance(rows[0].args, dict) else {}
+    same: list[str] = []
+    differ: list[str] = []
+    for name in first:
+        values = {json.dumps(r.args.get(name), sort_keys=True, default=str) for r in rows if isinstance(r.args, dict)}
+        (same if len(values) == 1 else differ).append(name)
+    return same, differ
+
+
+def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any) -> Group:
+    """The group card of `approvals` (the shown rows, oldest first) of `count` in all."""
+    same_names, differ = _shape(approvals)
+    reasons = {a.reason for a in approvals}
+    now = timezone.now()
+    first = approvals[0].args if isinstance(approvals[0].args, dict) else {}
+    same = [(name, Cell.of(first[name])) for name in same_names]
+    if len(reasons) > 1:
+        differ = [*differ, REASON]
+    rows = []
+    for a in approvals:
+        args = a.args if isinstance(a.args, dict) else {}
+        votes = cards._votes(a)
+        mine = next((v.decision for v in votes if v.by_id == viewer.pk), "")
+        rows.append(
+            Row(
+                approval=a,
+                cells=[Cell.of(a.reason) if name == REASON else Cell.of(args.get(name)) for name in differ],
+                waited=short_duration((now - a.created_at).total_seconds()),
+                since=int(a.created_at.timestamp()),
+                votes=sum(v.decision == "approve" for v in votes),
+                mine=mine,
+                separated=access.duties_separated(viewer, a.run),
+            )
+        )
+    return Group(key=key, count=count, rows=rows, same=same, differ=differ)
+
+
+def _rows(pending: QuerySet[Approval], counts: dict[str, int]) -> dict[str, list[Approval]]:
+    """The first GROUP_ROWS calls of each group (`counts`: key -> calls), oldest first.
+    The groups that fit are read in one query; each bigger one by its own LIMITed query
+    along approval_pending_group (few a page: a window over every call of the page's
+    groups sorted 5,000 rows to keep 50, and a UNION of one part a group cost more to
+    compile than to run)."""
+    rows = pending.select_related("run").only(*ROW_FIELDS).annotate(agent_name=F("run__profile__name"))
+    small = [k for k, n in counts.items() if n <= GROUP_ROWS]
+    parts = [rows.filter(group_key__in=small)] if small else []
+    parts += [rows.filter(group_key=k).order_by("created_at", "pk")[:GROUP_ROWS] for k, n in counts.items() if n > GROUP_ROWS]
+    by_key: dict[str, list[Approval]] = {k: [] for k in counts}
+    for part in parts:
+        for a in cards._load(part):
+            by_key[a.group_key].append(a)
+    for found in by_key.values():
+        found.sort(key=lambda a: (a.created_at, a.pk))
+    return by_key
+
+
+def pending_calls(user: Any, filters: Filters) -> QuerySet[Approval]:
+    return cards._filtered(access.visible_approvals(user).pending(), filters)
+
+
+WALK = 400  # pending calls read in queue order to find a page's entries, before counting all
+
+
+def _entries(pending: QuerySet[Approval], first: int, count: int) -> list[dict[str, Any]]:
+    """Entries `first` to `first + count` of the page order (a group's place is its
+    oldest call's; a call without a key, its outcome unknown or its arguments edited,
+    is an entry alone), each {"entry", "n", "one"}.
+
+    The first K distinct keys met walking the pending calls oldest first are exactly the
+    K entries whose oldest call comes first, so a short prefix of the queue order
+    usually names a page's entries, and only their groups are counted. Where it does not
+    (one group's calls fill the first WALK*4), every pending call is counted by key in
+    the database: an index-only scan of approval_pending_group."""
+    need = first + count
+    limit = WALK if need <= WALK // 4 else WALK * 4  # later pages walk further
+    walked = list(pending.order_by("created_at", "pk").values_list("group_key", "pk")[:limit])
+    seen: dict[str, int] = {}
+    for key, pk in walked:
+        seen.setdefault(key or f"#{pk}", pk)
+        if len(seen) >= need:
+            break
+    if len(seen) < need and len(walked) == limit:
+        return _entries_counted(pending, first, count)
+    page = list(seen.items())[first:need]
+    counts = dict(
+        pending.filter(group_key__in=[k for k, _pk in page if not k.startswith("#")])
+        .values_list("group_key").annotate(n=Count("pk")).order_by()
+    )
+    return [{"entry": k, "n": counts.get(k, 1), "one": pk} for k, pk in page]
+
+
+def _entries_counted(pending: QuerySet[Approval], first: int, count: int) -> list[dict[str, Any]]:
+    groups_ = pending.exclude(group_key="").values("group_key").annotate(
+        n=Count("pk"), first=Min("created_at"), one=Min("pk")
+    ).order_by("first", "group_key")[: first + count]
+    alone = pending.filter(group_key="").order_by("created_at", "pk").values("pk", "created_at")[: first + count]
+    merged = [{"entry": g["group_key"], "n": g["n"], "first": g["first"], "one": g["one"]} for g in groups_]
+    merged += [{"entry": f"#{a['pk']}", "n": 1, "first": a["created_at"], "one": a["pk"]} for a in alone]
+    merged.sort(key=lambda e: (e["first"], e["one"]))
+    return merged[first : first + count]
+
+
+def group_page(user: Any, filters: Filters, *, page: int = 1, matching: int | None = None) -> GroupPage:
+    """The grouped queue's page `page`: its entries, oldest call first."""
+    pending = pending_calls(user, filters)
+    entries = _entries(pending, (page - 1) * PAGE, PAGE + 1)
+    has_next = len(entries) > PAGE
+    entries = entries[:PAGE]
+    rows = _rows(pending, {e["entry"]: e["n"] for e in entries if e["n"] > 1})
+    lone_ids = [e["one"] for e in entries if e["n"] == 1]
+    lone = {c.approval.pk: c for c in cards.build(
+        cards._load(cards._select(pending.filter(pk__in=lone_ids))), viewer=user
+    )} if lone_ids else {}
+    items: list[Group | Card] = []
+    for e in entries:
+        if e["n"] > 1 and rows.get(e["entry"]):
+            items.append(build_group(e["entry"], e["n"], rows[e["entry"]], viewer=user))
+        elif e["one"] in lone:
+            items.append(lone[e["one"]])
+    if matching is None:
+        matching = pending.count()
+    return GroupPage(items, matching, page, has_next)
+
+
+def group_of(user: Any, key: str, filters: Filters) -> Group | Card | None:
+    """The group `key` as it stands now (after a batch): a group while two or more of
+    its calls wait, the last one's card, or None when none is left."""
+    if not key:
+        return None
+    pending = pending_calls(user, filters).filter(group_key=key)
+    count = pending.count()
+    approvals = _rows(pending, {key: count}).get(key, []) if count else []
+    if not approvals:
+        return None
+    if count == 1:
+        return cards.build(approvals, viewer=user)[0]
+    return build_group(key, count, approvals, viewer=user)
+
+
+OUTCOME_LABELS = {
+    "decided": "decided", "already_decided": "already decided", "refused": "refused",
+    "needs_more_votes": "needs more votes",
+}
+
+
+def summary(results: list[BatchResult]) -> str:
+    """'2 decided, 1 already decided': the counts of a batch's outcomes, in a fixed order."""
+    counts = {o: sum(r.outcome == o for r in results) for o in OUTCOME_LABELS}
+    return ", ".join(f"{n} {OUTCOME_LABELS[o]}" for o, n in counts.items() if n) or "nothing decided"

@@ -15,4 +15,4 @@ def login(request: HttpRequest) -> HttpResponse:
         authentication_form=sso.PasswordLoginForm, redirect_authenticated_user=True, extra_context=sso.login_context()
     )
     response: HttpResponse = view(request)
-    return response
+    return sso.allow_provider(response)

@@ -86,10 +86,6 @@ def login_url() -> str:
     return reverse("openid_connect_login", kwargs={"provider_id": PROVIDER_ID})
 
 
-def callback_path() -> str:
-    return reverse("openid_connect_callback", kwargs={"provider_id": PROVIDER_ID})
-
-
 class Adapter(OpenIDConnectOAuth2Adapter):
     def complete_login(self, request: HttpRequest, app: SocialApp, token: Any, **kwargs: Any) -> SocialLogin:
         if not kwargs["response"].get("id_token"):

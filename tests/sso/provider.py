@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import threading
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,9 +274,7 @@ class OpenIDProvider:
             headers["Content-Type"] = environ["CONTENT_TYPE"]
         try:
             status, out, extra = self.route(method, path, query, body.decode(), headers)
-        except Exception as exc:  # a test provider says what broke instead of hanging up
-            import traceback
-
+        except Exception:  # a test provider says what broke instead of hanging up
             status, out, extra = 500, f"provider error: {traceback.format_exc()}", [("Content-Type", "text/plain")]
         reason = {200: "OK", 302: "Found", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}.get(status, "Error")
         start_response(f"{status} {reason}", list(extra))
@@ -366,23 +365,23 @@ def sso(oidc_provider: OpenIDProvider, settings: Any) -> OpenIDProvider:
     return oidc_provider
 
 
-def start_sign_in(client: Any) -> str:
+def start_sign_in(client: Any, next_url: str = "") -> str:
     """Press the login page's SSO button with the Django test client (CSRF enforced);
     returns the provider's authorize URL Airlock redirected to."""
     page = client.get("/login/")
     assert page.status_code == 200
-    token = client.cookies["csrftoken"].value
-    response = client.post("/accounts/oidc/sso/login/", {"csrfmiddlewaretoken": token})
+    data = {"csrfmiddlewaretoken": client.cookies["csrftoken"].value, **({"next": next_url} if next_url else {})}
+    response = client.post("/accounts/oidc/sso/login/", data)
     assert response.status_code == 302, response.content[:500]
     return str(response["Location"])
 
 
-def sign_in(client: Any, op: OpenIDProvider, username: str) -> Any:
+def sign_in(client: Any, op: OpenIDProvider, username: str, next_url: str = "") -> Any:
     """The whole code flow: Airlock's button, the provider's form (httpx), and the
     callback back into Airlock. Returns Airlock's answer to the callback."""
     import httpx
 
-    authorize = start_sign_in(client)
+    authorize = start_sign_in(client, next_url)
     with httpx.Client(follow_redirects=False, timeout=10) as http:
         back = op.authorize_as(authorize, username, http)
     assert back.startswith("http://testserver/"), back

@@ -53,6 +53,12 @@ def test_code_flow_signs_a_new_person_in_with_roles_from_the_claim(sso, projects
     assert client.get("/").status_code == 200
 
 
+def test_after_sign_in_only_a_local_next_is_followed(sso, projects) -> None:
+    sso.add_person("ada", groups=["*:reviewer"])
+    assert sign_in(Client(enforce_csrf_checks=True), sso, "ada", "/reviews/")["Location"] == "/reviews/"
+    assert sign_in(Client(enforce_csrf_checks=True), sso, "ada", "https://evil.example/")["Location"] == "/"
+
+
 def test_the_authorization_request_uses_pkce_a_nonce_and_a_state(sso, projects) -> None:
     authorize = httpx.URL(start_sign_in(Client(enforce_csrf_checks=True)))
     params = dict(authorize.params)

@@ -4,3 +4,11 @@ from django.apps import AppConfig
 class AgentsConfig(AppConfig):
     name = "agents"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import post_save
+
+        from agents import people
+
+        post_save.connect(people.on_user_saved, sender=get_user_model(), dispatch_uid="airlock.person_leave")

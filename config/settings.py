@@ -46,6 +46,13 @@ INSTALLED_APPS = [
     "csp",
     "axes",
     "ninja",  # the JSON API: only for its bundled Swagger UI static files and templates
+    # Single sign-on (OpenID Connect, agents/sso.py): installed always, so the schema does
+    # not depend on the environment; without AIRLOCK_OIDC_ISSUER there is no provider app,
+    # no button, and its URLs answer 404.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "agents",
     "reviews",
 ]
@@ -66,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # django-allauth's (it asks for it even when only its social login is used).
+    "allauth.account.middleware.AccountMiddleware",
     "csp.middleware.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
     "agents.ops.middleware.DenialLogMiddleware",
@@ -102,6 +111,41 @@ AXES_LOCKOUT_CALLABLE = "agents.lockout.lockout_response"
 # Proxies (addresses or CIDR networks) whose X-Forwarded-For is believed; none by default,
 # so a client cannot name its own address.
 AIRLOCK_TRUSTED_PROXIES = env_cidrs("AIRLOCK_TRUSTED_PROXIES")
+
+# -- single sign-on: OpenID Connect through django-allauth (agents/sso.py, docs/teams.md) --
+# Unset issuer: no SSO at all, the password login as before. The provider app is built
+# from these at each request (agents/sso.py `SsoAccountAdapter.list_apps`), never stored.
+AIRLOCK_OIDC_ISSUER = env_str("AIRLOCK_OIDC_ISSUER", "").rstrip("/")
+AIRLOCK_OIDC_CLIENT_ID = env_str("AIRLOCK_OIDC_CLIENT_ID", "")
+AIRLOCK_OIDC_CLIENT_SECRET = env_str("AIRLOCK_OIDC_CLIENT_SECRET", "")
+AIRLOCK_OIDC_NAME = env_str("AIRLOCK_OIDC_NAME", "Single sign-on")
+AIRLOCK_OIDC_GROUPS_CLAIM = env_str("AIRLOCK_OIDC_GROUPS_CLAIM", "groups")
+# Only people whose verified email is at one of these domains may sign in (empty: any).
+AIRLOCK_OIDC_DOMAINS = [d.lower().lstrip("@").rstrip(".") for d in env_list("AIRLOCK_OIDC_DOMAINS", [])]
+if AIRLOCK_OIDC_ISSUER and not (AIRLOCK_OIDC_ISSUER.startswith(("https://", "http://")) and AIRLOCK_OIDC_CLIENT_ID):
+    raise EnvError("AIRLOCK_OIDC_ISSUER must be an http(s) URL, and AIRLOCK_OIDC_CLIENT_ID must be set with it")
+# 0: password login only for superusers (the break-glass account); the API's tokens are
+# not affected. Refused while no SSO is configured: nobody but superusers could sign in.
+AIRLOCK_PASSWORD_LOGIN = env_bool("AIRLOCK_PASSWORD_LOGIN", True)
+if not AIRLOCK_PASSWORD_LOGIN and not AIRLOCK_OIDC_ISSUER:
+    raise EnvError("AIRLOCK_PASSWORD_LOGIN=0 needs AIRLOCK_OIDC_ISSUER: otherwise only superusers could sign in")
+ACCOUNT_ADAPTER = "agents.sso.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "agents.sso.SsoAccountAdapter"
+SOCIALACCOUNT_PROVIDERS = {
+    # Ours checks the ID token's signature and nonce too (agents/sso.py says why).
+    "openid_connect": {"provider_class": "agents.sso.Provider", "OAUTH_PKCE_ENABLED": True},
+}
+# People are made (and updated) from the verified ID token at each sign-in; no signup
+# form, no email confirmation (the identity provider vouches), no provider tokens kept.
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_LOGIN_ON_GET = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+# Two people may share an address in Airlock's user table (a local break-glass account
+# and an SSO person); allauth would otherwise send a clash to its signup form.
+ACCOUNT_UNIQUE_EMAIL = False
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

@@ -2,17 +2,26 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
+from agents import sso
 from agents.api import urlpatterns as api_urlpatterns
 from agents.gateway.bridge import gateway_view
+from agents.web import login as login_views
 from agents.web import views as agent_views
 from agents.web import views_demo
 from reviews import slack as slack_views
 
 urlpatterns = [
     path("", agent_views.overview, name="overview"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", login_views.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    # Single sign-on (agents/sso.py): only allauth's OpenID Connect login and callback,
+    # never its local signup or password pages. The callback is ours (it checks the ID
+    # token's signature), at allauth's path and name, so it comes first.
+    path(
+        "accounts/oidc/<str:provider_id>/login/callback/", sso.callback, name="openid_connect_callback"
+    ),
+    path("accounts/", include("allauth.socialaccount.providers.openid_connect.urls")),
     # Runs: list, timeline, launch, cancel, export.
     path("", include("agents.web.urls")),
     # The JSON API (django-ninja); its own JSON 404 catches anything else under /api/.

@@ -23,7 +23,7 @@ from agents.runs import driver
 from agents.tokens import token_create
 from tests.helpers import Api, person, tainted_write
 
-pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider"]
+pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

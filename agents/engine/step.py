@@ -445,6 +445,19 @@ def revoke_grant(state: RunState, n: int, by: str = "") -> Outcome:
     return new, t
 
 
+def withdraw_votes(state: RunState, *, approval: int, by: str, reason: str, withdrawn: int, needed: int) -> Outcome:
+    """Record that `by`'s votes on the waiting call no longer count (they left): a
+    transition that changes no state (from == to), like a grant's revocation. `needed`
+    is how many approving votes the call still lacks, for the record to say so."""
+    if state.state != AWAITING_APPROVAL:
+        raise ValueError("only a run waiting for a decision has votes to withdraw")
+    votes = "vote" if withdrawn == 1 else "votes"
+    more = "vote" if needed == 1 else "votes"
+    text = f"{withdrawn} {votes} by {by} withdrawn ({reason}): the call needs {needed} more {more}"
+    detail = {"approval": approval, "by": by, "withdrawn": withdrawn, "needed": needed, "reason": text}
+    return state.copy(), Move(state.state, state.state, "withdraw", detail)
+
+
 # -- planning ------------------------------------------------------------------------
 
 

@@ -213,11 +213,14 @@ class Approval(models.Model):
         the call as it stands (this round) or was cast for arguments edited since: the
         record keeps votes that decided nothing (an expiry, an edit) in view."""
         votes = sorted(self.votes.all(), key=lambda v: (v.at, v.pk))
-        return [VoteRecord(v, v.round == self.round) for v in votes]
+        return [VoteRecord(v, v.round == self.round and v.withdrawn_at is None) for v in votes]
 
     def current_votes(self) -> list[ApprovalVote]:
-        """This round's votes, oldest first (prefetched `votes` are used when present)."""
-        return sorted((v for v in self.votes.all() if v.round == self.round), key=lambda v: (v.at, v.pk))
+        """This round's votes that count, oldest first (prefetched `votes` are used when
+        present): a vote withdrawn because its voter left (agents/people.py) is not one."""
+        return sorted(
+            (v for v in self.votes.all() if v.round == self.round and v.withdrawn_at is None), key=lambda v: (v.at, v.pk)
+        )
 
     def grant_refusal(self) -> str | None:
         """Why approving this call may not also grant it for the run, or None."""
@@ -280,6 +283,9 @@ class ApprovalVote(models.Model):
     args = models.JSONField(null=True, blank=True)
     via = models.CharField(max_length=10, blank=True, default="", db_default="", help_text="dashboard, api, slack or email")
     at = models.DateTimeField()
+    # The voter left before the call was decided (people.person_leave): the vote stays on
+    # the record and no longer counts.
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -290,14 +296,17 @@ class ApprovalVote(models.Model):
         return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at, "via": self.via}
 
 
-
 @dataclass(frozen=True)
 class VoteRecord:
     """A vote as the record shows it: `counts` is False for a vote cast on arguments
-    someone edited afterwards."""
+    someone edited afterwards, or withdrawn because its voter left."""
 
     vote: ApprovalVote
     counts: bool
+
+    @property
+    def withdrawn(self) -> bool:
+        return self.vote.withdrawn_at is not None
 
 
 class Grant(models.Model):

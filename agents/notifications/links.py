@@ -31,6 +31,8 @@ from agents.models import Approval, DecisionLink
 log = logging.getLogger("airlock.links")
 
 TOKEN_BYTES = 32
+# A revoked link's `outcome`: its reviewer left (agents/people.py); it is spent.
+REVOKED = "revoked: the reviewer left"
 
 
 def _hash(token: str) -> str:
@@ -51,6 +53,11 @@ def link_create(*, user: Any, approval: Approval, now: dt.datetime | None = None
         expires_at=now + dt.timedelta(hours=settings.AIRLOCK_EMAIL_LINK_HOURS),
     )
     return token
+
+
+def links_revoke(*, user: Any) -> int:
+    """Kill every unused link sent to `user` (they left); returns how many."""
+    return DecisionLink.objects.filter(user=user, used_at__isnull=True).update(used_at=timezone.now(), outcome=REVOKED)
 
 
 def link_url(token: str) -> str:
@@ -76,7 +83,7 @@ def needs_step_up(approval: Approval) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    code: str  # used, expired, decided, changed, run_ended, wrong_user, step_up, duties
+    code: str  # revoked, used, expired, decided, changed, run_ended, wrong_user, step_up, duties
     message: str
     status: int
 
@@ -86,6 +93,8 @@ def refusal(link: DecisionLink, user: Any, *, now: dt.datetime | None = None) ->
     `user` is who is logged in on this browser (anonymous is fine)."""
     now = now or timezone.now()
     a = link.approval
+    if link.outcome == REVOKED:
+        return Refusal("revoked", f"This link was revoked: {link.user.get_username()} no longer reviews here.", 410)
     if link.used_at is not None:
         return Refusal("used", f"This link was already used ({link.outcome or 'answered'}); it works once.", 410)
     if user.is_authenticated and user.pk != link.user_id:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0020_teams_queue_forks'),
+        ('agents', '0022_batch'),
     ]
 
     operations = [

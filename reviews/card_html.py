@@ -24,12 +24,10 @@ from agents.web.jinja import fragment
 from .cards import Card, OnScreen
 
 
-def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -> SafeString:
+def _shared(context: Context) -> dict[str, Any]:
     filters = context.get("filters")
-    shared: dict[str, Any] = {
-        "items": items,
+    return {
         "can_decide": bool(context.get("can_decide")),  # the viewer may answer
-        "preserve": preserve,  # hx-preserve: in the list, not in a decision's answer
         # The queue's filters as hidden inputs: a decision keeps them. On the approval's
         # own page the decision comes back to that page, not the queue.
         "own_page": bool(context.get("on_own_page")),
@@ -37,7 +35,17 @@ def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -
         "csrf": CsrfTokenNode().render(context),  # already safe
         "tz": timezone.get_current_timezone(),  # as the `date` filter shows times
     }
-    return fragment("reviews/cards.html", shared)
+
+
+def claim(card: Card, context: Context) -> SafeString:
+    """A card's claim line alone (the answer to Claim and Release)."""
+    if card.claim is None:
+        return SafeString("")
+    return fragment("reviews/claim.html", {**_shared(context), "cl": card.claim})
+
+
+def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -> SafeString:
+    return fragment("reviews/cards.html", {**_shared(context), "items": items, "preserve": preserve})
 
 
 def card(card: Card, context: Context) -> SafeString:

@@ -108,6 +108,8 @@ class ApprovalOut(Schema):
     expires_at: dt.datetime | None = None
     via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
+    claimed_by: str | None = Field(None, description="who claimed the call (\"I'm on it\"), or null; null once the claim lapsed")
+    claimed_until: dt.datetime | None = Field(None, description="when the claim lapses, or null")
 
 
 class GrantOut(Schema):

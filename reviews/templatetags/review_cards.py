@@ -21,3 +21,8 @@ def review_card(context: Context, card: Card) -> SafeString:
 def review_cards(context: Context, items: list[Card | OnScreen]) -> SafeString:
     return card_html.cards(items, context)
 
+
+
+@register.simple_tag(takes_context=True)
+def review_claim(context: Context, card: Card) -> SafeString:
+    return card_html.claim(card, context)

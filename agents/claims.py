@@ -36,7 +36,7 @@ def _holder(approval: Approval) -> dict[str, Any]:
     return {
         "message": f"approval {approval.pk} is claimed by {who} until {until:%H:%M} UTC" if until else "",
         "claimed_by": who,
-        "claimed_until": until.isoformat() if until else None,
+        "claimed_until": until,  # as the approval JSON writes times
     }
 
 

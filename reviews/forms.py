@@ -54,12 +54,6 @@ class FilterForm(forms.Form):
         error_messages={"max_length": f"a search takes at most {Q_MAX} characters."},
     )
 
-    def clean_q(self) -> str:
-        text: str = self.cleaned_data.get("q") or ""
-        if "\x00" in text:
-            raise forms.ValidationError("contains a NUL character")
-        return text
-
     def filters(self) -> Filters:
         self.is_valid()
         data = self.cleaned_data  # only the fields that were valid

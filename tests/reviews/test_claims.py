@@ -354,3 +354,31 @@ def test_two_reviewers_claiming_at_once_leave_one_holder(pending, rita, rob) -> 
         open_ = ApprovalClaim.objects.filter(approval=approval, ended_at__isnull=True)
         assert [c.user for c in open_] == [holder]
         approval_decide(approval_id=approval.pk, user=holder, decision="reject")
+
+
+# -- the poll --------------------------------------------------------------------------
+
+
+def test_the_poll_sends_a_kept_cards_claim_line_when_the_claim_changed(pending, rita, rob, as_user) -> None:
+    approval = pending()
+    client = as_user(rita)
+    page = client.get("/reviews/").content.decode()
+    token = re.search(rf'name="claim" value="({approval.pk}:[^"]+)"', page)
+    assert token and token.group(1) == f"{approval.pk}:-"
+    poll = f"/reviews/list/?shown={approval.pk}&claim={token.group(1)}"
+
+    def oob() -> str:
+        body = client.get(poll, headers=HTMX).content.decode()
+        found = re.search(rf'<div class="claim[^"]*" id="approval-{approval.pk}-claim" hx-swap-oob="true">.*?</div>', body, re.S)
+        return found.group(0) if found else ""
+
+    assert oob() == ""  # nothing changed: the kept card is left alone
+    approval_claim(approval_id=approval.pk, user=rob)
+    line = oob()
+    assert 'Claimed by <strong class="who">rob</strong>' in line and "Claim</button>" not in line
+    # Rob's claim lapses: the line comes again, free to claim.
+    lapse(approval)
+    fresh = Approval.objects.get(pk=approval.pk)
+    poll = f"/reviews/list/?shown={approval.pk}&claim={approval.pk}:{fresh.claimed_by_id}.{int(fresh.claimed_until.timestamp() * 1000)}"
+    line = oob()
+    assert "Claimed by" not in line and ">Claim</button>" in line

@@ -118,7 +118,7 @@ def claims_end_for_user(*, user: Any, end: str = "logout") -> int:
     now = timezone.now()
     with transaction.atomic():
         Approval.objects.filter(claimed_by=user).update(claimed_by=None, claimed_until=None)
-        return ApprovalClaim.objects.filter(user=user).close(end, now)
+        return int(ApprovalClaim.objects.filter(user=user).close(end, now))
 
 
 def claims_lapse(*, now: dt.datetime | None = None) -> int:

@@ -116,7 +116,7 @@ class ClaimLine:
     mine: bool  # the viewer holds it
     may_claim: bool  # the viewer may claim the call (or extend their claim)
     may_release: bool  # theirs, or a superuser's release of anyone's
-    token: str  # the claim shown, for the poll (see token())
+    token: str  # the claim shown, for the poll (see token_of())
     message: str = ""  # what a claim or release request is told
 
     @classmethod
@@ -128,11 +128,11 @@ class ClaimLine:
         free = not live or mine
         return cls(
             a.pk, by, a.claimed_until if live else None, mine, may and free,
-            live and viewer is not None and (mine or viewer.is_superuser), cls.token(a, now),
+            live and viewer is not None and (mine or viewer.is_superuser), cls.token_of(a, now),
         )
 
     @staticmethod
-    def token(a: Approval, now: dt.datetime) -> str:
+    def token_of(a: Approval, now: dt.datetime) -> str:
         """The claim a card shows, as the poll names it back (`claim=<id>:<token>`): a
         card whose claim changed since (taken, extended, released, lapsed) gets its
         claim line again, out of band."""
@@ -290,7 +290,7 @@ def _filtered(qs: QuerySet[Approval], filters: Filters, user: Any) -> QuerySet[A
         qs = qs.filter(risk=filters.risk)
     if filters.claimed:
         now = timezone.now()  # a lapsed claim is no claim (ApprovalQuerySet)
-        qs = qs.claimed_by_user(user, now) if filters.claimed == "me" else qs.unclaimed(now)  # type: ignore[attr-defined]
+        qs = qs.claimed_by_user(user, now) if filters.claimed == "me" else qs.unclaimed(now)
     if filters.q:
         qs = qs.filter(_search(filters.q))
     return qs
@@ -439,7 +439,7 @@ def queue(
     call changed since (another reviewer edited it) comes back whole, marked, to replace
     the stale card. `matching` is the count of pending cards matching `filters`, when the
     caller has it already. `claims` maps a pending card on screen to the claim it shows
-    (ClaimLine.token): one whose claim changed comes back as a stand-in carrying its
+    (ClaimLine.token_of): one whose claim changed comes back as a stand-in carrying its
     claim line, out of band, so a half-written note survives another reviewer's claim.
     Raises BadCursor for an `after` the viewer cannot see.
     """
@@ -470,7 +470,7 @@ def queue(
         if not a.is_pending:
             return OnScreen(a.pk)
         claim = None
-        if a.pk in claims and claims[a.pk] != ClaimLine.token(a, now):
+        if a.pk in claims and claims[a.pk] != ClaimLine.token_of(a, now):
             claim = ClaimLine.of(a, user, separated=access.duties_separated(user, a.run), now=now)
         return OnScreen(a.pk, Quorum.of(a), claim)
 

@@ -88,7 +88,7 @@ def seen_hashes(values: list[str]) -> dict[int, str]:
 
 def claim_tokens(values: list[str]) -> dict[int, str]:
     """`pk:token` pairs a polling page sends for its pending cards: the claim each shows
-    (cards.ClaimLine.token)."""
+    (cards.ClaimLine.token_of)."""
     shown = {}
     for value in values[:200]:
         pk, _, token = value.partition(":")

@@ -37,6 +37,9 @@ APPROVAL_FIELDS = {
     "via",
     # What the profile's shadow rules would have decided.
     "shadow",
+    # Who is on it ("I'm on it", issue 28): a live claim, or both null.
+    "claimed_by",
+    "claimed_until",
 }
 
 

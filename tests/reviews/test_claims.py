@@ -59,7 +59,7 @@ def test_a_claim_is_seen_by_another_reviewer_with_who_and_until(pending, rita, r
     assert claim_rows(approval) == [("rita", "")]
     until = timezone.localtime(a.claimed_until).strftime("%H:%M")
     theirs = card_html(as_user(rob), approval)
-    assert f'Claimed by <strong class="who">rita</strong> until <time' in theirs and f">{until}</time>" in theirs
+    assert 'Claimed by <strong class="who">rita</strong> until <time' in theirs and f">{until}</time>" in theirs
     assert ">Claim</button>" not in theirs and "Release" not in theirs  # rob can neither take nor release it
     mine = card_html(as_user(rita), approval)
     assert "You claimed this until" in mine and ">Release</button>" in mine and ">Extend claim</button>" in mine

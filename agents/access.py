@@ -127,6 +127,12 @@ def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., Http
     return wrapper
 
 
+def can_claim(user: Any, approval: Approval) -> bool:
+    """Who may claim a call ("I'm on it"): whoever may decide it (a reviewer the run's
+    separation of duties does not exclude)."""
+    return can_decide(user) and not duties_separated(user, approval.run)
+
+
 def duties_separated(user: Any, run: Run) -> bool:
     """True when `user` launched `run` and its policy separates duties: they may read
     the run's approvals but not vote on them, superusers included."""

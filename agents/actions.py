@@ -19,7 +19,7 @@ from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
-from agents.models import AgentProfile, Approval, ApprovalVote, Grant, IdempotencyKey, Run
+from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.ops import telemetry
 from agents.runs import driver, sanitize, store
 
@@ -261,7 +261,8 @@ def approval_decide(
        vote is the answer. Decided: a conditional update `WHERE status = 'pending'`
        closes the approval and the engine's transition commits in the same database
        transaction, so a decision never exists without its transition.
-    6. The decider wakes a worker after commit.
+    6. The decider wakes a worker after commit. A claim on the call ends with it: the
+       decider's own as "decided", anyone else's as "left".
 
     `remember` ("call" or "tool", with approve) also grants the call that runs for the
     rest of the run, where `Approval.grant_refusal()` has no objection (checked after an
@@ -314,14 +315,22 @@ def approval_decide(
         tally = decisions.tally(votes, approval.required)
         if tally.decision is None:
             return DecisionResult(_fresh(approval_id), "voted")
+        now = timezone.now()
+        # A decided call holds no claim (docs/reviewing.md#claims).
         updated = Approval.objects.pending().filter(pk=approval_id).update(
             status=decisions.DECISION_STATUS[tally.decision], decision=tally.decision, decided_by=user,
-            decided_at=timezone.now(), note=note, via=via,
+            decided_at=now, note=note, via=via, claimed_by=None, claimed_until=None,
         )
         if updated != 1:
             # Cannot happen while we hold the run's lock (every close of an approval
             # commits through that row); kept so a change there fails loudly here.
             raise store.StaleRun(f"approval {approval_id} changed under the run's lock")
+        if approval.claimed_by_id is not None:
+            # In the decision's transaction: the claim ends with the decision, never apart.
+            claims = ApprovalClaim.objects.filter(approval_id=approval_id)
+            if user is not None:
+                claims.filter(user=user).close("decided", now)
+            claims.close("left", now)
         edit = None
         # The edit rides with an approval only: a rejection of an edited call runs nothing.
         if approval.edited_args is not None and tally.decision == "approve":

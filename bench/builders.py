@@ -26,7 +26,7 @@ from agents.engine.step import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, since, usd
 from agents.web.markup import url_for
 from agents.web.timeline import PAGE_TEXT_MAX, Entry, cut_for_model, page_text
-from reviews.cards import Card, OnScreen, Quorum, ToolSource
+from reviews.cards import Card, ClaimLine, OnScreen, Quorum, ToolSource
 from reviews.untrusted import Untrusted
 
 
@@ -96,6 +96,43 @@ def quorum(q: Quorum, *, oob: bool = False) -> SafeString:
         f'<strong class="count">{q.approvals} of {q.required} approvals</strong>'
         f"{': ' + votes if votes else ''}</p>"
     )
+
+
+def claim_line(cl: ClaimLine, shared: _Shared, *, oob: bool = False) -> str:
+    """Who is on a pending call, with Claim / Release; out of band (`oob`) for a card the
+    polling page keeps whose claim changed."""
+    classes = f"claim{' is-claimed' if cl.by else ''}{' is-mine' if cl.mine else ''}"
+    swap = ' hx-swap-oob="true"' if oob else ""
+    out = [
+        f'<div class="{classes}" id="approval-{cl.pk}-claim"{swap}>\n'
+        f'<input type="hidden" name="claim" value="{cl.pk}:{esc(cl.token)}">\n'
+    ]
+    if cl.by and cl.until is not None:
+        local = shared.local(cl.until)
+        who = "You claimed this" if cl.mine else f'Claimed by <strong class="who">{esc(cl.by)}</strong>'
+        out.append(f'<p class="claimed">{who} until <time datetime="{local.isoformat()}">{local:%H:%M}</time></p>\n')
+    if cl.may_claim or cl.may_release:
+        take, release = url_for("reviews:claim", cl.pk), url_for("reviews:release", cl.pk)
+        out.append(
+            f'<form class="claim-form" method="post" action="{take}" hx-post="{take}" hx-target="closest .claim"'
+            f' hx-swap="outerHTML">\n{shared.csrf}\n{shared.hidden}'
+        )
+        if cl.may_claim:
+            label = "Extend claim" if cl.mine else "Claim"
+            out.append(
+                f'<button type="submit" class="claim-button" data-key="c" formaction="{take}" hx-post="{take}">'
+                f"{label}</button>\n"
+            )
+        if cl.may_release:
+            out.append(
+                f'<button type="submit" class="release-button" formaction="{release}" hx-post="{release}">'
+                "Release</button>\n"
+            )
+        out.append("</form>\n")
+    if cl.message:
+        out.append(f'<p class="claim-message" role="status">{esc(cl.message)}</p>\n')
+    out.append("</div>")
+    return "".join(out)
 
 
 def _untrusted(t: Untrusted, pk: int) -> str:
@@ -264,6 +301,8 @@ def old_cards(items: list[Card | OnScreen], context: Context) -> SafeString:
             )
             if item.quorum:
                 out.append(quorum(item.quorum, oob=True))
+            if item.claim:
+                out.append(claim_line(item.claim, shared, oob=True))
         else:
             out.append(_card(item, shared))
     return mark_safe("".join(out))
@@ -314,6 +353,7 @@ def _card(card: Card, shared: _Shared) -> str:
     # A card whose call changed replaces the stale one on screen: not preserved.
     preserve = ' hx-preserve="true"' if shared.preserve and not card.changed else ""
     changed = f'\n<p class="call-changed" role="alert">{esc(card.changed)}</p>' if card.changed else ""
+    claim = "\n" + claim_line(card.claim, shared) if card.claim else ""
     message = ""
     if pending and card.message and not card.edit_error and not card.changed:
         message = f'<p class="vote-recorded" role="status">{esc(card.message)}</p>'
@@ -329,7 +369,7 @@ def _card(card: Card, shared: _Shared) -> str:
         f'<span class="waited">{"waiting" if pending else "waited"} <time datetime="{shared.iso(a.created_at)}" '
         f'data-since="{int(a.created_at.timestamp())}">{esc(card.waited)}</time></span>\n'
         f"{expires}\n"
-        f"</header>{changed}\n"
+        f"</header>{claim}{changed}\n"
         f"{_source(card.source, a.risk) if card.source else ''}"
         '<dl class="facts">\n'
         f'<div class="reason"><dt>Why asked</dt><dd>{rule}{esc(a.reason)}{needed}</dd></div>\n'

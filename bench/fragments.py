@@ -40,7 +40,7 @@ from agents.web import runs_html, timeline_html  # noqa: E402
 from agents.web.timeline import Entry  # noqa: E402
 from bench.builders import DJANGO_ROWS, old_cards, old_entries, old_rows  # noqa: E402
 from reviews import card_html  # noqa: E402
-from reviews.cards import Card, Filters, pretty_args  # noqa: E402
+from reviews.cards import Card, ClaimLine, Filters, pretty_args  # noqa: E402
 from reviews.untrusted import untrusted  # noqa: E402
 
 
@@ -100,7 +100,13 @@ def queue_of_cards(n: int) -> list[Card]:
         )
         a.agent_name = "demo"
         taint = untrusted("fetch_fixture", 1, {"text": fetched}) if run.tainted else None
-        cards.append(Card(approval=a, args_json=pretty_args(args), waited=f"{i} min", taint=taint))
+        # Every pending card has a claim line; a third are claimed by someone else.
+        held = i % 3 == 1
+        claim = ClaimLine(
+            a.pk, "rob" if held else "", created + dt.timedelta(minutes=10) if held else None, False, not held, False,
+            f"7.{i}" if held else "-",
+        )
+        cards.append(Card(approval=a, args_json=pretty_args(args), waited=f"{i} min", taint=taint, claim=claim))
     return cards
 
 

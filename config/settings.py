@@ -375,6 +375,9 @@ AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS = env_float("AIRLOCK_WEBHOOK_RETRY_MAX_SECONDS
 # Pending calls are emailed to reviewers as one digest once the oldest unsent one is
 # this old: fifty in a minute make one email, not fifty.
 AIRLOCK_EMAIL_DIGEST_SECONDS = env_float("AIRLOCK_EMAIL_DIGEST_SECONDS", 60.0)
+# A reviewer's claim on a call ("I'm on it") lapses after this many minutes (fractions
+# allowed); claiming it again extends it (docs/reviewing.md#claims).
+AIRLOCK_CLAIM_MINUTES = env_positive_float("AIRLOCK_CLAIM_MINUTES", 10)
 # Emailed decision links (/reviews/links/<token>/) die after this many hours at the latest.
 AIRLOCK_EMAIL_LINK_HOURS = env_positive_float("AIRLOCK_EMAIL_LINK_HOURS", 72.0)
 # The Slack app's signing secret: POST /integrations/slack/interactions answers 401 to

@@ -27,12 +27,10 @@ from .cards import Card, OnScreen
 from .groups import OUTCOME_LABELS, Group
 
 
-def _shared(items: list[Any], context: Context, *, preserve: bool) -> dict[str, Any]:
+def _shared(context: Context) -> dict[str, Any]:
     filters = context.get("filters")
     return {
-        "items": items,
         "can_decide": bool(context.get("can_decide")),  # the viewer may answer
-        "preserve": preserve,  # hx-preserve: in the list, not in a decision's answer
         # The queue's filters as hidden inputs: a decision keeps them. On the approval's
         # own page the decision comes back to that page, not the queue.
         "own_page": bool(context.get("on_own_page")),
@@ -42,8 +40,15 @@ def _shared(items: list[Any], context: Context, *, preserve: bool) -> dict[str, 
     }
 
 
+def claim(card: Card, context: Context) -> SafeString:
+    """A card's claim line alone (the answer to Claim and Release)."""
+    if card.claim is None:
+        return SafeString("")
+    return fragment("reviews/claim.html", {**_shared(context), "cl": card.claim})
+
+
 def _render(items: list[Card | OnScreen], context: Context, *, preserve: bool) -> SafeString:
-    return fragment("reviews/cards.html", _shared(items, context, preserve=preserve))
+    return fragment("reviews/cards.html", {**_shared(context), "items": items, "preserve": preserve})
 
 
 def card(card: Card, context: Context) -> SafeString:
@@ -66,7 +71,7 @@ def groups(
     """The grouped queue's entries (reviews/jinja2/reviews/group.html); with `results`,
     a batch's answer: what became of each call, above what is left of group `key`.
     Nothing is preserved: the grouped page does not poll (checked rows would be lost)."""
-    shared = _shared(items, context, preserve=False)
+    shared = {**_shared(context), "items": items, "preserve": False}
     shared.update(
         action=reverse("reviews:decisions"), results=results or [], line=line, answer_key=key,
         labels=OUTCOME_LABELS,

@@ -5,13 +5,16 @@ Read-only: decisions go through `agents.actions.approval_decide`.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet, prefetch_related_objects
+from django.db.models import Count, F, Q, QuerySet, TextField, prefetch_related_objects
+from django.db.models.functions import Cast
+from django.db.models.lookups import IContains
 from django.utils import timezone
 
 from agents import access
@@ -33,6 +36,9 @@ SORTS: dict[str, tuple[str, tuple[Any, ...]]] = {
 EXPIRING_FRACTION = 5  # a card is marked when less than a fifth of its time is left
 
 
+CLAIMED = {"me": "Mine", "none": "Unclaimed"}  # ?claimed=: the queue's claim filters
+
+
 @dataclass
 class Filters:
     agent: str = ""
@@ -40,18 +46,23 @@ class Filters:
     risk: str = ""
     sort: str = ""
     group: bool = False  # "Group similar calls" (reviews/groups.py): a view, not a filter
+    claimed: str = ""  # of CLAIMED, or "" for every card
+    q: str = ""  # text in the run's task, the tool or the arguments
+    ignored: list[str] = field(default_factory=list)  # why a value given was not used
 
     def query(self) -> dict[str, str]:
+        """The filters as the queue's URL carries them: polls, "more", decisions and
+        claims send these on, so every view of the queue keeps them."""
         pairs = (
             ("agent", self.agent), ("tool", self.tool), ("risk", self.risk), ("sort", self.sort),
-            ("group", "1" if self.group else ""),
+            ("claimed", self.claimed), ("q", self.q), ("group", "1" if self.group else ""),
         )
         return {k: v for k, v in pairs if v}
 
     @property
     def active(self) -> bool:
         # An order is not a filter: every pending card still shows.
-        return bool(self.agent or self.tool or self.risk)
+        return bool(self.agent or self.tool or self.risk or self.claimed or self.q)
 
 
 @dataclass
@@ -128,6 +139,41 @@ class Prior:
 
 
 @dataclass
+class ClaimLine:
+    """Who is on a pending call, as its card says, and what the viewer may do about it."""
+
+    pk: int
+    by: str  # the claimant's name; "" when nobody holds a live claim
+    until: dt.datetime | None
+    mine: bool  # the viewer holds it
+    may_claim: bool  # the viewer may claim the call (or extend their claim)
+    may_release: bool  # theirs, or a superuser's release of anyone's
+    token: str  # the claim shown, for the poll (see token_of())
+    message: str = ""  # what a claim or release request is told
+
+    @classmethod
+    def of(cls, a: Approval, viewer: Any, *, separated: bool, now: dt.datetime) -> ClaimLine:
+        live = a.claim_is_live(now)
+        by = (a.claimed_by.get_username() if a.claimed_by else "?") if live else ""
+        mine = live and viewer is not None and a.claimed_by_id == viewer.pk
+        may = viewer is not None and access.can_decide(viewer) and not separated
+        free = not live or mine
+        return cls(
+            a.pk, by, a.claimed_until if live else None, mine, may and free,
+            live and viewer is not None and (mine or viewer.is_superuser), cls.token_of(a, now),
+        )
+
+    @staticmethod
+    def token_of(a: Approval, now: dt.datetime) -> str:
+        """The claim a card shows, as the poll names it back (`claim=<id>:<token>`): a
+        card whose claim changed since (taken, extended, released, lapsed) gets its
+        claim line again, out of band."""
+        if not a.claim_is_live(now) or a.claimed_until is None:
+            return "-"
+        return f"{a.claimed_by_id}.{int(a.claimed_until.timestamp() * 1000)}"
+
+
+@dataclass
 class Card:
     approval: Approval
     args_json: str
@@ -143,6 +189,7 @@ class Card:
     source: ToolSource | None = None  # an MCP tool's server and description
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
     prior: Prior | None = None  # a fork's call that already ran in its parent
+    claim: ClaimLine | None = None  # who is on it (pending cards only)
 
     @functools.cached_property
     def args_hash(self) -> str:
@@ -271,14 +318,32 @@ def pending_summary(user: Any) -> tuple[int, list[str]]:
     return (rows[0][0] if rows else 0), [tool for _count, tool in rows]
 
 
-def _filtered(qs: QuerySet[Approval], filters: Filters) -> QuerySet[Approval]:
+def _filtered(qs: QuerySet[Approval], filters: Filters, user: Any) -> QuerySet[Approval]:
     if filters.agent:
         qs = qs.filter(run__profile__name=filters.agent)
     if filters.tool:
         qs = qs.filter(tool=filters.tool)
     if filters.risk:
         qs = qs.filter(risk=filters.risk)
+    if filters.claimed:
+        now = timezone.now()  # a lapsed claim is no claim (ApprovalQuerySet)
+        qs = qs.claimed_by_user(user, now) if filters.claimed == "me" else qs.unclaimed(now)
+    if filters.q:
+        qs = qs.filter(_search(filters.q))
     return qs
+
+
+def _search(text: str) -> Q:
+    """Cards whose run's task, tool or arguments (the agent's or an edit's) contain
+    `text`, in any case: one condition of the queue's query. The arguments are JSON,
+    searched as their text (jsonb::text on PostgreSQL, the stored text on SQLite), so a
+    key or a value matches."""
+    return (
+        Q(run__task__icontains=text)
+        | Q(tool__icontains=text)
+        | Q(IContains(Cast("args", TextField()), text))
+        | Q(IContains(Cast("edited_args", TextField()), text))
+    )
 
 
 def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = False) -> list[Card]:
@@ -302,6 +367,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
             else:
                 taint = Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
         votes = _votes(a)
+        separated = a.is_pending and viewer is not None and access.duties_separated(viewer, a.run)
         cards.append(
             Card(
                 approval=a,
@@ -310,10 +376,11 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 taint=taint,
                 votes=votes,
                 my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
-                separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
+                separated=separated,
                 late=late,
                 source=sources.get(a.tool),
                 prior=priors.get(a.pk),
+                claim=ClaimLine.of(a, viewer, separated=separated, now=now) if a.is_pending else None,
             )
         )
     return cards
@@ -343,6 +410,8 @@ def _load(qs: QuerySet[Approval]) -> list[Approval]:
     approvals = list(qs)
     prefetch_related_objects([a for a in approvals if a.may_have_votes], "votes")  # see _votes()
     Approval.prefetch_people(approvals)
+    # Claimants' names: one query, none when no card is claimed (most).
+    prefetch_related_objects([a for a in approvals if a.claimed_by_id is not None], "claimed_by")
     return approvals
 
 
@@ -360,6 +429,8 @@ class OnScreen:
     pk: int
     # The vote counter goes out of band: the card stays, its count follows other reviewers.
     quorum: Quorum | None = None
+    # So does the claim line, when the claim changed since the page showed it.
+    claim: ClaimLine | None = None
 
 
 @dataclass
@@ -395,6 +466,7 @@ def queue(
     after: int | None = None,
     matching: int | None = None,
     seen: dict[int, str] | None = None,
+    claims: dict[int, str] | None = None,
 ) -> Page:
     """Pending cards in the chosen order, from the start or after the card `after`.
 
@@ -405,14 +477,17 @@ def queue(
     the page. `seen` maps a pending card on screen to the `args_hash` it shows: one whose
     call changed since (another reviewer edited it) comes back whole, marked, to replace
     the stale card. `matching` is the count of pending cards matching `filters`, when the
-    caller has it already. Raises BadCursor for an `after` the viewer cannot see.
+    caller has it already. `claims` maps a pending card on screen to the claim it shows
+    (ClaimLine.token_of): one whose claim changed comes back as a stand-in carrying its
+    claim line, out of band, so a half-written note survives another reviewer's claim.
+    Raises BadCursor for an `after` the viewer cannot see.
     """
     visible = access.visible_approvals(user)
-    pending = _filtered(visible.pending(), filters)
+    pending = _filtered(visible.pending(), filters, user)
     keep = list(keep)[:LOADED_MAX]
     shown = list(shown)[:LOADED_MAX]
     on_screen = set(keep) | set(shown)
-    rows = _filtered(visible.filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters)
+    rows = _filtered(visible.filter(Q(status=Approval.Status.PENDING) | Q(pk__in=keep)), filters, user)
     beyond = Q()
     if after is not None:
         anchor = visible.filter(pk=after).only("pk", "created_at", "expires_at").first()
@@ -427,10 +502,18 @@ def queue(
     stale = {a.pk for a in approvals if a.pk in seen and a.is_pending and seen[a.pk] != a.args_hash}
     on_screen -= stale
     built = iter(build((a for a in approvals if a.pk not in on_screen), viewer=user))
-    items: list[Card | OnScreen] = [
-        OnScreen(a.pk, Quorum.of(a) if a.is_pending else None) if a.pk in on_screen else next(built)
-        for a in approvals
-    ]
+    claims = claims or {}
+    now = timezone.now()
+
+    def kept(a: Approval) -> OnScreen:
+        if not a.is_pending:
+            return OnScreen(a.pk)
+        claim = None
+        if a.pk in claims and claims[a.pk] != ClaimLine.token_of(a, now):
+            claim = ClaimLine.of(a, user, separated=access.duties_separated(user, a.run), now=now)
+        return OnScreen(a.pk, Quorum.of(a), claim)
+
+    items: list[Card | OnScreen] = [kept(a) if a.pk in on_screen else next(built) for a in approvals]
     for item in items:
         if isinstance(item, Card) and item.approval.pk in stale:
             item.call_changed(refused=False)
@@ -460,4 +543,5 @@ def filter_choices(tools: Iterable[str]) -> dict[str, list[Any]]:
         "tools": list(tools),
         "risks": list(RISKS),
         "sorts": [(value, label) for value, (label, _order) in SORTS.items()],
+        "claimed": list(CLAIMED.items()),
     }

@@ -7,10 +7,11 @@ from django import forms
 from agents import jsonsafe
 from agents.access import MAX_ID
 
-from .cards import RISKS, SORTS, Filters
+from .cards import CLAIMED, RISKS, SORTS, Filters
 
 NOTE_MAX = 4_000
 ARGS_MAX = 100_000
+Q_MAX = 200  # a search longer than this matches no card anyway
 
 
 class DecisionForm(forms.Form):
@@ -37,20 +38,31 @@ class DecisionForm(forms.Form):
 
 
 class FilterForm(forms.Form):
-    """The queue's GET filters; an unknown value is ignored rather than an error page."""
+    """The queue's GET filters. A value that is not one of the choices (or too long) is
+    not used, and the page says so (`Filters.ignored`) rather than answering an error page."""
 
     agent = forms.CharField(required=False, max_length=64)
     tool = forms.CharField(required=False, max_length=100)
     risk = forms.ChoiceField(required=False, choices=[("", "any")] + [(r, r) for r in RISKS])
     sort = forms.ChoiceField(required=False, choices=[(value, label) for value, (label, _o) in SORTS.items()])
     group = forms.BooleanField(required=False)
+    claimed = forms.ChoiceField(
+        required=False, choices=[("", "any"), *CLAIMED.items()],
+        error_messages={"invalid_choice": "claimed takes me (Mine) or none (Unclaimed)."},
+    )
+    q = forms.CharField(
+        required=False, max_length=Q_MAX, strip=True,
+        error_messages={"max_length": f"a search takes at most {Q_MAX} characters."},
+    )
 
     def filters(self) -> Filters:
         self.is_valid()
         data = self.cleaned_data  # only the fields that were valid
+        ignored = [f"{name}={str(self.data.get(name, ''))[:40]!r}: {' '.join(errors)}" for name, errors in self.errors.items()]
         return Filters(
             agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""), sort=data.get("sort", ""),
             group=bool(data.get("group")),
+            claimed=data.get("claimed", ""), q=data.get("q", ""), ignored=ignored,
         )
 
 
@@ -88,3 +100,13 @@ class BatchForm(forms.Form):
         """The checked ids (distinct, in the page's order) and the hashes of those shown."""
         ids = list(dict.fromkeys(keep_ids(data.getlist("ids"))))
         return ids, seen_hashes(data.getlist("seen"))
+def claim_tokens(values: list[str]) -> dict[int, str]:
+    """`pk:token` pairs a polling page sends for its pending cards: the claim each shows
+    (cards.ClaimLine.token_of)."""
+    shown = {}
+    for value in values[:200]:
+        pk, _, token = value.partition(":")
+        ids = keep_ids([pk])
+        if ids and 0 < len(token) <= 40:
+            shown[ids[0]] = token
+    return shown

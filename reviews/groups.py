@@ -165,7 +165,7 @@ def _rows(pending: QuerySet[Approval], counts: dict[str, int]) -> dict[str, list
 
 
 def pending_calls(user: Any, filters: Filters) -> QuerySet[Approval]:
-    return cards._filtered(access.visible_approvals(user).pending(), filters)
+    return cards._filtered(access.visible_approvals(user).pending(), filters, user)
 
 
 WALK = 400  # pending calls read in queue order to find a page's entries, before counting all

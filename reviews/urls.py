@@ -20,4 +20,6 @@ urlpatterns = [
     # An emailed decision link: GET confirms (changes nothing), POST decides.
     path("links/<str:token>/", links.link, name="link"),
     *[path(f"<int:approval_id>/{d}/", views.decide, {"decision": d}, name=d) for d in DECISIONS],
+    # "I'm on it", and letting go (docs/reviewing.md#claims).
+    *[path(f"<int:approval_id>/{a}/", views.claim, {"action": a}, name=a) for a in ("claim", "release")],
 ]

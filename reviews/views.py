@@ -12,15 +12,16 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from agents import access
+from agents import access, claims
 from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide
 from agents.models import Approval
 
 from . import cards, groups
-from .forms import BatchForm, DecisionForm, FilterForm, keep_ids, seen_hashes
+from .forms import BatchForm, DecisionForm, FilterForm, claim_tokens, keep_ids, seen_hashes
 
 
 def _cursor(request: HttpRequest) -> int | None:
@@ -73,6 +74,7 @@ def _queue_context(
         keep=keep_ids(request.GET.getlist("keep")),
         shown=keep_ids(request.GET.getlist("shown")),
         seen=seen_hashes(request.GET.getlist("seen")),
+        claims=claim_tokens(request.GET.getlist("claim")),
         after=after,
         # Unfiltered, the matching count is the pending total: one COUNT, not two.
         matching=None if filters.active else pending_total,
@@ -264,7 +266,49 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
     card.message = _summary(card, result.outcome, me=request.user)
     response = _respond(request, card, ok=not late)
     if request.htmx and result.outcome in ("decided", "late"):
-        trigger_client_event(response, "approvalDecided", {"id": card.approval.pk, "won": result.won})
+        # `status`: what the keyboard's live region announces ("Approved call 12").
+        detail = {"id": card.approval.pk, "won": result.won, "status": card.approval.status}
+        trigger_client_event(response, "approvalDecided", detail)
+    return response
+
+
+@access.login_required_htmx
+@require_POST
+def claim(request: HttpRequest, approval_id: int, action: str) -> HttpResponse:
+    """Claim a pending call ("I'm on it"), or release the claim (`action`). For htmx the
+    card's claim line again (a refusal, such as another reviewer's claim, as a 409 with
+    the line as it stands); without htmx a redirect back, with the message."""
+    do = claims.approval_claim if action == "claim" else claims.approval_release
+    ok = True
+    try:
+        approval = do(approval_id=approval_id, user=request.user)
+    except ActionError as exc:
+        if exc.status == 404:
+            raise Http404(str(exc.detail)) from None
+        if exc.status == 403:
+            raise PermissionDenied(str(exc.detail)) from None
+        ok, message = False, exc.detail["message"] if isinstance(exc.detail, dict) else str(exc.detail)
+    else:
+        if action == "release":
+            message = f"Released call {approval_id}."
+        else:
+            until = timezone.localtime(approval.claimed_until) if approval.claimed_until else None
+            message = f"Claimed call {approval_id}" + (f" until {until:%H:%M}." if until else ".")
+    card = cards.card(request.user, approval_id)
+    if card is None:
+        raise Http404("approval not visible")
+    if not request.htmx:
+        (messages.success if ok else messages.warning)(request, message)
+        own_page = request.POST.get("back") == "approval"
+        response = redirect(reverse("reviews:approval", args=[approval_id]) if own_page else _back_to_queue(request))
+        response.status_code = 303
+        return response
+    if card.claim is not None:
+        card.claim.message = message
+    context = {"card": card, "can_decide": True, "on_own_page": request.POST.get("back") == "approval",
+               "filters": FilterForm(request.POST).filters()}
+    response = render(request, "reviews/queue.html#claim", context, status=200 if ok else 409)
+    trigger_client_event(response, "approvalClaimed", {"id": approval_id, "ok": ok, "message": message})
     return response
 
 

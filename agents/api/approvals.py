@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from agents import access, actions
+from agents import access, actions, claims
 from agents.actions import ActionError
 from agents.api.errors import ERRORS, forbidden, plain
 from agents.api.listing import OLDEST_FIRST, ApprovalPageQuery, approval_filters, page
@@ -27,7 +27,7 @@ def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> d
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
     params = filters.model_dump()
     approvals = access.visible_approvals(user).filter(approval_filters(params))
-    approvals = approvals.select_related("decided_by", "edited_by").prefetch_related("votes")
+    approvals = approvals.select_related("decided_by", "edited_by", "claimed_by").prefetch_related("votes")
     return page(approvals, params, OLDEST_FIRST, lambda a: dict(a.to_dict()))
 
 
@@ -85,3 +85,21 @@ def approvals_decide_batch(request: HttpRequest, payload: BatchDecisionIn) -> di
         args_hashes=payload.hashes(), via="api",
     )
     return {"results": [r.to_dict() for r in results]}
+@router.post("/approvals/{int:approval_id}/claim", response={200: ApprovalOut, ERRORS: Error}, summary="Claim an approval")
+def approvals_claim(request: HttpRequest, approval_id: int) -> dict[str, Any]:
+    """Say "I'm on it" for AIRLOCK_CLAIM_MINUTES (claiming again extends it). A claim
+    only tells: it never stops another reviewer from deciding. 409 `claimed` (with
+    `claimed_by` and `claimed_until`) while another reviewer's claim is live, 409
+    `not_pending` once the call is decided."""
+    user = request.auth  # type: ignore[attr-defined]
+    return dict(claims.approval_claim(approval_id=approval_id, user=user).to_dict())
+
+
+@router.post(
+    "/approvals/{int:approval_id}/release", response={200: ApprovalOut, ERRORS: Error}, summary="Release a claim"
+)
+def approvals_release(request: HttpRequest, approval_id: int) -> dict[str, Any]:
+    """Let go of your claim. Releasing a call nobody holds answers with it unchanged;
+    another reviewer's claim is a 409 `not_claimant` (superusers may release anyone's)."""
+    user = request.auth  # type: ignore[attr-defined]
+    return dict(claims.approval_release(approval_id=approval_id, user=user).to_dict())

@@ -170,6 +170,8 @@ class ApprovalOut(Schema):
     prior: PriorOut | None = Field(
         None, description="a fork's 'already ran' approval: the parent's call (run, seq, status succeeded|started)"
     )
+    claimed_by: str | None = Field(None, description="who claimed the call (\"I'm on it\"), or null; null once the claim lapsed")
+    claimed_until: dt.datetime | None = Field(None, description="when the claim lapses, or null")
 
 
 class GrantOut(Schema):

@@ -10,7 +10,8 @@ from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import models
-from django.db.models import prefetch_related_objects
+from django.db.models import Q, prefetch_related_objects
+from django.utils import timezone
 
 from agents.engine import decisions, fingerprints
 from agents.engine import policy as engine_policy
@@ -19,6 +20,14 @@ from agents.engine import policy as engine_policy
 class ApprovalQuerySet(models.QuerySet["Approval"]):
     def pending(self) -> ApprovalQuerySet:
         return self.filter(status=Approval.Status.PENDING)
+
+    # A claim whose `claimed_until` has passed is no claim, whether or not the sweeper
+    # has cleared it yet (agents/claims.py): these two are the queue's Mine / Unclaimed.
+    def claimed_by_user(self, user: Any, now: dt.datetime) -> ApprovalQuerySet:
+        return self.filter(claimed_by=user, claimed_until__gt=now)
+
+    def unclaimed(self, now: dt.datetime) -> ApprovalQuerySet:
+        return self.filter(Q(claimed_by__isnull=True) | Q(claimed_until__lte=now) | Q(claimed_until__isnull=True))
 
 
 def call_group_key(*, profile_id: int, kind: str, tool: str, rule: Any, args: Any) -> str:
@@ -62,6 +71,8 @@ class ApprovalDict(TypedDict):
     via: str
     created_at: dt.datetime
     prior: dict[str, Any] | None
+    claimed_by: str | None
+    claimed_until: dt.datetime | None
 
 
 # Where a decision came from (the approval JSON's `via`, the timeline, metrics).
@@ -170,6 +181,12 @@ class Approval(models.Model):
     def decided_label(self) -> str:
         return decisions.label(self.decision, self.status)
 
+    def claim_is_live(self, now: dt.datetime | None = None) -> bool:
+        """Someone holds a claim that has not lapsed: a lapsed claim is treated as none
+        everywhere, before the sweeper (or the next claim) records that it lapsed."""
+        until = self.claimed_until
+        return self.claimed_by_id is not None and until is not None and until > (now or timezone.now())
+
     @property
     def status_text(self) -> str:
         return decisions.status_text(self.status, self.decision)
@@ -240,6 +257,7 @@ class Approval(models.Model):
 
     def to_dict(self) -> ApprovalDict:
         """The approval as the JSON API returns it (a run's `pending_approval` too)."""
+        claimed = self.claim_is_live()
         return {
             "id": self.pk,
             "run": self.run_id,
@@ -264,6 +282,8 @@ class Approval(models.Model):
             "via": self.via,
             "created_at": self.created_at,
             "prior": {k: self.prior.get(k) for k in ("run", "seq", "status")} if self.prior else None,
+            "claimed_by": self.claimed_by.get_username() if claimed and self.claimed_by else None,
+            "claimed_until": self.claimed_until if claimed else None,
         }
 
 
@@ -349,8 +369,25 @@ class Grant(models.Model):
         }
 
 
+class ApprovalClaimQuerySet(models.QuerySet["ApprovalClaim"]):
+    def open(self) -> ApprovalClaimQuerySet:
+        return self.filter(ended_at__isnull=True)
+
+    def close(self, end: str, now: dt.datetime) -> int:
+        """End these claims (the open ones) as `end`; one whose time ran out before is
+        recorded as lapsed at its `until` instead, whatever ended it later. A conditional
+        update: of two closers of one claim the first wins, the other matches nothing."""
+        open_ = self.open()
+        lapsed = open_.filter(until__lte=now).update(ended_at=models.F("until"), end="lapsed")
+        return lapsed + open_.filter(until__gt=now).update(ended_at=now, end=end)
+
+
 class ApprovalClaim(models.Model):
-    """One claim of an approval, from taking to letting go: the stats count the lapsed."""
+    """One claim of an approval, from taking to letting go: the stats count the lapsed.
+
+    `end`: decided (the claimant decided), released, logout, lapsed (its time ran out),
+    left (the call left the queue otherwise: another reviewer decided, it expired, the
+    run ended)."""
 
     ENDS = [(e, e) for e in ("decided", "released", "logout", "lapsed", "left")]
 
@@ -360,3 +397,11 @@ class ApprovalClaim(models.Model):
     until = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     end = models.CharField(max_length=10, choices=ENDS, blank=True)
+
+    objects = ApprovalClaimQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            # The sweeper's lapsed claims: the open ones are few, the ended ones pile up.
+            models.Index(fields=["until"], condition=models.Q(ended_at__isnull=True), name="approvalclaim_open_until"),
+        ]

@@ -145,8 +145,15 @@ def commit_statement(
         )
     if t.approval_close is not None:
         sql.append(
-            f", ac AS (UPDATE agents_approval SET status = {p('ac_status', t.approval_close)}, decided_at = %(now)s"
+            f", ac AS (UPDATE agents_approval SET status = {p('ac_status', t.approval_close)}, decided_at = %(now)s,"
+            " claimed_by_id = NULL, claimed_until = NULL"
             " WHERE run_id = %(run_id)s AND status = 'pending' AND EXISTS (SELECT 1 FROM r) RETURNING id)"
+        )
+        # The call left the queue: its open claim ends (ApprovalClaimQuerySet.close's rule).
+        sql.append(
+            ', acl AS (UPDATE agents_approvalclaim SET ended_at = LEAST("until", %(now)s),'
+            """ "end" = CASE WHEN "until" <= %(now)s THEN 'lapsed' ELSE 'left' END"""
+            " WHERE ended_at IS NULL AND approval_id IN (SELECT id FROM ac))"
         )
     if events:
         # One insert, its rows in the events' order. The approval an event is about

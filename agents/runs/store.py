@@ -18,7 +18,7 @@ from django.utils import timezone
 from agents import faults
 from agents.engine import patch, states
 from agents.engine.step import Move, RunState
-from agents.models import Approval, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.models import Approval, ApprovalClaim, Grant, Message, OutboxEvent, Run, ToolCall, Transition
 from agents.notifications import events as outbox
 from agents.ops import telemetry
 from agents.runs import rows, statement
@@ -250,7 +250,10 @@ def _apply_effects(run: Run, t: Move, now: dt.datetime, events: Events, user: An
             # Locked, so the update below closes exactly these (a decision racing us waits).
             closed = list(pending.select_for_update().values_list("pk", flat=True))
             pending = Approval.objects.filter(pk__in=closed)
-        pending.update(status=t.approval_close, decided_at=now)
+        closing = list(pending.values_list("pk", flat=True)) if closed is None else closed
+        pending.update(status=t.approval_close, decided_at=now, claimed_by=None, claimed_until=None)
+        # The call left the queue: its open claim ends (statement.py does the same).
+        ApprovalClaim.objects.filter(approval_id__in=closing).close("left", now)
     if t.grant is not None:
         g = t.grant
         # The decision's approval: decided in this same transaction, the newest of the call.

@@ -13,7 +13,7 @@ import time
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents import actions, broker
+from agents import actions, broker, claims
 from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.models import Approval, OutboxEvent, Run
@@ -31,7 +31,8 @@ def sweep() -> dict[str, int]:
     1. Fail runs past their deadline that no live worker holds, those waiting for a
        human included (their approval expires): claim, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
-    2. Expire approvals past their `expires_at` (`actions.approval_expire`).
+    2. Expire approvals past their `expires_at` (`actions.approval_expire`), and record
+       the reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`).
     3. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
        that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
        lost wake-up, a broker that was down). A conditional update stamping the wake-up
@@ -58,15 +59,18 @@ def sweep() -> dict[str, int]:
     )
     expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
     expiring = _warn_expiring(now)
+    lapsed = claims.claims_lapse(now=now)
     woken = 0
     for pk in driver.unattended_runs(now, SWEEP_BATCH):
         if not driver.stamp_wakeup(pk, now):
             continue  # another sweeper stamped it first (and sent the wake-up), or a worker took it
         broker.wake_run(pk)
         woken += 1
-    if failed or woken or expired or expiring:
-        log.info("sweep failed=%s woken=%s expired=%s expiring=%s", failed, woken, expired, expiring)
-    return {"failed": failed, "expired": expired, "expiring": expiring, "woken": woken}
+    if failed or woken or expired or expiring or lapsed:
+        log.info(
+            "sweep failed=%s woken=%s expired=%s expiring=%s lapsed_claims=%s", failed, woken, expired, expiring, lapsed
+        )
+    return {"failed": failed, "expired": expired, "expiring": expiring, "woken": woken, "lapsed_claims": lapsed}
 
 
 def _warn_expiring(now: dt.datetime) -> int:

@@ -34,3 +34,7 @@ def review_groups(context: Context, items: list[Group | Card]) -> SafeString:
 @register.simple_tag(takes_context=True)
 def review_batch_answer(context: Context, answer: Any) -> SafeString:
     return card_html.groups(answer.items, context, results=answer.results, line=answer.line, key=answer.key)
+
+@register.simple_tag(takes_context=True)
+def review_claim(context: Context, card: Card) -> SafeString:
+    return card_html.claim(card, context)

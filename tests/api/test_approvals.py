@@ -39,6 +39,9 @@ APPROVAL_FIELDS = {
     "shadow",
     # A fork's "already ran" approval: the parent's call (docs/retry.md).
     "prior",
+    # Who is on it ("I'm on it", issue 28): a live claim, or both null.
+    "claimed_by",
+    "claimed_until",
 }
 
 

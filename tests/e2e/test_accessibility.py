@@ -127,6 +127,13 @@ def test_shortcuts_act_on_the_focused_card_only_and_can_be_turned_off(new_page, 
     page = opened(new_page, login, "rita", "/reviews/")
     one = card(page, first)
     two = card(page, second)
+    # Off until turned on, so typing never triggers them.
+    expect(page.get_by_label("Single-key shortcuts")).not_to_be_checked()
+    one.locator("pre.json").focus()
+    page.keyboard.press("a")
+    expect(one.get_by_role("button", name="Approve")).to_be_enabled()
+    assert Approval.objects.filter(status="pending").count() == 2
+    page.get_by_label("Single-key shortcuts").check()
     # From a link outside the cards the keys do nothing.
     page.get_by_role("link", name="Runs", exact=True).focus()
     page.keyboard.press("a")

@@ -44,6 +44,8 @@ def test_escape_leaves_the_note_box_and_the_keys_work_again(new_page, login, pen
     page.goto("/reviews/")
     card = page.locator(f'[data-approval-id="{approval.pk}"]')
     expect(card).to_be_visible()
+    page.get_by_label("Single-key shortcuts").check()
+    page.evaluate("document.activeElement.blur()")
     page.keyboard.press("j")
     page.keyboard.press("n")
     note = card.get_by_label("Note to the agent")

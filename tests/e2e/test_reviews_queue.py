@@ -210,6 +210,8 @@ def test_keyboard_moves_between_cards_and_approves(new_page, login, pending, lau
     second = pending(task="second")
     page, _ = open_queue(new_page, login, "rita")
     expect(card(page, second)).to_be_visible()
+    page.get_by_label("Single-key shortcuts").check()
+    page.evaluate("document.activeElement.blur()")
     page.keyboard.press("j")
     page.keyboard.press("j")
     expect(card(page, second)).to_be_focused()

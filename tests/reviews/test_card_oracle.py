@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agents.actions import approval_decide
+from agents.claims import approval_claim
 from agents.models import Approval
 from bench.builders import old_card, old_cards
 from reviews import card_html
@@ -112,6 +113,10 @@ def scenario(pending, hostile_people, rita) -> dict[str, Approval]:
     at(made["flagged"], created=dt.datetime(2026, 3, 29, 1, 0, 0, tzinfo=dt.UTC))
     at(made["omitted"], created=dt.datetime(2025, 12, 31, 23, 30, 0, 5, tzinfo=dt.UTC))
     Approval.objects.filter(pk=made["approved"].pk).update(decided_at=dt.datetime(2026, 10, 25, 0, 30, tzinfo=dt.UTC))
+    made["claimed"] = pending(writes(), policy={"rules": [ONE]})
+    approval_claim(approval_id=made["claimed"].pk, user=eve)
+    made["mine"] = pending(writes(), policy={"rules": [ONE]})
+    approval_claim(approval_id=made["mine"].pk, user=rita)
     return made
 
 
@@ -150,6 +155,10 @@ def every_card(scenario: dict[str, Approval], rita: User, boss: User) -> list[Ca
     out.append(changed)
     a = Approval.objects.get(pk=quorum)
     out += [OnScreen(grantable), OnScreen(quorum, Quorum.of(a))]
+    claimed = built(rita, scenario["claimed"].pk)
+    assert claimed.claim is not None
+    claimed.claim.message = f"Not claimed: {HOSTILE}"
+    out += [claimed, OnScreen(scenario["claimed"].pk, None, claimed.claim)]
     return out
 
 
@@ -189,6 +198,11 @@ def test_the_templates_print_the_old_builders_cards_byte_for_byte(scenario, rita
         'class="expires" ',
         'class="decide-error"',
         'class="call-changed"',
+        'Claimed by <strong class="who">&lt;b&gt;',
+        "You claimed this until",
+        'id="approval-%d-claim" hx-swap-oob="true"' % scenario["claimed"].pk,
+        "Extend claim",
+        "Release</button>",
         'class="vote-recorded"',
         "Approve and allow for this run",
         'hx-swap-oob="true"',

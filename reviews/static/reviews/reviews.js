@@ -1,19 +1,26 @@
 // The review queue's keyboard and clock. No inline handlers: a strict CSP holds.
-// j / k: focus the next / previous card; in the focused card, a: Approve, r: Reject,
-// n: the note field, Esc: back from a field to its card. The keys act only on the
-// card holding focus, and the "Single-key shortcuts" switch turns them off (remembered in this browser).
+// With the "Single-key shortcuts" switch on (off by default, so typing never triggers a
+// key; remembered in this browser): j / k focus the next / previous stop (a card, or
+// any element with a data-card attribute, such as a group); in the focused stop,
+// c: Claim, a: Approve, r: Reject, n: the note field, x: select the focused row's
+// checkbox (in a group); Esc: back from a field to its card. What happened is said in
+// the page's live region (#queue-announce), for screen readers.
 // The server decides every answer; these keys only click the card's real buttons.
 (function () {
   "use strict";
 
-  const OFF = "airlock.shortcuts.off";
+  const ON = "airlock.shortcuts";
 
   function cards() {
-    return Array.from(document.querySelectorAll("#queue-list .card"));
+    return Array.from(document.querySelectorAll("#queue-list .card, #queue-list [data-card]"));
+  }
+
+  function stopOf(element) {
+    return element instanceof Element ? element.closest("#queue-list .card, #queue-list [data-card]") : null;
   }
 
   function typing(target) {
-    return target instanceof Element && target.closest("input, textarea, select, [contenteditable]");
+    return target instanceof Element && target.closest("input:not([type=checkbox]), textarea, select, [contenteditable]");
   }
 
   function enabled() {
@@ -21,52 +28,101 @@
     return Boolean(toggle && toggle.checked);
   }
 
+  // The live region: cleared first, so the same words said twice are read twice.
+  function announce(text) {
+    const region = document.getElementById("queue-announce");
+    if (!region || !text) return;
+    region.textContent = "";
+    window.setTimeout(function () { region.textContent = text; }, 50);
+  }
+
+  function callOf(stop) {
+    return stop && stop.dataset.approvalId ? "call " + stop.dataset.approvalId : "this card";
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     const toggle = document.getElementById("shortcuts");
     if (!toggle) return;
-    toggle.checked = window.localStorage.getItem(OFF) !== "1";
+    toggle.checked = window.localStorage.getItem(ON) === "on";
     toggle.addEventListener("change", function () {
-      if (toggle.checked) window.localStorage.removeItem(OFF);
-      else window.localStorage.setItem(OFF, "1");
+      if (toggle.checked) window.localStorage.setItem(ON, "on");
+      else window.localStorage.removeItem(ON);
+      announce(toggle.checked ? "Single-key shortcuts on" : "Single-key shortcuts off");
     });
+  });
+
+  // What the server answered, for the live region: the decision and the claim each
+  // send an event with the response (HX-Trigger).
+  const VERDICTS = { approved: "Approved", rejected: "Rejected", expired: "Expired", denied: "Denied" };
+  document.addEventListener("approvalDecided", function (event) {
+    const d = event.detail || {};
+    if (d.won) announce((VERDICTS[d.status] || "Decided") + " call " + d.id);
+    else announce("Call " + d.id + " was already decided: nothing changed");
+  });
+  document.addEventListener("approvalClaimed", function (event) {
+    const d = event.detail || {};
+    announce(d.message || "");
   });
 
   // Esc leaves a field of a card (the note, the edited arguments) for the card itself,
   // so the single keys act again; the text typed stays in the field.
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || !typing(event.target)) return;
-    const card = event.target.closest("#queue-list .card");
+    const card = stopOf(event.target);
     if (!card) return;
     event.preventDefault();
     card.focus({ preventScroll: true });
   });
 
+  function press(current, key) {
+    const button = current && current.querySelector('button[data-key="' + key + '"]');
+    if (!button || button.disabled || button.hidden) return false;
+    button.click();
+    return true;
+  }
+
   document.addEventListener("keydown", function (event) {
     if (!enabled() || event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     const target = event.target instanceof Element ? event.target : document.body;
-    const current = target.closest("#queue-list .card");
+    const current = stopOf(target);
     // j / k also start from a page where nothing has focus yet; nothing else does.
     if (!current && target !== document.body) return;
     const list = cards();
     const index = current ? list.indexOf(current) : -1;
-    let button = null;
     switch (event.key) {
       case "j": case "k": {
         const next = list[event.key === "j" ? Math.min(index + 1, list.length - 1) : Math.max(index - 1, 0)];
         if (!next) return;
+        if (!next.hasAttribute("tabindex")) next.setAttribute("tabindex", "-1");
         next.focus({ preventScroll: true });
         next.scrollIntoView({ block: "nearest", behavior: "smooth" });
         break;
       }
+      case "c": {
+        if (!current) return;
+        if (!press(current, "c")) {
+          const held = current.querySelector(".claimed");
+          announce(held ? held.textContent : "You cannot claim " + callOf(current));
+        }
+        break;
+      }
       case "a": case "r":
-        button = current && current.querySelector('button[data-key="' + event.key + '"]');
-        if (!button || button.disabled) return;
-        button.click();
+        if (!press(current, event.key)) return;
         break;
       case "n": {
         const note = current && current.querySelector("textarea[name=note]");
         if (!note) return;
         note.focus();
+        break;
+      }
+      case "x": {
+        // The row holding focus, else the stop's first row: its checkbox toggles.
+        const row = target.closest("tr, [data-row]");
+        const scope = row && current.contains(row) ? row : current;
+        const box = scope && scope.querySelector("input[type=checkbox]");
+        if (!box || box.disabled) return;
+        box.click();
+        announce((box.checked ? "Selected " : "Unselected ") + (box.getAttribute("aria-label") || "the row"));
         break;
       }
       default: return;
@@ -129,6 +185,25 @@
     const active = document.activeElement;
     if (!active || active === document.body || !active.isConnected) card.focus({ preventScroll: true });
   }
+
+  // Claim / Release swap the card's claim line, and the button with it: focus goes
+  // back to the card, so the keys and Tab continue from there.
+  let claiming = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    const form = event.target instanceof Element && event.target.closest("form.claim-form");
+    const card = form && stopOf(form);
+    if (card) claiming = card.id;
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (!claiming || !(event.detail.elt instanceof Element) || !event.detail.elt.closest(".claim-form, .claim")) return;
+    const id = claiming;
+    claiming = null;
+    window.setTimeout(function () {
+      const card = document.getElementById(id);
+      const active = document.activeElement;
+      if (card && (!active || active === document.body || !active.isConnected)) card.focus({ preventScroll: true });
+    }, 0);
+  });
 
   // "Show N more" replaces itself with the next cards: focus moves to the first of
   // them (its title is announced), so the reader goes on where the list grew.

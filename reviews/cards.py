@@ -107,6 +107,7 @@ class Card:
     edit_text: str = ""  # those arguments, as typed, to correct
     source: ToolSource | None = None  # an MCP tool's server and description
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
+    may_decide: bool = True  # the viewer may answer this call (access.may_decide), not only see it
 
     @functools.cached_property
     def args_hash(self) -> str:
@@ -270,6 +271,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 votes=votes,
                 my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
                 separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
+                may_decide=viewer is None or access.may_decide(viewer, a),
                 late=late,
                 source=sources.get(a.tool),
             )

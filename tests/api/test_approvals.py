@@ -37,6 +37,9 @@ APPROVAL_FIELDS = {
     "via",
     # What the profile's shadow rules would have decided.
     "shadow",
+    # When, and to which backup group, the sweeper escalated the call (issue 28).
+    "escalated_at",
+    "escalated_to",
 }
 
 

@@ -161,6 +161,12 @@ def reads_all_runs(user: Any) -> bool:
     return in_group(user, OPERATOR) or review_scope(user).everything
 
 
+def reads_runs(user: Any) -> bool:
+    """Whether `user` reads any run at all (the lists' gate): operators, launchers, and
+    whoever reviews some profile's calls."""
+    return reads_all_runs(user) or in_group(user, LAUNCHER) or can_decide(user)
+
+
 def visible_runs(user: Any) -> QuerySet[Run]:
     """Every run for those who read all; otherwise a launcher's own runs and the runs of
     the profiles the user reviews (those of a backup group's profiles once escalated)."""

@@ -47,7 +47,7 @@ def runs_create(
 
 
 def _listable_runs(user: Any, params: dict[str, Any]) -> Any:
-    if not (access.reads_all_runs(user) or access.can_launch(user)):
+    if not access.reads_runs(user):
         raise forbidden("reading runs needs the reviewer, operator or launcher role")
     # Launchers see their own runs only (access.visible_runs); the filters only narrow.
     where = run_filters(params)

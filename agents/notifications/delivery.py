@@ -151,9 +151,9 @@ BUTTON_EVENTS = ("approval.pending", "approval.escalated")
 
 
 def slack_buttons(data: dict[str, Any]) -> dict[str, Any]:
-    """Approve and Reject on an `approval.pending` or `approval.escalated` message (answered by
-    agents.notifications.slack): each carries the approval and the args_hash of the
-    call the message shows, so a click after an edit is refused."""
+    """Approve and Reject on an `approval.pending` or `approval.escalated` message
+    (answered by agents.notifications.slack): each carries the approval and the
+    args_hash of the call the message shows, so a click after an edit is refused."""
     value = json.dumps({"approval": data.get("id"), "args_hash": data.get("args_hash", "")})
     button = {"type": "button", "value": value}
     return {

@@ -73,7 +73,9 @@ def test_a_call_is_escalated_once_after_its_wait(payments: AgentProfile, waiting
     assert due.to_dict()["escalated_at"] == due.escalated_at
 
 
-def test_a_profile_without_escalation_or_a_decided_call_is_left_alone(payments: AgentProfile, waiting: Any, paula: User) -> None:
+def test_a_profile_without_escalation_or_a_decided_call_is_left_alone(
+    payments: AgentProfile, waiting: Any, paula: User
+) -> None:
     plain = waiting()  # the scripted agent escalates nothing
     Approval.objects.filter(pk=plain.pk).update(created_at=timezone.now() - dt.timedelta(days=1))
     decided = asked(waiting, ago=WAIT + 5)
@@ -99,7 +101,9 @@ def test_concurrent_sweepers_escalate_each_call_once(payments: AgentProfile, wai
 
 @requires_postgres()
 @pytest.mark.django_db(transaction=True)
-def test_an_escalation_racing_a_decision_leaves_one_consistent_answer(payments: AgentProfile, waiting: Any, paula: User) -> None:
+def test_an_escalation_racing_a_decision_leaves_one_consistent_answer(
+    payments: AgentProfile, waiting: Any, paula: User
+) -> None:
     for i in range(5):
         a = asked(waiting, ago=WAIT + 5, entry=f"race {i}")
         jobs = ["escalate", "decide"]
@@ -117,7 +121,9 @@ def test_an_escalation_racing_a_decision_leaves_one_consistent_answer(payments: 
         assert (a.escalated_at is not None) == escalated
 
 
-def test_the_event_reaches_a_real_webhook_receiver(loopback_allowed: Any, receiver: Receiver, payments: AgentProfile, waiting: Any) -> None:
+def test_the_event_reaches_a_real_webhook_receiver(
+    loopback_allowed: Any, receiver: Receiver, payments: AgentProfile, waiting: Any
+) -> None:
     receiver.secret = add_webhook(receiver.url, "approval.escalated")
     approval = asked(waiting, ago=WAIT + 5)
     notify.dispatch()
@@ -133,7 +139,9 @@ def test_the_event_reaches_a_real_webhook_receiver(loopback_allowed: Any, receiv
     assert data["url"] == f"https://airlock.example.org/reviews/{approval.pk}/"
 
 
-def test_a_slack_webhook_says_where_it_went_and_offers_the_buttons(loopback_allowed: Any, receiver: Receiver, payments: AgentProfile, waiting: Any) -> None:
+def test_a_slack_webhook_says_where_it_went_and_offers_the_buttons(
+    loopback_allowed: Any, receiver: Receiver, payments: AgentProfile, waiting: Any
+) -> None:
     receiver.secret = add_webhook(receiver.url, "approval.escalated", "--format", "slack")
     approval = asked(waiting, ago=WAIT + 5)
     sweep()
@@ -182,12 +190,15 @@ def test_the_card_and_the_timeline_say_when_and_to_whom(payments: AgentProfile, 
     hhmm = timezone.localtime(approval.escalated_at).strftime("%H:%M")
     card = client_for(paula).get(f"/reviews/{approval.pk}/").content.decode()
     assert re.search(
-        rf'<p class="escalated">Escalated to <strong class="group">payments-leads</strong> at <time [^>]*>{hhmm}</time>', card
+        rf'<p class="escalated">Escalated to <strong class="group">payments-leads</strong> at <time [^>]*>{hhmm}</time>',
+        card,
     )
     queue = client_for(paula).get("/reviews/").content.decode()
-    assert f"payments-leads</strong> at <time" in queue
+    assert "payments-leads</strong> at <time" in queue
     timeline = client_for(paula).get(f"/runs/{approval.run_id}/").content.decode()
-    assert re.search(rf'Escalated to <strong class="group">payments-leads</strong> at <time [^>]*>{hhmm}:\d\d</time>', timeline)
+    assert re.search(
+        rf'Escalated to <strong class="group">payments-leads</strong> at <time [^>]*>{hhmm}:\d\d</time>', timeline
+    )
 
 
 def test_a_group_name_with_markup_stays_inert(defaults: None, waiting: Any) -> None:

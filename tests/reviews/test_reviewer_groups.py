@@ -92,26 +92,36 @@ def test_the_reviewer_group_sees_and_decides_and_another_group_neither(cast: dic
     # A call she may not see answers as a missing one, whatever she sends.
     refused = api(rita).post(f"/api/approvals/{call_.pk}/decision", {"decision": "approve"})
     missing = api(rita).post(f"/api/approvals/{call_.pk + 1000}/decision", {"decision": "approve"})
-    assert (refused.status_code, refused.data["error"]) == (404, "not_found") == (missing.status_code, missing.data["error"])
+    assert (
+        (refused.status_code, refused.data["error"])
+        == (404, "not_found")
+        == (missing.status_code, missing.data["error"])
+    )
     assert browser(rita).decide(call_.pk, "approve").status_code == 404
     assert not ApprovalVote.objects.exists()
     assert Approval.objects.get(pk=call_.pk).status == "pending"
 
     page = browser(paula).get(f"/reviews/{call_.pk}/").content.decode()
     assert 'class="approve"' in page and browser(paula).get(f"/runs/{call_.run_id}/").status_code == 200
-    decided = api(paula).post(f"/api/approvals/{call_.pk}/decision", {"decision": "approve", "args_hash": call_.args_hash})
+    decided = api(paula).post(
+        f"/api/approvals/{call_.pk}/decision", {"decision": "approve", "args_hash": call_.args_hash}
+    )
     assert decided.status_code == 200 and decided.data["status"] == "approved"
     assert decided.data["decided_by"] == "paula"
 
 
-def test_the_badge_and_counts_are_of_the_calls_the_user_may_review(cast: dict[str, User], call_: Approval, pending: Any) -> None:
+def test_the_badge_and_counts_are_of_the_calls_the_user_may_review(
+    cast: dict[str, User], call_: Approval, pending: Any
+) -> None:
     other = pending(tainted_write("another"))  # the scripted agent: the reviewer group's
     assert ">1<" in badge(cast["paula"]) and ">1<" in badge(cast["rita"])
     assert ">2<" in badge(cast["root"]) and ">2<" in badge(cast["otto"])  # operators read every call
     assert in_queue(cast["rita"], other) and not in_queue(cast["paula"], other)
 
 
-def test_an_operator_who_reviews_other_agents_sees_the_call_but_may_not_decide_it(cast: dict[str, User], call_: Approval) -> None:
+def test_an_operator_who_reviews_other_agents_sees_the_call_but_may_not_decide_it(
+    cast: dict[str, User], call_: Approval
+) -> None:
     ross = cast["ross"]
     assert in_queue(ross, call_) and listed(ross, call_)
     page = browser(ross).get(f"/reviews/{call_.pk}/").content.decode()
@@ -125,7 +135,9 @@ def test_an_operator_who_reviews_other_agents_sees_the_call_but_may_not_decide_i
     assert not ApprovalVote.objects.exists()
 
 
-def test_the_backup_group_sees_and_decides_only_once_the_call_is_escalated(cast: dict[str, User], call_: Approval) -> None:
+def test_the_backup_group_sees_and_decides_only_once_the_call_is_escalated(
+    cast: dict[str, User], call_: Approval
+) -> None:
     bea = cast["bea"]
     assert not in_queue(bea, call_) and not listed(bea, call_)
     assert browser(bea).get(f"/reviews/{call_.pk}/").status_code == 404
@@ -147,11 +159,17 @@ def test_a_superuser_always_sees_and_decides(cast: dict[str, User], call_: Appro
 
 
 def test_the_rule_is_one_function_of_user_profile_and_escalation(cast: dict[str, User], payments: AgentProfile) -> None:
-    table = {name: (access.may_review(u, payments, escalated=False), access.may_review(u, payments, escalated=True))
-             for name, u in cast.items()}
+    table = {
+        name: (access.may_review(u, payments, escalated=False), access.may_review(u, payments, escalated=True))
+        for name, u in cast.items()
+    }
     assert table == {
-        "paula": (True, True), "bea": (False, True), "rita": (False, False), "ross": (False, False),
-        "otto": (False, False), "root": (True, True),
+        "paula": (True, True),
+        "bea": (False, True),
+        "rita": (False, False),
+        "ross": (False, False),
+        "otto": (False, False),
+        "root": (True, True),
     }
     scripted = AgentProfile.objects.get(name="scripted")  # no group of its own: the reviewer group's
     assert access.may_review(cast["rita"], scripted, escalated=False)
@@ -218,7 +236,8 @@ def test_a_slack_click_by_another_group_decides_nothing_and_the_backup_after_esc
         slack.wait_idle()
         assert Approval.objects.get(pk=approval.pk).status == "pending"
         assert list(SlackAction.objects.order_by("pk").values_list("outcome", flat=True)) == [
-            "refused: may not decide", "refused: may not decide",
+            "refused: may not decide",
+            "refused: may not decide",
         ]
         assert all("may not decide" in json.loads(r.body)["text"] for r in receiver.requests)
         approval_escalate(approval_id=approval.pk)
@@ -236,8 +255,15 @@ def _click(approval: Approval, member: str, response_url: str, *, ts: str = "170
         "type": "block_actions",
         "user": {"id": member, "username": member.lower()},
         "response_url": response_url,
-        "actions": [{"action_id": "approve", "block_id": f"airlock_approval_{approval.pk}", "value": value,
-                     "type": "button", "action_ts": ts}],
+        "actions": [
+            {
+                "action_id": "approve",
+                "block_id": f"airlock_approval_{approval.pk}",
+                "value": value,
+                "type": "button",
+                "action_ts": ts,
+            }
+        ],
     }
     body = urllib.parse.urlencode({"payload": json.dumps(data)})
     stamp = str(int(time.time()))

@@ -142,10 +142,13 @@ def test_the_backup_group_sees_and_decides_only_once_the_call_is_escalated(
     assert not in_queue(bea, call_) and not listed(bea, call_)
     assert browser(bea).get(f"/reviews/{call_.pk}/").status_code == 404
     assert api(bea).post(f"/api/approvals/{call_.pk}/decision", {"decision": "approve"}).status_code == 404
+    assert browser(bea).get(f"/runs/{call_.run_id}/").status_code == 404
+    assert api(bea).get("/api/runs").data["items"] == []
 
     assert approval_escalate(approval_id=call_.pk)
     assert in_queue(bea, call_) and listed(bea, call_)
     assert browser(bea).get(f"/runs/{call_.run_id}/").status_code == 200  # its run too, to judge it
+    assert [r["id"] for r in api(bea).get("/api/runs").data["items"]] == [call_.run_id]
     response = browser(bea).decide(call_.pk, "reject", note="not today")
     assert response.status_code == 303
     call_.refresh_from_db()

@@ -67,14 +67,11 @@ class ReviewScope:
     def empty(self) -> bool:
         return not (self.everything or self.primary or self.backup)
 
-    def approvals(self, prefix: str = "") -> Q:
-        """The approvals this scope covers, as a filter (`prefix` reaches an approval)."""
+    def approvals(self) -> Q:
+        """The approvals this scope covers, as a filter."""
         if self.everything:
             return Q()
-        escalated = {f"{prefix}escalated_at__isnull": False}
-        return Q(**{f"{prefix}run__profile_id__in": self.primary}) | Q(
-            **{f"{prefix}run__profile_id__in": self.backup}, **escalated
-        )
+        return Q(run__profile_id__in=self.primary) | Q(run__profile_id__in=self.backup, escalated_at__isnull=False)
 
 
 def review_scope(user: Any) -> ReviewScope:

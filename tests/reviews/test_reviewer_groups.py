@@ -353,3 +353,17 @@ def _admin_form(client: CsrfClient, url: str) -> dict[str, str]:
 
     Form().feed(client.get(url).content.decode())
     return fields
+
+
+def test_a_reviewer_of_other_agents_may_not_revoke_a_grant_of_this_agents_run(
+    cast: dict[str, User], call_: Approval
+) -> None:
+    from agents.models import Grant
+
+    grant = Grant.objects.create(run_id=call_.run_id, number=1, tool="ledger_write", by=cast["paula"])
+    response = api(cast["rita"]).post(f"/api/runs/{call_.run_id}/grants/{grant.pk}/revoke")
+    assert (response.status_code, response.data["error"]) == (404, "not_found")  # as for a run she may not read
+    page = browser(cast["rita"])
+    revoke = page.post(f"/runs/{call_.run_id}/grants/{grant.pk}/revoke/", headers={"X-CSRFToken": page.token()})
+    assert revoke.status_code == 404
+    assert Grant.objects.get(pk=grant.pk).revoked_at is None

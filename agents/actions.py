@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,8 +22,11 @@ from agents.engine import step as engine
 from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
+from agents.notifications import events as outbox
 from agents.ops import telemetry
 from agents.runs import driver, sanitize, store
+
+log = logging.getLogger("airlock.actions")
 
 
 class ActionError(Exception):
@@ -274,6 +279,13 @@ def approval_decide(
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
+    if user is not None and not access.may_decide(user, approval):
+        # Who reviews (access.may_review), for every channel alike. Checked outside the
+        # run's lock: an escalation landing meanwhile only widens who may answer.
+        if not access.visible_approvals(user).filter(pk=approval_id).exists():
+            # Hidden, answered exactly like a missing approval: its id leaks nothing.
+            raise ActionError("not_found", f"no approval {approval_id}", status=404)
+        raise ActionError("forbidden", access.review_refusal(approval), status=403)
     refused = decisions.refusal(
         approval.kind, decision, edits=args is not None, remember=remember, reusable=approval.reusable
     )
@@ -496,6 +508,44 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
         return False
     if run.state not in states.TERMINAL:
         broker.wake_run(run_id)
+    return True
+
+
+def approval_escalate(*, approval_id: int, now: dt.datetime | None = None) -> bool:
+    """Escalate one pending call to its profile's backup group: the one place a call is
+    escalated (the sweeper calls it once its profile's `escalate_after_seconds` passed).
+    True if this call escalated it.
+
+    1. Lock the run's row first, as a decision does (approval_decide): the same order
+       (the run, then its approvals), so a reviewer answering now and this escalation
+       queue one behind the other instead of deadlocking on the event's reference to
+       the run.
+    2. A conditional update stamps `escalated_at` only on a call still pending and not
+       yet escalated: of two sweepers the second finds it stamped and does nothing; a
+       call decided meanwhile is left alone.
+    3. The `approval.escalated` event goes into the outbox in the same transaction: one
+       event per escalation, sent once it commits (webhooks, Slack; the backup group's
+       digest picks the call up because they may now decide it).
+    """
+    now = now or timezone.now()
+    found = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", "run__profile__backup_group").first()
+    if found is None:
+        return False  # answered (or the run ended) since the sweeper listed it
+    run_id, group = found
+    if not group:
+        return False  # the profile no longer names a backup group: nowhere to go
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run_id).values_list("pk").first()
+        escalated = (
+            Approval.objects.pending()
+            .filter(pk=approval_id, escalated_at__isnull=True)
+            .update(escalated_at=now, escalated_to=group)
+        )
+        if escalated != 1:
+            # Another sweeper escalated it first (its event stands), or a reviewer decided it.
+            return False
+        outbox.emit("approval.escalated", Approval.objects.get(pk=approval_id))
+    log.info("approval=%s of run=%s escalated to %s", approval_id, run_id, group)
     return True
 
 

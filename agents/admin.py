@@ -80,6 +80,11 @@ class AgentProfileAdmin(admin.ModelAdmin):
             "fields": ["rules", "irreversible_approvals", "separate_duties", "approval_timeout_seconds", "on_expiry"],
             "description": "Argument rules, first match wins; see docs/policy.md.",
         }),
+        ("Reviewing", {
+            "fields": ["reviewer_group", "backup_group", "escalate_after_seconds"],
+            "description": "Who sees and decides this profile's calls, and where a call goes when nobody answers; "
+            "group names must exist. See docs/reviewing.md.",
+        }),
         ("Budget", {"fields": [
             "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
         ]}),

@@ -190,6 +190,7 @@ class Card:
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
     prior: Prior | None = None  # a fork's call that already ran in its parent
     claim: ClaimLine | None = None  # who is on it (pending cards only)
+    may_decide: bool = True  # the viewer may answer this call (access.may_decide), not only see it
 
     @functools.cached_property
     def args_hash(self) -> str:
@@ -368,6 +369,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 taint = Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
         votes = _votes(a)
         separated = a.is_pending and viewer is not None and access.duties_separated(viewer, a.run)
+        may = viewer is None or access.may_decide(viewer, a)
         cards.append(
             Card(
                 approval=a,
@@ -377,10 +379,11 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 votes=votes,
                 my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
                 separated=separated,
+                may_decide=may,
                 late=late,
                 source=sources.get(a.tool),
                 prior=priors.get(a.pk),
-                claim=ClaimLine.of(a, viewer, separated=separated, now=now) if a.is_pending else None,
+                claim=ClaimLine.of(a, viewer, separated=separated or not may, now=now) if a.is_pending else None,
             )
         )
     return cards

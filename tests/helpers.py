@@ -21,7 +21,7 @@ from bench.workers import free_port as free_port
 from bench.workers import wait_for as wait_for
 
 if TYPE_CHECKING:
-    from agents.models import Run
+    from agents.models import AgentProfile, Run
 
 PASSWORD = "correct horse battery"
 
@@ -115,6 +115,31 @@ def state_of(run_id: int) -> str:
     from agents.models import Run
 
     return Run.objects.values_list("state", flat=True).get(pk=run_id)
+
+
+def reviewed_profile(
+    name: str = "payments",
+    *,
+    reviewer_group: str = "payments-reviewers",
+    backup_group: str = "payments-leads",
+    escalate_after_seconds: int | None = 600,
+) -> AgentProfile:
+    """A copy of the `scripted` profile whose calls its own groups review (docs/reviewing.md),
+    the groups created; saved through full_clean, as the admin saves it."""
+    from agents.models import AgentProfile
+
+    for group in (reviewer_group, backup_group):
+        if group:
+            Group.objects.get_or_create(name=group)
+    profile = AgentProfile.objects.get(name="scripted")
+    profile.pk = None
+    profile._state.adding = True
+    profile.name = name
+    profile.reviewer_group, profile.backup_group = reviewer_group, backup_group
+    profile.escalate_after_seconds = escalate_after_seconds
+    profile.full_clean()
+    profile.save()
+    return profile
 
 
 def seqs(run: Run) -> list[int]:

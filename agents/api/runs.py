@@ -60,7 +60,7 @@ def runs_create(
 
 
 def _listable_runs(user: Any, params: dict[str, Any]) -> Any:
-    if not (access.reads_all_runs(user) or access.can_launch(user)):
+    if not access.reads_runs(user):
         raise forbidden("reading runs needs the reviewer, operator or launcher role")
     # Launchers see their own runs only (access.visible_runs); the filters only narrow.
     where = run_filters(params)
@@ -168,6 +168,8 @@ def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[
         raise forbidden("revoking grants needs the reviewer role")
     if not (0 < run_id <= access.MAX_ID and 0 < grant_id <= access.MAX_ID):
         raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
+    # A reviewer of other agents may not read this run (access.may_review): a 404, as its page.
+    access.readable_run(user, run_id)
     return actions.grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
 
 

@@ -165,6 +165,10 @@ class ApprovalOut(Schema):
     decided_at: dt.datetime | None = None
     note: str
     expires_at: dt.datetime | None = None
+    escalated_at: dt.datetime | None = Field(
+        None, description="when the call was escalated to its agent's backup group (escalate_after_seconds), or null"
+    )
+    escalated_to: str = Field("", description="the backup group it was escalated to (empty until then)")
     via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
     created_at: dt.datetime
     prior: PriorOut | None = Field(

@@ -68,6 +68,8 @@ class ApprovalDict(TypedDict):
     decided_at: dt.datetime | None
     note: str
     expires_at: dt.datetime | None
+    escalated_at: dt.datetime | None
+    escalated_to: str
     via: str
     created_at: dt.datetime
     prior: dict[str, Any] | None
@@ -132,10 +134,12 @@ class Approval(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
     claimed_until = models.DateTimeField(null=True, blank=True)
-    # When the sweeper escalated the call to the profile's backup group (once).
+    # When the sweeper escalated the call to the profile's backup group (once), and that
+    # group's name then: the record keeps it if the profile later names another.
     escalated_at = models.DateTimeField(null=True, blank=True)
     # Calls alike (agent, tool, the rule that asked, argument shape): call_group_key().
     group_key = models.CharField(max_length=32, blank=True, db_default="")
+    escalated_to = models.CharField(max_length=150, blank=True, default="", db_default="")
     # Set when the run is purged (args, edited_args, note are then gone): args_hash as it was.
     args_sha256 = models.CharField(max_length=64, blank=True, db_default="")
     # An "already ran" approval of a fork (docs/retry.md): the parent's call, {"run",
@@ -279,6 +283,8 @@ class Approval(models.Model):
             "decided_at": self.decided_at,
             "note": self.note,
             "expires_at": self.expires_at,
+            "escalated_at": self.escalated_at,
+            "escalated_to": self.escalated_to,
             "via": self.via,
             "created_at": self.created_at,
             "prior": {k: self.prior.get(k) for k in ("run", "seq", "status")} if self.prior else None,

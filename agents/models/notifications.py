@@ -15,6 +15,7 @@ EVENT_TYPES = (
     "approval.decided",
     "approval.expired",
     "approval.expiring",
+    "approval.escalated",
     "run.done",
     "run.failed",
     "run.cancelled",

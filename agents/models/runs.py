@@ -101,13 +101,18 @@ class AgentProfile(models.Model):
     )
     # Who reviews (docs/reviewing.md): empty means the `reviewer` group.
     reviewer_group = models.CharField(
-        max_length=150, blank=True, default="", help_text="the Django group that reviews this profile's calls (empty: reviewer)"
+        max_length=150, blank=True, default="",
+        help_text="the Django group whose members see and decide this profile's calls (empty: the reviewer group); "
+        "superusers always may",
     )
     backup_group = models.CharField(
-        max_length=150, blank=True, default="", help_text="the group an escalated call goes to"
+        max_length=150, blank=True, default="",
+        help_text="the Django group that may also see and decide a call once it is escalated, and is told then",
     )
     escalate_after_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text="escalate a call still pending after this long (empty: never)"
+        null=True, blank=True,
+        help_text="escalate a call still pending this many seconds after it was asked to the backup group "
+        "(empty: never)",
     )
 
     objects = AgentProfileQuerySet.as_manager()
@@ -116,6 +121,7 @@ class AgentProfile(models.Model):
         return self.name
 
     def clean(self) -> None:
+        self._clean_reviewing()
         try:
             # Saved as validated: each reason one line, capped (it reaches notifications).
             self.rules = engine_policy.validate_rules(self.rules)
@@ -126,6 +132,25 @@ class AgentProfile(models.Model):
             name = exc.field.split("[")[0].split(".")[0]
             raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
         self.client_specs()
+
+    def _clean_reviewing(self) -> None:
+        """Who reviews: groups that exist (a misspelt group would leave the calls to
+        superusers alone, silently), and an escalation that has somewhere to go."""
+        from django.contrib.auth.models import Group
+
+        errors: dict[str, str] = {}
+        for field in ("reviewer_group", "backup_group"):
+            name = getattr(self, field).strip()
+            setattr(self, field, name)
+            if name and not Group.objects.filter(name=name).exists():
+                errors[field] = f"there is no group named {name!r}: create it first (Groups, in the admin)"
+        if self.escalate_after_seconds is not None:
+            if self.escalate_after_seconds < 1:
+                errors["escalate_after_seconds"] = "at least 1 second, or empty for never"
+            elif not self.backup_group and "backup_group" not in errors:
+                errors["escalate_after_seconds"] = "an escalation needs a backup group to go to"
+        if errors:
+            raise ValidationError(errors)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         # Client tools are checked on every save, not only in the admin's form: a

@@ -123,6 +123,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
             "approval.decided": f"was {e(data.get('status'))} by {e(data.get('decided_by') or 'the system')}",
             "approval.expired": "expired without a decision",
             "approval.expiring": "expires soon",
+            "approval.escalated": f"still waits for review: escalated to {e(data.get('escalated_to') or 'the backup group')}",
         }.get(event_type, event_type)
         text = f"{e(data.get('tool'))} on run {data.get('run')} {what}"
         detail = f"*`{e(data.get('tool'))}`* on run {data.get('run')} {what}\n>{e(data.get('reason'))}"
@@ -139,16 +140,20 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": detail[:SLACK_TEXT_MAX]}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"<{url}|{action}>"}},
     ]
-    if event_type == "approval.pending" and data.get("id") and data.get("status", "pending") == "pending":
+    # Buttons where someone new may answer: a call asked, or handed to the backup group.
+    if event_type in BUTTON_EVENTS and data.get("id") and data.get("status", "pending") == "pending":
         blocks.append(slack_buttons(data))
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]})
     return {"text": f"{text}: {url}", "blocks": blocks}
 
 
+BUTTON_EVENTS = ("approval.pending", "approval.escalated")
+
+
 def slack_buttons(data: dict[str, Any]) -> dict[str, Any]:
-    """Approve and Reject on an `approval.pending` message (answered by
-    agents.notifications.slack): each carries the approval and the args_hash of the
-    call the message shows, so a click after an edit is refused."""
+    """Approve and Reject on an `approval.pending` or `approval.escalated` message
+    (answered by agents.notifications.slack): each carries the approval and the
+    args_hash of the call the message shows, so a click after an edit is refused."""
     value = json.dumps({"approval": data.get("id"), "args_hash": data.get("args_hash", "")})
     button = {"type": "button", "value": value}
     return {
@@ -370,7 +375,8 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
 
 
 def digest_recipients() -> list[Any]:
-    """Reviewers with an email address who did not turn the digest off."""
+    """Reviewers of any profile (backup groups too: an escalated call reaches them) with
+    an email address who did not turn the digest off; `digest_for` picks their calls."""
     return list(
         access.reviewers().exclude(email="").exclude(notification_preference__email_digest=False).order_by("pk")
     )
@@ -381,10 +387,8 @@ def digest_for(user: Any) -> list[Approval]:
     calls of a run they launched whose duties are separated, nor those waiting for
     other reviewers' votes after theirs), not yet mailed to them, oldest first. At most
     DIGEST_MAX; the rest follow in the next one."""
-    if not access.can_decide(user):
-        return []
     calls = list(
-        access.visible_approvals(user)
+        access.reviewable_approvals(user)
         .pending()
         .exclude(digest_entries__user=user)
         .annotate(launcher=F("run__created_by_id"))

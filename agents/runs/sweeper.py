@@ -16,7 +16,7 @@ from django.utils import timezone
 from agents import actions, broker, claims
 from agents.engine import limits, states
 from agents.engine import step as engine
-from agents.models import Approval, OutboxEvent, Run
+from agents.models import AgentProfile, Approval, OutboxEvent, Run
 from agents.notifications import events as outbox
 from agents.runs import driver
 
@@ -31,8 +31,10 @@ def sweep() -> dict[str, int]:
     1. Fail runs past their deadline that no live worker holds, those waiting for a
        human included (their approval expires): claim, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
-    2. Expire approvals past their `expires_at` (`actions.approval_expire`), and record
-       the reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`).
+    2. Expire approvals past their `expires_at` (`actions.approval_expire`), warn of
+       those about to (`approval.expiring`), escalate those waiting longer than their
+       profile's `escalate_after_seconds` (`actions.approval_escalate`), and record the
+       reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`).
     3. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
        that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
        lost wake-up, a broker that was down). A conditional update stamping the wake-up
@@ -60,17 +62,41 @@ def sweep() -> dict[str, int]:
     expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
     expiring = _warn_expiring(now)
     lapsed = claims.claims_lapse(now=now)
+    escalated = _escalate(now)
     woken = 0
     for pk in driver.unattended_runs(now, SWEEP_BATCH):
         if not driver.stamp_wakeup(pk, now):
             continue  # another sweeper stamped it first (and sent the wake-up), or a worker took it
         broker.wake_run(pk)
         woken += 1
-    if failed or woken or expired or expiring or lapsed:
+    if failed or woken or expired or expiring or escalated or lapsed:
         log.info(
-            "sweep failed=%s woken=%s expired=%s expiring=%s lapsed_claims=%s", failed, woken, expired, expiring, lapsed
+            "sweep failed=%s woken=%s expired=%s expiring=%s escalated=%s lapsed_claims=%s",
+            failed, woken, expired, expiring, escalated, lapsed,
         )
-    return {"failed": failed, "expired": expired, "expiring": expiring, "woken": woken, "lapsed_claims": lapsed}
+    return {
+        "failed": failed, "expired": expired, "expiring": expiring, "escalated": escalated, "woken": woken,
+        "lapsed_claims": lapsed,
+    }
+
+
+def _escalate(now: dt.datetime) -> int:
+    """Escalate the calls still pending `escalate_after_seconds` after they were asked
+    (`actions.approval_escalate`, once each however many sweepers find them). Per
+    profile, as profiles are few and their waits differ: each query is a range of the
+    pending calls by age, and a long wait on one profile never hides another's due calls."""
+    profiles = AgentProfile.objects.filter(escalate_after_seconds__isnull=False).exclude(backup_group="")
+    count = 0
+    for profile_id, seconds in profiles.values_list("pk", "escalate_after_seconds"):
+        due = list(
+            Approval.objects.pending()
+            .filter(run__profile_id=profile_id, escalated_at__isnull=True)
+            .filter(created_at__lte=now - dt.timedelta(seconds=seconds))
+            .order_by("created_at")
+            .values_list("pk", flat=True)[:SWEEP_BATCH]
+        )
+        count += sum(1 for pk in due if actions.approval_escalate(approval_id=pk, now=now))
+    return count
 
 
 def _warn_expiring(now: dt.datetime) -> int:

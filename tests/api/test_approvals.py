@@ -42,6 +42,9 @@ APPROVAL_FIELDS = {
     # Who is on it ("I'm on it", issue 28): a live claim, or both null.
     "claimed_by",
     "claimed_until",
+    # When, and to which backup group, the sweeper escalated the call (issue 28).
+    "escalated_at",
+    "escalated_to",
 }
 
 

@@ -55,6 +55,11 @@ def reads_all_runs(user: Any) -> bool:
     return in_group(user, REVIEWER) or in_group(user, OPERATOR)
 
 
+def reads_review_stats(user: Any) -> bool:
+    """The review statistics (/reviews/stats/): operators and reviewers (and superusers)."""
+    return reads_all_runs(user)
+
+
 def visible_runs(user: Any) -> QuerySet[Run]:
     """Reviewers, operators and superusers read every run; launchers their own."""
     if reads_all_runs(user):

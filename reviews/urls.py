@@ -14,6 +14,7 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("list/", views.queue_list, name="list"),
     path("badge/", views.badge, name="badge"),
+    path("stats/", views.stats, name="stats"),
     path("<int:approval_id>/", views.approval, name="approval"),
     # An emailed decision link: GET confirms (changes nothing), POST decides.
     path("links/<str:token>/", links.link, name="link"),

@@ -1,0 +1,466 @@
+"""How reviewing goes (`/reviews/stats/`): what waits, who decided, how long decisions
+take, what escalated or lapsed, shadow rules' agreement, and approval fatigue.
+
+Every figure is an aggregate the database computes over the approvals decided in the
+window (`decided_at`), on the approvals the viewer may see (agents/access.py). Time to
+decision is `decided_at - created_at` of the calls a person answered (approved or
+rejected); its percentiles are PostgreSQL's `percentile_cont`, and on SQLite (the
+embedded default, which has none) the same interpolation over the durations read back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import connections
+from django.db.models import Aggregate, Count, F, FloatField, Func, Max, Min, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Trunc
+from django.urls import reverse
+from django.utils import timezone
+
+from agents import access
+from agents.engine import decisions, drafts
+from agents.engine import policy as engine_policy
+from agents.models import AgentProfile, Approval, ApprovalClaim
+from agents.runs import backtest
+
+WINDOWS = (1, 7, 30, 90)
+DEFAULT_DAYS = 7
+# A streak is read over this much history: the scan stays bounded however old the data.
+FATIGUE_DAYS = max(WINDOWS)
+DRAFT_SAMPLE = 1000  # the newest approved calls of a streak a draft is derived from
+PEOPLE = (decisions.APPROVED, decisions.REJECTED)  # statuses only a person's answer sets
+CLOSED = (*PEOPLE, decisions.EXPIRED)
+
+
+class BadWindow(ValueError):
+    pass
+
+
+def window_days(raw: str | None) -> int:
+    """`?days=`: one of WINDOWS (default DEFAULT_DAYS); BadWindow says what is accepted."""
+    if raw is None or raw == "":
+        return DEFAULT_DAYS
+    if raw.isdigit() and int(raw) in WINDOWS:
+        return int(raw)
+    shown = raw[:20]
+    raise BadWindow(f"days must be one of {', '.join(map(str, WINDOWS))}, not {shown!r}")
+
+
+# -- time to decision ------------------------------------------------------------------
+
+
+class Seconds(Func):
+    """decided_at - created_at in seconds, as each database spells it."""
+
+    output_field = FloatField()
+    arg_joiner = " - "
+    template = "EXTRACT(EPOCH FROM (%(expressions)s))"
+
+    def __init__(self) -> None:
+        super().__init__(F("decided_at"), F("created_at"))
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s)) * 86400.0)", arg_joiner=") - julianday(", **extra
+        )
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ordered-set aggregate (`fraction` is a constant of this module)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        super().__init__(expression, fraction=repr(float(fraction)), **extra)
+
+
+def percentile_cont(values: Sequence[float], fraction: float) -> float | None:
+    """What `percentile_cont` answers: linear interpolation between the closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = fraction * (len(ordered) - 1)
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclass(frozen=True)
+class Timing:
+    n: int = 0
+    p50: float | None = None
+    p95: float | None = None
+
+
+def timings(qs: QuerySet[Any], keys: dict[str, Any], *, in_database: bool | None = None) -> dict[tuple[Any, ...], Timing]:
+    """Time to decision of the people-decided approvals in `qs`, grouped by `keys`
+    (name -> expression). In the database where it has `percentile_cont`; otherwise
+    from the durations read back (`in_database=False` forces that, for the tests)."""
+    decided = qs.filter(status__in=PEOPLE)
+    names = list(keys)
+    if in_database is None:
+        in_database = connections[qs.db].vendor == "postgresql"
+    if in_database:
+        secs = Seconds()
+        figures = {"n": Count("pk"), "p50": PercentileCont(secs, 0.5), "p95": PercentileCont(secs, 0.95)}
+        if not keys:
+            # .values() with no names would group by every column: one aggregate instead.
+            r = decided.aggregate(**figures)
+            return {(): Timing(r["n"], r["p50"], r["p95"])} if r["n"] else {}
+        rows = decided.values(**keys).annotate(**figures).order_by()
+        return {tuple(r[k] for k in names): Timing(r["n"], r["p50"], r["p95"]) for r in rows}
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for row in decided.annotate(_s=Seconds(), **keys).values_list(*names, "_s").order_by():
+        groups.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
+    return {
+        k: Timing(len(v), percentile_cont(v, 0.5), percentile_cont(v, 0.95)) for k, v in groups.items()
+    }
+
+
+# -- the page's figures ---------------------------------------------------------------
+
+
+@dataclass
+class RuleRow:
+    agent: str
+    origin: str | None
+    index: int | None
+    approved: int = 0
+    rejected: int = 0
+    expired: int = 0
+    timing: Timing = field(default_factory=Timing)
+
+    @property
+    def label(self) -> str:
+        if self.origin is None:
+            return "no rule (the tool's risk, taint or always-ask)"
+        return engine_policy.rule_label({"origin": self.origin, "index": self.index})
+
+    @property
+    def total(self) -> int:
+        return self.approved + self.rejected + self.expired
+
+    def share(self, n: int) -> float:
+        return n / self.total if self.total else 0.0
+
+    @property
+    def approved_share(self) -> float:
+        return self.share(self.approved)
+
+    @property
+    def rejected_share(self) -> float:
+        return self.share(self.rejected)
+
+    @property
+    def expired_share(self) -> float:
+        return self.share(self.expired)
+
+
+@dataclass
+class ReviewerRow:
+    name: str
+    approved: int
+    rejected: int
+
+    @property
+    def total(self) -> int:
+        return self.approved + self.rejected
+
+
+@dataclass
+class Bucket:
+    start: dt.datetime
+    timing: Timing
+
+
+@dataclass
+class Chart:
+    """Daily (hourly over one day) p50 and p95 of time to decision, laid out as SVG."""
+
+    buckets: list[Bucket]
+    hourly: bool
+    WIDTH = 640
+    HEIGHT = 200
+    LEFT = 48
+    BOTTOM = 24
+    TOP = 12
+
+    @property
+    def top_seconds(self) -> float:
+        highest = max((b.timing.p95 or 0.0 for b in self.buckets), default=0.0)
+        return highest or 1.0
+
+    def _x(self, i: int) -> float:
+        span = self.WIDTH - self.LEFT - 8
+        return round(self.LEFT + (span * i / max(len(self.buckets) - 1, 1)), 1)
+
+    def _y(self, seconds: float) -> float:
+        span = self.HEIGHT - self.BOTTOM - self.TOP
+        return round(self.TOP + span * (1 - seconds / self.top_seconds), 1)
+
+    def _points(self, which: str) -> str:
+        return " ".join(
+            f"{self._x(i)},{self._y(getattr(b.timing, which))}"
+            for i, b in enumerate(self.buckets)
+            if getattr(b.timing, which) is not None
+        )
+
+    @property
+    def p50_points(self) -> str:
+        return self._points("p50")
+
+    @property
+    def p95_points(self) -> str:
+        return self._points("p95")
+
+    @property
+    def dots(self) -> list[dict[str, Any]]:
+        return [
+            {"x": self._x(i), "y50": self._y(b.timing.p50), "y95": self._y(b.timing.p95 or b.timing.p50), "bucket": b}
+            for i, b in enumerate(self.buckets) if b.timing.p50 is not None
+        ]
+
+    @property
+    def baseline(self) -> float:
+        return self.HEIGHT - self.BOTTOM
+
+    @property
+    def has_data(self) -> bool:
+        return any(b.timing.n for b in self.buckets)
+
+    @property
+    def label_format(self) -> str:
+        return "%H:00" if self.hourly else "%b %d"
+
+    @property
+    def ticks(self) -> list[dict[str, Any]]:
+        """At most 8 x-axis labels, first and last included."""
+        n = len(self.buckets)
+        step = max(1, math.ceil(n / 8))
+        picked = sorted({*range(0, n, step), n - 1}) if n else []
+        return [{"x": self._x(i), "text": self.buckets[i].start.strftime(self.label_format)} for i in picked]
+
+
+@dataclass
+class Streak:
+    """Approval fatigue: one rule's (or one tool's) calls approved unchanged in a row."""
+
+    agent: AgentProfile
+    tool: str
+    origin: str | None
+    index: int | None
+    length: int
+    refusal: str = ""  # why no draft is offered
+    draft: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.origin is None:
+            return f"{self.tool} calls no rule asked about"
+        return f"{self.tool} calls that {engine_policy.rule_label({'origin': self.origin, 'index': self.index})} asked about"
+
+    @property
+    def draft_json(self) -> str:
+        return json.dumps(self.draft, indent=2, sort_keys=True)
+
+    def proposal(self) -> dict[str, Any]:
+        """The profile's rules with the draft placed right before the rule that asked
+        (first match wins, so there it would decide those calls), or last."""
+        rules = list(self.agent.rules or [])
+        at = (self.index - 1) if self.origin == "profile" and self.index else len(rules)
+        rules.insert(min(at, len(rules)), self.draft)
+        return {"rules": rules}
+
+    @property
+    def backtest_url(self) -> str:
+        base = reverse("admin:agents_agentprofile_backtest", args=[self.agent.pk])
+        return f"{base}?{urlencode({'policy': json.dumps(self.proposal())})}"
+
+
+@dataclass
+class Stats:
+    days: int
+    since: dt.datetime
+    now: dt.datetime
+    pending: int
+    oldest: Approval | None
+    overall: Timing
+    reviewers: list[ReviewerRow]
+    agents: list[tuple[str, Timing]]
+    rules: list[RuleRow]
+    escalations: list[tuple[str, int]]
+    lapsed: list[tuple[str, int]]
+    chart: Chart
+    shadow: list[tuple[AgentProfile, list[backtest.Agreement]]]
+    fatigue: list[Streak]
+    streak_needed: int
+
+    @property
+    def oldest_age(self) -> float:
+        return (self.now - self.oldest.created_at).total_seconds() if self.oldest else 0.0
+
+    @property
+    def escalated(self) -> int:
+        return sum(n for _, n in self.escalations)
+
+    @property
+    def lapsed_total(self) -> int:
+        return sum(n for _, n in self.lapsed)
+
+
+AGENT = F("run__profile__name")
+
+
+def _rules(window: QuerySet[Approval]) -> list[RuleRow]:
+    keys = {"agent": AGENT, "origin": KT("rule__origin"), "index": KT("rule__index")}
+    closed = window.filter(status__in=CLOSED)
+    counted = closed.values(**keys).annotate(
+        approved=Count("pk", filter=Q(status=decisions.APPROVED)),
+        rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
+        expired=Count("pk", filter=Q(status=decisions.EXPIRED)),
+    ).order_by()
+    times = timings(window, keys)
+    out = []
+    for r in counted:
+        key = (r["agent"], r["origin"], r["index"])
+        index = int(r["index"]) if r["index"] is not None else None
+        out.append(RuleRow(r["agent"], r["origin"], index, r["approved"], r["rejected"], r["expired"], times.get(key, Timing())))
+    return sorted(out, key=lambda row: (row.agent, row.origin or "~", row.index or 0))
+
+
+def _chart(window: QuerySet[Approval], *, since: dt.datetime, now: dt.datetime, days: int) -> Chart:
+    hourly = days == 1
+    kind = "hour" if hourly else "day"
+    times = timings(window, {"bucket": Trunc("decided_at", kind, tzinfo=dt.UTC)})
+    step = dt.timedelta(hours=1) if hourly else dt.timedelta(days=1)
+    start = since.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    if not hourly:
+        start = start.replace(hour=0)
+    buckets = []
+    while start <= now:
+        buckets.append(Bucket(start, times.get((start,), Timing())))
+        start += step
+    return Chart(buckets, hourly)
+
+
+def _fatigue(approvals: QuerySet[Approval], *, now: dt.datetime, needed: int) -> list[Streak]:
+    """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
+    approved as proposed, newest first (a reject, an edit or an expiry ends a streak).
+
+    1. One aggregate over the closed policy calls of FATIGUE_DAYS: per key, when the
+       latest call that breaks a streak closed, and how many were approved unchanged.
+    2. For the keys that could reach `needed`: the approved calls after that break, and
+       the newest DRAFT_SAMPLE of their arguments for the draft.
+
+    Launch rules are left out: they come before the profile's, so no profile rule could
+    answer the calls they ask about.
+    """
+    unchanged = Q(status=decisions.APPROVED, round=0)
+    base = approvals.filter(
+        kind=decisions.POLICY, status__in=CLOSED, decided_at__gte=now - dt.timedelta(days=FATIGUE_DAYS)
+    ).annotate(agent_id=F("run__profile_id"), origin=KT("rule__origin"), index=KT("rule__index"))
+    # Lookups through the JSON field, not the KT annotations: SQLite's `KT = 'text'`
+    # reads the text as JSON (Django 5.2) and fails.
+    base = base.filter(Q(rule__isnull=True) | Q(rule__origin="profile"))
+    keys = base.values("agent_id", "tool", "origin", "index").annotate(
+        broke=Max("decided_at", filter=~unchanged), ok=Count("pk", filter=unchanged)
+    ).order_by()
+    profiles: dict[int, AgentProfile] = {}
+    out = []
+    for k in keys:
+        if k["ok"] < needed:
+            continue
+        same = base.filter(agent_id=k["agent_id"], tool=k["tool"]).filter(unchanged)
+        if k["origin"] is None:
+            same = same.filter(rule__isnull=True)
+        else:
+            same = same.filter(rule__origin=k["origin"], rule__index=int(k["index"]))
+        if k["broke"] is not None:
+            same = same.filter(decided_at__gt=k["broke"])
+        length = same.count()
+        if length < needed:
+            continue
+        sample = list(same.order_by("-decided_at").values_list("args", "risk", "required")[:DRAFT_SAMPLE])
+        if k["agent_id"] not in profiles:
+            profiles.update({p.pk: p for p in AgentProfile.objects.filter(pk=k["agent_id"])})
+        index = int(k["index"]) if k["index"] is not None else None
+        streak = Streak(profiles[k["agent_id"]], k["tool"], k["origin"], index, length)
+        if any(risk == "irreversible" for _, risk, _ in sample):
+            streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
+        elif any(required > 1 for _, _, required in sample):
+            streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
+        else:
+            reason = f"drafted from {length} calls approved unchanged in a row; review before use"
+            streak.draft = drafts.narrower_allow(k["tool"], [args for args, _, _ in sample], reason=reason)
+            if streak.draft is None:
+                streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
+        out.append(streak)
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool))
+
+
+def _shadow(days: int, now: dt.datetime) -> list[tuple[AgentProfile, list[backtest.Agreement]]]:
+    """Each profile with shadow rules: their agreement with reviewers over the window."""
+    out = []
+    for profile in AgentProfile.objects.order_by("name"):
+        if any(isinstance(r, dict) and r.get("mode") == engine_policy.SHADOW for r in profile.rules or ()):
+            out.append((profile, backtest.shadow_agreement(profile, days=days, now=now)))
+    return out
+
+
+def stats(user: Any, *, days: int, now: dt.datetime | None = None) -> Stats:
+    """Every figure of the page, for what `user` may see, over the last `days`."""
+    now = now or timezone.now()
+    since = now - dt.timedelta(days=days)
+    approvals = access.visible_approvals(user)
+    pending = approvals.pending()
+    summary = pending.aggregate(n=Count("pk"), first=Min("created_at"))
+    oldest = pending.select_related("run__profile").order_by("created_at", "pk").first() if summary["n"] else None
+    window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
+    people = window.filter(status__in=PEOPLE)
+    reviewers = [
+        ReviewerRow(r["name"] or "(deleted user)", r["approved"], r["rejected"])
+        for r in people.values(name=F("decided_by__username")).annotate(
+            approved=Count("pk", filter=Q(status=decisions.APPROVED)),
+            rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
+        ).order_by("name")
+    ]
+    overall = timings(window, {}).get((), Timing())
+    agents = sorted((k[0], t) for k, t in timings(window, {"agent": AGENT}).items())
+    escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
+    escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
+    claims = ApprovalClaim.objects.filter(approval__in=approvals) if not access.reads_all_runs(user) else ApprovalClaim.objects.all()
+    lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
+        ended_at__isnull=True, until__gte=since, until__lt=now
+    )
+    lapsed = [
+        (r["name"] or "(deleted user)", r["n"])
+        for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
+    ]
+    needed = settings.AIRLOCK_FATIGUE_STREAK
+    return Stats(
+        days=days,
+        since=since,
+        now=now,
+        pending=summary["n"],
+        oldest=oldest,
+        overall=overall,
+        reviewers=reviewers,
+        agents=agents,
+        rules=_rules(window),
+        escalations=escalations,
+        lapsed=lapsed,
+        chart=_chart(window, since=since, now=now, days=days),
+        shadow=_shadow(days, now),
+        fatigue=_fatigue(approvals, now=now, needed=needed),
+        streak_needed=needed,
+    )

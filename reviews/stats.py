@@ -31,6 +31,7 @@ from agents.engine import decisions, drafts
 from agents.engine import policy as engine_policy
 from agents.models import AgentProfile, Approval, ApprovalClaim
 from agents.runs import backtest
+from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
 DEFAULT_DAYS = 7
@@ -191,7 +192,7 @@ class Chart:
     hourly: bool
     WIDTH = 640
     HEIGHT = 200
-    LEFT = 48
+    LEFT = 64
     BOTTOM = 24
     TOP = 12
 
@@ -248,7 +249,15 @@ class Chart:
         n = len(self.buckets)
         step = max(1, math.ceil(n / 8))
         picked = sorted({*range(0, n, step), n - 1}) if n else []
-        return [{"x": self._x(i), "text": self.buckets[i].start.strftime(self.label_format)} for i in picked]
+        anchor = {0: "start", n - 1: "end"}
+        return [
+            {"x": self._x(i), "text": self.buckets[i].start.strftime(self.label_format), "anchor": anchor.get(i, "middle")}
+            for i in picked
+        ]
+
+    @property
+    def top_label(self) -> str:
+        return formatting.short_duration(self.top_seconds)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import Aggregate, Count, F, FloatField, Func, Max, Min, Q, QuerySet
+from django.db.models import Aggregate, Count, F, FloatField, Func, Max, Q, QuerySet, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 from django.urls import reverse
@@ -330,39 +330,122 @@ class Stats:
 AGENT = F("run__profile__name")
 
 
-def _rules(window: QuerySet[Approval]) -> list[RuleRow]:
-    keys = {"agent": AGENT, "origin": KT("rule__origin"), "index": KT("rule__index")}
+RULE_KEYS = {"agent": AGENT, "origin": KT("rule__origin"), "index": KT("rule__index")}
+
+
+@dataclass
+class WindowFigures:
+    """Everything the page reads from the calls closed in the window."""
+
+    overall: Timing
+    agents: list[tuple[str, Timing]]
+    rules: list[RuleRow]
+    reviewers: list[ReviewerRow]
+    buckets: dict[dt.datetime, Timing]
+
+
+def _rule_row(agent: str, origin: str | None, index: Any, approved: int, rejected: int, expired: int, timing: Timing) -> RuleRow:
+    return RuleRow(agent, origin, int(index) if index is not None else None, approved, rejected, expired, timing)
+
+
+def _sorted(figures: WindowFigures) -> WindowFigures:
+    figures.agents.sort(key=lambda a: a[0])
+    figures.rules.sort(key=lambda row: (row.agent, row.origin or "~", row.index or 0))
+    figures.reviewers.sort(key=lambda r: r.name)
+    return figures
+
+
+def _window_orm(window: QuerySet[Approval], bucket: Any) -> WindowFigures:
+    """One aggregate per figure, through `timings` (SQLite's way)."""
     closed = window.filter(status__in=CLOSED)
-    counted = closed.values(**keys).annotate(
+    counted = closed.values(**RULE_KEYS).annotate(
         approved=Count("pk", filter=Q(status=decisions.APPROVED)),
         rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
         expired=Count("pk", filter=Q(status=decisions.EXPIRED)),
     ).order_by()
-    times = timings(window, keys)
-    out = []
-    for r in counted:
-        key = (r["agent"], r["origin"], r["index"])
-        index = int(r["index"]) if r["index"] is not None else None
-        out.append(RuleRow(r["agent"], r["origin"], index, r["approved"], r["rejected"], r["expired"], times.get(key, Timing())))
-    return sorted(out, key=lambda row: (row.agent, row.origin or "~", row.index or 0))
+    times = timings(window, RULE_KEYS)
+    rules = [
+        _rule_row(r["agent"], r["origin"], r["index"], r["approved"], r["rejected"], r["expired"],
+                  times.get((r["agent"], r["origin"], r["index"]), Timing()))
+        for r in counted
+    ]
+    reviewers = [
+        ReviewerRow(r["name"] or "(deleted user)", r["approved"], r["rejected"])
+        for r in window.filter(status__in=PEOPLE).values(name=F("decided_by__username")).annotate(
+            approved=Count("pk", filter=Q(status=decisions.APPROVED)),
+            rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
+        ).order_by()
+    ]
+    return _sorted(WindowFigures(
+        overall=timings(window, {}).get((), Timing()),
+        agents=[(k[0], t) for k, t in timings(window, {"agent": AGENT}).items()],
+        rules=rules,
+        reviewers=reviewers,
+        buckets={k[0]: t for k, t in timings(window, {"bucket": bucket}).items()},
+    ))
 
 
-def _chart(window: QuerySet[Approval], *, since: dt.datetime, now: dt.datetime, days: int) -> Chart:
-    hourly = days == 1
-    kind = "hour" if hourly else "day"
-    times = timings(window, {"bucket": Trunc("decided_at", kind, tzinfo=dt.UTC)})
+# GROUPING(agent, origin, idx, who, bucket): a bit is set for each column a row is NOT grouped by.
+_BY_RULE, _BY_AGENT, _OVERALL, _BY_REVIEWER, _BY_BUCKET = 0b00011, 0b01111, 0b11111, 0b11101, 0b11110
+
+
+def _window_grouped(window: QuerySet[Approval], bucket: Any) -> WindowFigures:
+    """Every figure in one scan of the window: PostgreSQL's GROUPING SETS over the
+    closed calls (the ORM writes the inner query, visibility rules included)."""
+    inner = window.filter(status__in=CLOSED).annotate(
+        s_agent=AGENT, s_origin=KT("rule__origin"), s_idx=KT("rule__index"), s_who=F("decided_by__username"),
+        s_bucket=bucket, s_secs=Seconds(),
+    ).values("s_agent", "s_origin", "s_idx", "s_who", "s_bucket", "s_secs", "status")
+    sql, params = inner.query.sql_with_params()
+    people = "status IN ('approved', 'rejected')"
+    grouped = f"""
+        SELECT GROUPING(s_agent, s_origin, s_idx, s_who, s_bucket), s_agent, s_origin, s_idx, s_who, s_bucket,
+               count(*) FILTER (WHERE status = 'approved'), count(*) FILTER (WHERE status = 'rejected'),
+               count(*) FILTER (WHERE status = 'expired'), count(*) FILTER (WHERE {people}),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY s_secs) FILTER (WHERE {people}),
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY s_secs) FILTER (WHERE {people})
+        FROM ({sql}) w
+        GROUP BY GROUPING SETS ((s_agent, s_origin, s_idx), (s_agent), (), (s_who), (s_bucket))
+    """
+    figures = WindowFigures(Timing(), [], [], [], {})
+    with connections[window.db].cursor() as cur:
+        cur.execute(grouped, params)
+        for g, agent, origin, idx, who, at, approved, rejected, expired, n, p50, p95 in cur.fetchall():
+            timing = Timing(n, p50, p95) if n else Timing()
+            if g == _BY_RULE:
+                figures.rules.append(_rule_row(agent, origin, idx, approved, rejected, expired, timing))
+            elif g == _BY_AGENT and n:
+                figures.agents.append((agent, timing))
+            elif g == _OVERALL:
+                figures.overall = timing
+            elif g == _BY_REVIEWER and n:
+                figures.reviewers.append(ReviewerRow(who or "(deleted user)", approved, rejected))
+            elif g == _BY_BUCKET and n:
+                # A raw cursor skips the ORM's converters: date_trunc's timestamp is UTC.
+                figures.buckets[at if at.tzinfo else at.replace(tzinfo=dt.UTC)] = timing
+    return _sorted(figures)
+
+
+def window_figures(window: QuerySet[Approval], *, hourly: bool, in_database: bool | None = None) -> WindowFigures:
+    bucket = Trunc("decided_at", "hour" if hourly else "day", tzinfo=dt.UTC)
+    if in_database is None:
+        in_database = connections[window.db].vendor == "postgresql"
+    return _window_grouped(window, bucket) if in_database else _window_orm(window, bucket)
+
+
+def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.datetime, hourly: bool) -> Chart:
     step = dt.timedelta(hours=1) if hourly else dt.timedelta(days=1)
     start = since.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
     if not hourly:
         start = start.replace(hour=0)
     buckets = []
     while start <= now:
-        buckets.append(Bucket(start, times.get((start,), Timing())))
+        buckets.append(Bucket(start, times.get(start, Timing())))
         start += step
     return Chart(buckets, hourly)
 
 
-def _fatigue(approvals: QuerySet[Approval], *, now: dt.datetime, needed: int) -> list[Streak]:
+def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
     """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
     approved as proposed, newest first (a reject, an edit or an expiry ends a streak).
 
@@ -384,7 +467,7 @@ def _fatigue(approvals: QuerySet[Approval], *, now: dt.datetime, needed: int) ->
     keys = base.values("agent_id", "tool", "origin", "index").annotate(
         broke=Max("decided_at", filter=~unchanged), ok=Count("pk", filter=unchanged)
     ).order_by()
-    profiles: dict[int, AgentProfile] = {}
+    by_id = {p.pk: p for p in profiles}
     out = []
     for k in keys:
         if k["ok"] < needed:
@@ -400,10 +483,8 @@ def _fatigue(approvals: QuerySet[Approval], *, now: dt.datetime, needed: int) ->
         if length < needed:
             continue
         sample = list(same.order_by("-decided_at").values_list("args", "risk", "required")[:DRAFT_SAMPLE])
-        if k["agent_id"] not in profiles:
-            profiles.update({p.pk: p for p in AgentProfile.objects.filter(pk=k["agent_id"])})
         index = int(k["index"]) if k["index"] is not None else None
-        streak = Streak(profiles[k["agent_id"]], k["tool"], k["origin"], index, length)
+        streak = Streak(by_id[k["agent_id"]], k["tool"], k["origin"], index, length)
         if any(risk == "irreversible" for _, risk, _ in sample):
             streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
         elif any(required > 1 for _, _, required in sample):
@@ -417,37 +498,33 @@ def _fatigue(approvals: QuerySet[Approval], *, now: dt.datetime, needed: int) ->
     return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool))
 
 
-def _shadow(days: int, now: dt.datetime) -> list[tuple[AgentProfile, list[backtest.Agreement]]]:
+def _shadow(
+    profiles: list[AgentProfile], days: int, now: dt.datetime
+) -> list[tuple[AgentProfile, list[backtest.Agreement]]]:
     """Each profile with shadow rules: their agreement with reviewers over the window."""
     out = []
-    for profile in AgentProfile.objects.order_by("name"):
+    for profile in profiles:
         if any(isinstance(r, dict) and r.get("mode") == engine_policy.SHADOW for r in profile.rules or ()):
             out.append((profile, backtest.shadow_agreement(profile, days=days, now=now)))
     return out
 
 
-def stats(user: Any, *, days: int, now: dt.datetime | None = None) -> Stats:
+def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
     """Every figure of the page, for what `user` may see, over the last `days`."""
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
     approvals = access.visible_approvals(user)
-    pending = approvals.pending()
-    summary = pending.aggregate(n=Count("pk"), first=Min("created_at"))
-    oldest = pending.select_related("run__profile").order_by("created_at", "pk").first() if summary["n"] else None
+    # The oldest pending call and, beside it, how many wait: one statement.
+    oldest = (
+        approvals.pending().select_related("run__profile").annotate(waiting=Window(Count("pk")))
+        .order_by("created_at", "pk").first()
+    )
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
-    people = window.filter(status__in=PEOPLE)
-    reviewers = [
-        ReviewerRow(r["name"] or "(deleted user)", r["approved"], r["rejected"])
-        for r in people.values(name=F("decided_by__username")).annotate(
-            approved=Count("pk", filter=Q(status=decisions.APPROVED)),
-            rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
-        ).order_by("name")
-    ]
-    overall = timings(window, {}).get((), Timing())
-    agents = sorted((k[0], t) for k, t in timings(window, {"agent": AGENT}).items())
+    hourly = days == 1
+    figures = window_figures(window, hourly=hourly, in_database=in_database)
     escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
     escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
-    claims = ApprovalClaim.objects.filter(approval__in=approvals) if not access.reads_all_runs(user) else ApprovalClaim.objects.all()
+    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
     lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
         ended_at__isnull=True, until__gte=since, until__lt=now
     )
@@ -456,20 +533,21 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None) -> Stats:
         for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
     ]
     needed = settings.AIRLOCK_FATIGUE_STREAK
+    profiles = list(AgentProfile.objects.order_by("name"))
     return Stats(
         days=days,
         since=since,
         now=now,
-        pending=summary["n"],
+        pending=oldest.waiting if oldest else 0,
         oldest=oldest,
-        overall=overall,
-        reviewers=reviewers,
-        agents=agents,
-        rules=_rules(window),
+        overall=figures.overall,
+        reviewers=figures.reviewers,
+        agents=figures.agents,
+        rules=figures.rules,
         escalations=escalations,
         lapsed=lapsed,
-        chart=_chart(window, since=since, now=now, days=days),
-        shadow=_shadow(days, now),
-        fatigue=_fatigue(approvals, now=now, needed=needed),
+        chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
+        shadow=_shadow(profiles, days, now),
+        fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
         streak_needed=needed,
     )

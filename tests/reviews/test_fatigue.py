@@ -169,3 +169,25 @@ def test_keys_that_cannot_be_bounded_are_left_out_and_nothing_bounded_is_no_draf
     # A key only some calls had bounds nothing: a call without it must not slip through.
     partial = drafts.narrower_allow("echo", [{"a": 1, "b": 2}, {"a": 1}], reason="r")
     assert partial is not None and partial["when"] == {"arg": "a", "op": "eq", "value": 1}
+
+
+def test_backtesting_the_draft_reports_how_it_agrees_with_reviewers(defaults: None, rita: Any, pending: Any) -> None:
+    """Step one of draft -> shadow rule -> rule: the proposal's shadow rule judged on the
+    recorded calls, decided by nothing, counted against what reviewers did."""
+    from agents.actions import approval_decide
+    from agents.runs import backtest
+    from tests.helpers import call, final
+
+    profile = AgentProfile.objects.get(name="scripted")
+    profile.always_ask_tools = ["ledger_write"]
+    profile.save()
+    answers = {"refund 5": "approve", "refund 9": "approve", "refund 7": "reject", "refund 40": "approve"}
+    for entry, decision in answers.items():
+        asked = pending([call("ledger_write", entry=entry), final()])
+        approval_decide(approval_id=asked.pk, user=rita, decision=decision)
+    draft = drafts.narrower_allow("ledger_write", [{"entry": e} for e in ("refund 5", "refund 9", "refund 7")], reason="r")
+    report = backtest.backtest(profile, {"rules": [draft]})
+    assert report.calls == 4 and report.changes == {}
+    # Matched: 5 and 9 approved (agreed), 7 rejected (disagreed); 40 is outside the draft.
+    assert [(a.rule, a.agreed, a.disagreed, a.undecided) for a in report.shadow] == [(1, 2, 1, 0)]
+    assert report.to_dict()["shadow"] == [{"rule": 1, "agreed": 2, "disagreed": 1, "undecided": 0}]

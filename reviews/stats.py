@@ -451,8 +451,9 @@ def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now
 
     1. One aggregate over the closed policy calls of FATIGUE_DAYS: per key, when the
        latest call that breaks a streak closed, and how many were approved unchanged.
-    2. For the keys that could reach `needed`: the approved calls after that break, and
-       the newest DRAFT_SAMPLE of their arguments for the draft.
+    2. One more for the keys that could reach `needed`: the calls approved unchanged
+       since each one's break (the streak).
+    3. For each streak of `needed` or more: the newest DRAFT_SAMPLE of its arguments.
 
     Launch rules are left out: they come before the profile's, so no profile rule could
     answer the calls they ask about.
@@ -468,20 +469,33 @@ def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now
         broke=Max("decided_at", filter=~unchanged), ok=Count("pk", filter=unchanged)
     ).order_by()
     by_id = {p.pk: p for p in profiles}
-    out = []
-    for k in keys:
-        if k["ok"] < needed:
-            continue
-        same = base.filter(agent_id=k["agent_id"], tool=k["tool"]).filter(unchanged)
+
+    def of_key(k: dict[str, Any]) -> Q:
+        q = Q(agent_id=k["agent_id"], tool=k["tool"])
         if k["origin"] is None:
-            same = same.filter(rule__isnull=True)
+            q &= Q(rule__isnull=True)
         else:
-            same = same.filter(rule__origin=k["origin"], rule__index=int(k["index"]))
-        if k["broke"] is not None:
-            same = same.filter(decided_at__gt=k["broke"])
-        length = same.count()
+            q &= Q(rule__origin=k["origin"], rule__index=int(k["index"]))
+        return q & Q(decided_at__gt=k["broke"]) if k["broke"] is not None else q
+
+    candidates = [k for k in keys if k["ok"] >= needed]
+    if not candidates:
+        return []
+    # The unchanged approvals since each candidate's last break, for all of them at once.
+    since_break = Q()
+    for k in candidates:
+        since_break |= of_key(k)
+    lengths = {
+        (r["agent_id"], r["tool"], r["origin"], r["index"]): r["n"]
+        for r in base.filter(unchanged).filter(since_break).values("agent_id", "tool", "origin", "index")
+        .annotate(n=Count("pk")).order_by()
+    }
+    out = []
+    for k in candidates:
+        length = lengths.get((k["agent_id"], k["tool"], k["origin"], k["index"]), 0)
         if length < needed:
             continue
+        same = base.filter(unchanged).filter(of_key(k))
         sample = list(same.order_by("-decided_at").values_list("args", "risk", "required")[:DRAFT_SAMPLE])
         index = int(k["index"]) if k["index"] is not None else None
         streak = Streak(by_id[k["agent_id"]], k["tool"], k["origin"], index, length)

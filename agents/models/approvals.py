@@ -114,6 +114,10 @@ class Approval(models.Model):
             models.Index(fields=["expires_at"], condition=models.Q(status=decisions.PENDING), name="approval_pending_expires"),
             # The queue's tool choices, read by skipping from tool to tool (reviews.cards).
             models.Index(fields=["tool"], condition=models.Q(status=decisions.PENDING), name="approval_pending_tool"),
+            # The review statistics' window and the fatigue's newest closed calls
+            # (reviews/stats.py): without it each read scanned every approval (bench/stats.py).
+            models.Index(fields=["decided_at"], condition=models.Q(decided_at__isnull=False), name="approval_decided"),
+            models.Index(fields=["escalated_at"], condition=models.Q(escalated_at__isnull=False), name="approval_escalated"),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.

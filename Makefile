@@ -33,11 +33,14 @@ test: $(STAMP)
 # PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
 # The grouped queue and batch decisions: bench/batch.py (key "batch").
 # The purge figures (bench/retention.py) seed 100,000 runs: BENCH_PURGE_RUNS=0 skips them.
+# The review statistics (bench/stats.py) seed 100,000 decided approvals and 1.2M
+# transitions: BENCH_STATS_APPROVALS sets the size (0 skips them).
 bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/batch.py
 	$(PY) bench/caching.py
 	$(PY) bench/retention.py
+	$(PY) bench/stats.py
 
 # The same scripted agent on LangGraph + PostgresSaver, in a separate virtual environment.
 COMPARE_VENV := .venv-compare

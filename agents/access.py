@@ -164,6 +164,11 @@ def reads_runs(user: Any) -> bool:
     return reads_all_runs(user) or in_group(user, LAUNCHER) or can_decide(user)
 
 
+def reads_review_stats(user: Any) -> bool:
+    """The review statistics (/reviews/stats/): operators and reviewers (and superusers)."""
+    return reads_all_runs(user)
+
+
 def visible_runs(user: Any) -> QuerySet[Run]:
     """Every run for those who read all; otherwise a launcher's own runs and the runs of
     the profiles the user reviews (those of a backup group's profiles once escalated)."""

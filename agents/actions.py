@@ -23,7 +23,7 @@ from agents.engine.limits import TASK_MAX_CHARS, LimitError
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.notifications import events as outbox
-from agents.ops import telemetry
+from agents.ops import metrics, telemetry
 from agents.runs import driver, sanitize, store
 
 log = logging.getLogger("airlock.actions")
@@ -528,10 +528,13 @@ def approval_escalate(*, approval_id: int, now: dt.datetime | None = None) -> bo
        digest picks the call up because they may now decide it).
     """
     now = now or timezone.now()
-    found = Approval.objects.pending().filter(pk=approval_id).values_list("run_id", "run__profile__backup_group").first()
+    found = (
+        Approval.objects.pending().filter(pk=approval_id)
+        .values_list("run_id", "run__profile__backup_group", "run__profile__name").first()
+    )
     if found is None:
         return False  # answered (or the run ended) since the sweeper listed it
-    run_id, group = found
+    run_id, group, agent = found
     if not group:
         return False  # the profile no longer names a backup group: nowhere to go
     with transaction.atomic():
@@ -545,6 +548,7 @@ def approval_escalate(*, approval_id: int, now: dt.datetime | None = None) -> bo
             # Another sweeper escalated it first (its event stands), or a reviewer decided it.
             return False
         outbox.emit("approval.escalated", Approval.objects.get(pk=approval_id))
+        metrics.observe_escalation(agent)  # in this transaction: counted once, with the escalation
     log.info("approval=%s of run=%s escalated to %s", approval_id, run_id, group)
     return True
 

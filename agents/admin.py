@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html
 
+from agents import jsonsafe
 from agents.engine.policy import PolicyError
 from agents.models import (
     EVENT_TYPES,
@@ -113,6 +114,11 @@ class AgentProfileAdmin(admin.ModelAdmin):
                        "denied_tools": profile.denied_tools, "irreversible_approvals": profile.irreversible_approvals},
             "days": backtests.DEFAULT_DAYS,
         }
+        offered = _offered_policy(request)
+        if offered is not None:
+            # A draft offered elsewhere (the review stats' approval fatigue): the form
+            # opens on it; only a POST of the form runs the backtest.
+            initial["policy"] = offered
         form = TryRulesForm(request.POST or None, initial=initial)
         report = None
         if request.method == "POST" and form.is_valid():
@@ -134,6 +140,17 @@ class AgentProfileAdmin(admin.ModelAdmin):
             "agreement": backtests.shadow_agreement(profile, days=backtests.DEFAULT_DAYS),
         }
         return TemplateResponse(request, "admin/agents/agentprofile/backtest.html", context)
+
+
+def _offered_policy(request: HttpRequest) -> dict[str, Any] | None:
+    """`?policy=<JSON object>` on a GET of "Try these rules", or None (bad JSON is ignored:
+    the form then opens on the profile's own policy)."""
+    raw = request.GET.get("policy", "") if request.method == "GET" else ""
+    try:
+        offered = jsonsafe.parse(raw) if raw else None
+    except jsonsafe.JsonError:
+        return None
+    return offered if isinstance(offered, dict) else None
 
 
 class TryRulesForm(forms.Form):

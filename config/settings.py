@@ -510,6 +510,13 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# -- reviewing: statistics (/reviews/stats/, docs/reviewing.md) -------------------------
+# Approval fatigue: this many calls of one rule (or tool) approved unchanged in a row and
+# the stats page offers a draft of a narrower allow rule (never applied by itself).
+AIRLOCK_FATIGUE_STREAK = env_int("AIRLOCK_FATIGUE_STREAK", 20)
+if AIRLOCK_FATIGUE_STREAK < 2:
+    raise EnvError("AIRLOCK_FATIGUE_STREAK must be at least 2")
+
 # -- operations: metrics and traces -------------------------------------------------
 # GET /metrics answers only a bearer of this token; unset, the endpoint is 404.
 AIRLOCK_METRICS_TOKEN = env_str("AIRLOCK_METRICS_TOKEN", "")

@@ -16,6 +16,7 @@ urlpatterns = [
     path("badge/", views.badge, name="badge"),
     # A group card's answer: approve or reject the checked calls, each on its own.
     path("decisions/", views.decide_batch, name="decisions"),
+    path("stats/", views.stats, name="stats"),
     path("<int:approval_id>/", views.approval, name="approval"),
     # An emailed decision link: GET confirms (changes nothing), POST decides.
     path("links/<str:token>/", links.link, name="link"),

@@ -21,6 +21,7 @@ from agents.actions import ActionError, BatchResult, approval_batch_decide, appr
 from agents.models import Approval
 
 from . import cards, groups
+from . import stats as review_stats
 from .forms import BatchForm, DecisionForm, FilterForm, claim_tokens, keep_ids, seen_hashes
 
 
@@ -135,6 +136,20 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def badge(request: HttpRequest) -> HttpResponse:
     return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
+
+
+@login_required
+@require_GET
+def stats(request: HttpRequest) -> HttpResponse:
+    """How reviewing goes over `?days=1|7|30|90` (default 7): operators and reviewers."""
+    if not access.reads_review_stats(request.user):
+        raise PermissionDenied("only operators and reviewers read the review statistics")
+    try:
+        days = review_stats.window_days(request.GET.get("days"))
+    except review_stats.BadWindow as exc:
+        return HttpResponseBadRequest(f"invalid window: {exc}", content_type="text/plain")
+    figures = review_stats.stats(request.user, days=days)
+    return render(request, "reviews/stats.html", {"stats": figures, "windows": review_stats.WINDOWS})
 
 
 @login_required

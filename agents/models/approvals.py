@@ -160,6 +160,10 @@ class Approval(models.Model):
                 fields=["group_key", "created_at", "id"], condition=models.Q(status=decisions.PENDING),
                 name="approval_pending_group",
             ),
+            # The review statistics' window and the fatigue's newest closed calls
+            # (reviews/stats.py): without it each read scanned every approval (bench/stats.py).
+            models.Index(fields=["decided_at"], condition=models.Q(decided_at__isnull=False), name="approval_decided"),
+            models.Index(fields=["escalated_at"], condition=models.Q(escalated_at__isnull=False), name="approval_escalated"),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, Case, Count, F, IntegerField, Max, Min, Q, Sum, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
@@ -35,8 +35,8 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agents.engine import states
-from agents.models import AgentProfile, Approval, MetricTally, Run, Transition
+from agents.engine import decisions, states
+from agents.models import AgentProfile, Approval, ApprovalClaim, MetricTally, Run, Transition
 
 # -- reason kinds: the one map from a failure's free-text reason to a label ---------------
 
@@ -76,7 +76,7 @@ def _reason_kind_sql(field: str) -> Case:
 @dataclass(frozen=True)
 class Histogram:
     name: str  # the tally name, and the metric's after "airlock_"
-    label: str
+    labels: tuple[str, ...]
     doc: str
     bounds_ms: tuple[int, ...]
 
@@ -89,18 +89,26 @@ class Histogram:
 
 
 MODEL_CALL = Histogram(
-    "model_call_seconds", "agent", "Model call latency, from the model transitions' recorded durations.",
+    "model_call_seconds", ("agent",), "Model call latency, from the model transitions' recorded durations.",
     (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000),
 )
 TOOL_CALL = Histogram(
-    "tool_call_seconds", "tool", "Tool call duration, from the tool transitions' recorded durations.",
+    "tool_call_seconds", ("tool",), "Tool call duration, from the tool transitions' recorded durations.",
     (10, 50, 100, 500, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000),
 )
 APPROVAL_WAIT = Histogram(
-    "approval_wait_seconds", "tool", "Time from a call's approval request to a reviewer's decision.",
+    "approval_wait_seconds", ("tool",), "Time from a call's approval request to a reviewer's decision.",
     (10_000, 30_000, 60_000, 300_000, 900_000, 1_800_000, 3_600_000, 14_400_000, 86_400_000),
 )
-HISTOGRAMS = (MODEL_CALL, TOOL_CALL, APPROVAL_WAIT)
+# By agent and how the question closed: a person's decision (DECISIONS) or its expiry.
+EXPIRE = "expire"
+DECISION_LABELS: tuple[str, ...] = (*decisions.DECISIONS, EXPIRE)
+APPROVAL_DECISION = Histogram(
+    "approval_decision_seconds", ("agent", "decision"),
+    "Time from a call's approval request to its decision by a person, or to its expiry (decision=expire).",
+    APPROVAL_WAIT.bounds_ms,
+)
+HISTOGRAMS = (MODEL_CALL, TOOL_CALL, APPROVAL_WAIT, APPROVAL_DECISION)
 
 # Tally names of the plain counters.
 FINISHED = "runs_finished"  # labels: agent, terminal state
@@ -108,6 +116,9 @@ FAILED = "runs_failed"  # labels: agent, reason kind
 COST = "cost_micros"  # labels: agent
 TOKENS = "tokens"  # labels: agent, direction
 MARK = "_folded_through"  # `total`: the last transition id folded
+# Counted where they happen (observe_escalation, observe_lapsed_claim), not folded.
+ESCALATIONS = "approval_escalations"  # labels: agent
+LAPSED_CLAIMS = "claims_lapsed"  # no labels
 FOLD_BATCH = 200_000  # transitions per scrape at most, so a first scrape of a big log stays bounded
 
 
@@ -181,29 +192,60 @@ def _aggregates(rows: Any) -> Iterator[tuple[str, str, int, int, int]]:
         grouped = timed.values(b=hist.bucket_sql("duration_ms"), l=label).annotate(n=Count("pk"), ms=Sum("duration_ms"))
         for r in grouped:
             yield hist.name, _labels(r["l"]), r["b"], r["n"], r["ms"] or 0
-    yield from _approval_waits(rows.filter(kind="decision"))
+    yield from _approval_waits(rows.filter(kind__in=("decision", "expiry")))
 
 
-def _approval_waits(decisions: Any) -> Iterator[tuple[str, str, int, int, int]]:
-    """A decision transition's wait: its approval's request to decision. Decisions come
-    at a human's pace, so this matches them in Python."""
-    found = list(decisions.values("run_id", "created_at", call=KT("payload__call_id")))
+def _approval_waits(closing: Any) -> Iterator[tuple[str, str, int, int, int]]:
+    """The wait of each question a decision or expiry transition closed: its
+    approval's request to its decision. They come at a human's pace, so this matches
+    them in Python."""
+    found = list(closing.values("run_id", "created_at", "kind", call=KT("payload__call_id"), agent=F("run__profile__name")))
     if not found:
         return
     approvals: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
-    decided = Approval.objects.filter(run_id__in={d["run_id"] for d in found}, decided_at__isnull=False).exclude(
-        decision=""
+    decided = Approval.objects.filter(run_id__in={d["run_id"] for d in found}, decided_at__isnull=False).filter(
+        ~Q(decision="") | Q(status=Approval.Status.EXPIRED)
     )
-    for a in decided.values("run_id", "call_id", "tool", "created_at", "decided_at"):
+    for a in decided.values("run_id", "call_id", "tool", "created_at", "decided_at", "decision", "status"):
         approvals[(a["run_id"], a["call_id"])].append(a)
     for d in found:
-        # The latest approval of that call decided before its decision transition.
-        candidates = [a for a in approvals[(d["run_id"], d["call"])] if a["decided_at"] <= d["created_at"]]
+        expiry = d["kind"] == "expiry"
+        # The latest approval of that call closed (that way) before its transition.
+        candidates = [
+            a for a in approvals[(d["run_id"], d["call"])]
+            if a["decided_at"] <= d["created_at"] and (a["status"] == Approval.Status.EXPIRED) == expiry
+        ]
         if not candidates:
             continue
         a = max(candidates, key=lambda a: a["decided_at"])
         ms = max(0, int((a["decided_at"] - a["created_at"]).total_seconds() * 1000))
-        yield APPROVAL_WAIT.name, _labels(a["tool"]), APPROVAL_WAIT.bucket(ms), 1, ms
+        if not expiry:
+            yield APPROVAL_WAIT.name, _labels(a["tool"]), APPROVAL_WAIT.bucket(ms), 1, ms
+        how = EXPIRE if expiry else a["decision"]
+        yield APPROVAL_DECISION.name, _labels(d["agent"], how), APPROVAL_DECISION.bucket(ms), 1, ms
+
+
+# -- counted where they happen -------------------------------------------------------------
+
+
+def observe_escalation(agent: str) -> None:
+    """One call of `agent`'s escalated (`airlock_approval_escalations_total`). Call it in
+    the transaction that sets the approval's `escalated_at`: a rollback takes it back,
+    so each escalation counts once whatever process dies."""
+    _bump(ESCALATIONS, _labels(agent))
+
+
+def _bump(name: str, labels: str) -> None:
+    updated = MetricTally.objects.filter(name=name, labels=labels, bucket=-1).update(count=F("count") + 1)
+    if updated:
+        return
+    try:
+        with transaction.atomic():  # a savepoint: losing the race to create the row is no error
+            MetricTally.objects.create(name=name, labels=labels, bucket=-1, count=1)
+    except IntegrityError:
+        # Another transaction created the row between our UPDATE and INSERT (the INSERT
+        # waited for it to commit): add ours to theirs.
+        MetricTally.objects.filter(name=name, labels=labels, bucket=-1).update(count=F("count") + 1)
 
 
 # -- the collector -------------------------------------------------------------------------
@@ -229,6 +271,9 @@ class AirlockCollector(Collector):
                             value="total")
         for hist in HISTOGRAMS:
             yield self._histogram(hist, tallies[hist.name])
+        yield self._counter(ESCALATIONS, "Calls escalated to their profile's backup group.", ["agent"],
+                            tallies[ESCALATIONS])
+        yield self._lapsed_claims()
 
     def _runs(self, agents: dict[int, str], finished: list[MetricTally]) -> Metric:
         counts: dict[tuple[str, str], int] = {(s, a): 0 for s in states.STATES for a in agents.values()}
@@ -266,6 +311,18 @@ class AirlockCollector(Collector):
             by_channel.add_metric([r["via"], r["decision"]], r["n"])
         yield by_channel
 
+    def _lapsed_claims(self) -> Metric:
+        """Counted from the claims' own rows, not tallied: a lapse is recorded in several
+        places (the next claim, a release, the sweeper, the transition that closes the
+        call), and one that nothing recorded yet has lapsed all the same."""
+        now = timezone.now()
+        lapsed = ApprovalClaim.objects.filter(Q(end="lapsed") | Q(ended_at__isnull=True, until__lte=now)).count()
+        counter = CounterMetricFamily(
+            f"airlock_{LAPSED_CLAIMS}", "Claims whose time ran out before the claimant decided or let go.", labels=[]
+        )
+        counter.add_metric([], lapsed)
+        return counter
+
     def _counter(
         self, name: str, doc: str, labels: list[str], tallies: list[MetricTally], *, value: str = "count"
     ) -> Metric:
@@ -278,7 +335,7 @@ class AirlockCollector(Collector):
         by_label: dict[str, dict[int, MetricTally]] = defaultdict(dict)
         for tally in tallies:
             by_label[tally.labels][tally.bucket] = tally
-        family = HistogramMetricFamily(f"airlock_{hist.name}", hist.doc, labels=[hist.label])
+        family = HistogramMetricFamily(f"airlock_{hist.name}", hist.doc, labels=list(hist.labels))
         for labels, buckets in sorted(by_label.items()):
             cumulative, out = 0, []
             for i, bound in enumerate((*hist.bounds_ms, None)):

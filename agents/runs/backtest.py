@@ -184,6 +184,8 @@ class Report:
     since: dt.datetime
     calls: int = 0
     changes: dict[str, list[Change]] = field(default_factory=dict)
+    # The proposal's shadow rules on the same calls: how each would have agreed.
+    shadow: list[Agreement] = field(default_factory=list)
 
     def answers(self, cls: str) -> dict[str, list[int]]:
         """How reviewers answered the calls of a class that asked: status -> approval ids."""
@@ -222,6 +224,10 @@ class Report:
             "calls_changed": {
                 cls: [c.to_dict() for c in self.changes[cls]] for cls in CLASSES if self.changes.get(cls)
             },
+            "shadow": [
+                {"rule": a.rule, "agreed": a.agreed, "disagreed": a.disagreed, "undecided": a.undecided}
+                for a in self.shadow
+            ],
         }
 
 
@@ -255,12 +261,15 @@ def backtest(
     reg = registry or tool_registry()
     report = Report(profile=profile.name, days=days, since=since)
     runs = Run.objects.filter(profile=profile, created_at__gte=since).order_by("pk")
+    shadows: dict[int, Agreement] = {}
     for call in recorded_calls(runs.iterator()):
         report.calls += 1
         after = judge(under(call.state, proposal), reg, call.tool, call.args)
         cls = change_class(call.recorded, after)
         if cls is not None:
             report.changes.setdefault(cls, []).append(Change(call, call.recorded, after))
+        _tally(shadows, after.shadow, call)
+    report.shadow = [shadows[n] for n in sorted(shadows)]
     return report
 
 
@@ -303,16 +312,21 @@ def shadow_agreement(
     by_rule: dict[int, Agreement] = {}
     runs = Run.objects.filter(profile=profile, created_at__gte=since).order_by("pk")
     for call in recorded_calls(runs.iterator()):
-        for entry in call.recorded.get("shadow") or ():
-            n = entry.get("rule")
-            if not isinstance(n, int):
-                continue
-            tally = by_rule.setdefault(n, Agreement(n))
-            verdict = agrees(entry.get("verdict", ""), call.outcome, call.recorded.get("action", ""))
-            if verdict is None:
-                tally.undecided += 1
-            elif verdict:
-                tally.agreed += 1
-            else:
-                tally.disagreed += 1
+        _tally(by_rule, call.recorded.get("shadow") or (), call)
     return [by_rule[n] for n in sorted(by_rule)]
+
+
+def _tally(by_rule: dict[int, Agreement], shadow: Any, call: RecordedCall) -> None:
+    """Count each shadow verdict on `call` (recorded, or a proposal's) against what happened."""
+    for entry in shadow:
+        n = entry.get("rule")
+        if not isinstance(n, int):
+            continue
+        tally = by_rule.setdefault(n, Agreement(n))
+        verdict = agrees(entry.get("verdict", ""), call.outcome, call.recorded.get("action", ""))
+        if verdict is None:
+            tally.undecided += 1
+        elif verdict:
+            tally.agreed += 1
+        else:
+            tally.disagreed += 1

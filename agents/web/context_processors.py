@@ -7,7 +7,7 @@ from django.http import HttpRequest
 from agents import access
 
 # The navigation's sections by path prefix, longest first (/runs/new/ before /runs/).
-SECTIONS = (("/runs/new/", "launch"), ("/reviews/", "reviews"), ("/runs/", "runs"))
+SECTIONS = (("/runs/new/", "launch"), ("/reviews/stats/", "stats"), ("/reviews/", "reviews"), ("/runs/", "runs"))
 
 
 def navigation(path: str) -> tuple[str, str]:
@@ -30,6 +30,7 @@ def roles(request: HttpRequest) -> dict[str, Any]:
         "can_launch": access.can_launch(user),
         "can_decide": access.can_decide(user),
         "can_cancel": access.can_cancel(user),
+        "can_read_stats": access.reads_review_stats(user),
         "nav_section": section,
         "nav_current": current,
     }

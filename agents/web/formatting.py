@@ -66,6 +66,15 @@ def short_duration(total: float) -> str:
     return f"{d} d {h} h" if h else f"{d} d"
 
 
+def duration(total: float | None) -> str:
+    """A time to decision: `—` when there was none to measure."""
+    return "—" if total is None else seconds(round(total, 1))
+
+
+def percent(share: float) -> str:
+    return f"{share:.0%}"
+
+
 def number(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 

@@ -15,8 +15,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agents.actions import approval_decide, approval_escalate
-from agents.models import AgentProfile, Approval, OutboxEvent
+from agents.models import AgentProfile, Approval, MetricTally, OutboxEvent
 from agents.notifications import delivery as notify
+from agents.ops import metrics
 from agents.runs.sweeper import sweep
 from tests.helpers import at_once, client_for, person, requires_postgres, reviewed_profile
 from tests.webhook_receiver import Receiver, add_webhook
@@ -97,6 +98,9 @@ def test_concurrent_sweepers_escalate_each_call_once(payments: AgentProfile, wai
     again = asked(waiting, ago=WAIT + 5, entry="one more")
     results = at_once(lambda _: approval_escalate(approval_id=again.pk), range(8))
     assert results.count(True) == 1 and events(again) == 1
+    # The metric counts escalations, not attempts (airlock_approval_escalations_total).
+    tally = MetricTally.objects.get(name=metrics.ESCALATIONS, labels=metrics._labels(payments.name))
+    assert tally.count == 4
 
 
 @requires_postgres()

@@ -60,6 +60,8 @@ PAGES = [
     ("review queue, wrong method",          "POST",   "/reviews/",                        (302, 405, 405, 405, 405)),
     ("review list poll",                    "GET",    "/reviews/list/",                   (302, 200, 200, 200, 200)),
     ("review badge",                        "GET",    "/reviews/badge/",                  (302, 200, 200, 200, 200)),
+    ("review stats",                        "GET",    "/reviews/stats/",                  (302, 403, 200, 200, 200)),
+    ("review stats, wrong method",          "POST",   "/reviews/stats/",                  (302, 405, 405, 405, 405)),
     ("other's approval page",               "GET",    "/reviews/{a}/",                    (302, 404, 200, 200, 200)),
     ("approval page, wrong method",         "POST",   "/reviews/{a}/",                    (302, 405, 405, 405, 405)),
     ("approve",                             "POST",   "/reviews/{a}/approve/",            (302, 403, 403, 303, 303)),

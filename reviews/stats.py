@@ -1,0 +1,575 @@
+"""How reviewing goes (`/reviews/stats/`): what waits, who decided, how long decisions
+take, what escalated or lapsed, shadow rules' agreement, and approval fatigue.
+
+Every figure is an aggregate the database computes over the approvals decided in the
+window (`decided_at`), on the approvals the viewer may see (agents/access.py). Time to
+decision is `decided_at - created_at` of the calls a person answered (approved or
+rejected); its percentiles are PostgreSQL's `percentile_cont`, and on SQLite (the
+embedded default, which has none) the same interpolation over the durations read back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.db import connections
+from django.db.models import Aggregate, Count, F, FloatField, Func, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.fields.json import KT
+from django.db.models.functions import Trunc
+from django.urls import reverse
+from django.utils import timezone
+
+from agents import access
+from agents.engine import decisions, drafts
+from agents.engine import policy as engine_policy
+from agents.models import AgentProfile, Approval, ApprovalClaim, Run
+from agents.runs import backtest
+from agents.web import formatting
+
+WINDOWS = (1, 7, 30, 90)
+DEFAULT_DAYS = 7
+# A streak is read among the newest FATIGUE_SCAN calls closed in the last FATIGUE_DAYS:
+# the scan stays bounded however much history there is.
+FATIGUE_DAYS = max(WINDOWS)
+FATIGUE_SCAN = 5000
+DRAFT_SAMPLE = 1000  # the newest approved calls of a streak a draft is derived from
+PEOPLE = (decisions.APPROVED, decisions.REJECTED)  # statuses only a person's answer sets
+CLOSED = (*PEOPLE, decisions.EXPIRED)
+
+
+class BadWindow(ValueError):
+    pass
+
+
+def window_days(raw: str | None) -> int:
+    """`?days=`: one of WINDOWS (default DEFAULT_DAYS); BadWindow says what is accepted."""
+    if raw is None or raw == "":
+        return DEFAULT_DAYS
+    if raw.isdigit() and int(raw) in WINDOWS:
+        return int(raw)
+    shown = raw[:20]
+    raise BadWindow(f"days must be one of {', '.join(map(str, WINDOWS))}, not {shown!r}")
+
+
+# -- time to decision ------------------------------------------------------------------
+
+
+class Seconds(Func):
+    """decided_at - created_at in seconds, as each database spells it."""
+
+    output_field = FloatField()
+    arg_joiner = " - "
+    template = "EXTRACT(EPOCH FROM (%(expressions)s))"
+
+    def __init__(self) -> None:
+        super().__init__(F("decided_at"), F("created_at"))
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="((julianday(%(expressions)s)) * 86400.0)", arg_joiner=") - julianday(", **extra
+        )
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ordered-set aggregate (`fraction` is a constant of this module)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float, **extra: Any) -> None:
+        super().__init__(expression, fraction=repr(float(fraction)), **extra)
+
+
+def percentile_cont(values: Sequence[float], fraction: float) -> float | None:
+    """What `percentile_cont` answers: linear interpolation between the closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = fraction * (len(ordered) - 1)
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclass(frozen=True)
+class Timing:
+    n: int = 0
+    p50: float | None = None
+    p95: float | None = None
+
+
+def timings(qs: QuerySet[Any], keys: dict[str, Any], *, in_database: bool | None = None) -> dict[tuple[Any, ...], Timing]:
+    """Time to decision of the people-decided approvals in `qs`, grouped by `keys`
+    (name -> expression). In the database where it has `percentile_cont`; otherwise
+    from the durations read back (`in_database=False` forces that, for the tests)."""
+    decided = qs.filter(status__in=PEOPLE)
+    names = list(keys)
+    if in_database is None:
+        in_database = connections[qs.db].vendor == "postgresql"
+    if in_database:
+        secs = Seconds()
+        figures = {"n": Count("pk"), "p50": PercentileCont(secs, 0.5), "p95": PercentileCont(secs, 0.95)}
+        if not keys:
+            # .values() with no names would group by every column: one aggregate instead.
+            r = decided.aggregate(**figures)
+            return {(): Timing(r["n"], r["p50"], r["p95"])} if r["n"] else {}
+        rows = decided.values(**keys).annotate(**figures).order_by()
+        return {tuple(r[k] for k in names): Timing(r["n"], r["p50"], r["p95"]) for r in rows}
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for row in decided.annotate(_s=Seconds(), **keys).values_list(*names, "_s").order_by():
+        groups.setdefault(tuple(row[:-1]), []).append(float(row[-1]))
+    return {
+        k: Timing(len(v), percentile_cont(v, 0.5), percentile_cont(v, 0.95)) for k, v in groups.items()
+    }
+
+
+# -- the page's figures ---------------------------------------------------------------
+
+
+@dataclass
+class RuleRow:
+    agent: str
+    origin: str | None
+    index: int | None
+    approved: int = 0
+    rejected: int = 0
+    expired: int = 0
+    timing: Timing = field(default_factory=Timing)
+
+    @property
+    def label(self) -> str:
+        if self.origin is None:
+            return "no rule (the tool's risk, taint or always-ask)"
+        return engine_policy.rule_label({"origin": self.origin, "index": self.index})
+
+    @property
+    def total(self) -> int:
+        return self.approved + self.rejected + self.expired
+
+    def share(self, n: int) -> float:
+        return n / self.total if self.total else 0.0
+
+    @property
+    def approved_share(self) -> float:
+        return self.share(self.approved)
+
+    @property
+    def rejected_share(self) -> float:
+        return self.share(self.rejected)
+
+    @property
+    def expired_share(self) -> float:
+        return self.share(self.expired)
+
+
+@dataclass
+class ReviewerRow:
+    name: str
+    approved: int
+    rejected: int
+
+    @property
+    def total(self) -> int:
+        return self.approved + self.rejected
+
+
+@dataclass
+class Bucket:
+    start: dt.datetime
+    timing: Timing
+
+
+@dataclass
+class Chart:
+    """Daily (hourly over one day) p50 and p95 of time to decision, laid out as SVG."""
+
+    buckets: list[Bucket]
+    hourly: bool
+    WIDTH = 640
+    HEIGHT = 200
+    LEFT = 64
+    BOTTOM = 24
+    TOP = 12
+
+    @property
+    def top_seconds(self) -> float:
+        highest = max((b.timing.p95 or 0.0 for b in self.buckets), default=0.0)
+        return highest or 1.0
+
+    def _x(self, i: int) -> float:
+        span = self.WIDTH - self.LEFT - 8
+        return round(self.LEFT + (span * i / max(len(self.buckets) - 1, 1)), 1)
+
+    def _y(self, seconds: float) -> float:
+        span = self.HEIGHT - self.BOTTOM - self.TOP
+        return round(self.TOP + span * (1 - seconds / self.top_seconds), 1)
+
+    def _points(self, which: str) -> str:
+        return " ".join(
+            f"{self._x(i)},{self._y(getattr(b.timing, which))}"
+            for i, b in enumerate(self.buckets)
+            if getattr(b.timing, which) is not None
+        )
+
+    @property
+    def p50_points(self) -> str:
+        return self._points("p50")
+
+    @property
+    def p95_points(self) -> str:
+        return self._points("p95")
+
+    @property
+    def dots(self) -> list[dict[str, Any]]:
+        return [
+            {"x": self._x(i), "y50": self._y(b.timing.p50), "y95": self._y(b.timing.p95 or b.timing.p50), "bucket": b}
+            for i, b in enumerate(self.buckets) if b.timing.p50 is not None
+        ]
+
+    @property
+    def baseline(self) -> float:
+        return self.HEIGHT - self.BOTTOM
+
+    @property
+    def has_data(self) -> bool:
+        return any(b.timing.n for b in self.buckets)
+
+    @property
+    def label_format(self) -> str:
+        return "%H:00" if self.hourly else "%b %d"
+
+    @property
+    def ticks(self) -> list[dict[str, Any]]:
+        """At most 8 x-axis labels, first and last included."""
+        n = len(self.buckets)
+        step = max(1, math.ceil(n / 8))
+        picked = sorted({*range(0, n, step), n - 1}) if n else []
+        anchor = {0: "start", n - 1: "end"}
+        return [
+            {"x": self._x(i), "text": self.buckets[i].start.strftime(self.label_format), "anchor": anchor.get(i, "middle")}
+            for i in picked
+        ]
+
+    @property
+    def top_label(self) -> str:
+        return formatting.short_duration(self.top_seconds)
+
+
+@dataclass
+class Streak:
+    """Approval fatigue: one rule's (or one tool's) calls approved unchanged in a row."""
+
+    agent: AgentProfile
+    tool: str
+    origin: str | None
+    index: int | None
+    length: int
+    refusal: str = ""  # why no draft is offered
+    draft: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.origin is None:
+            return f"{self.tool} calls no rule asked about"
+        return f"{self.tool} calls that {engine_policy.rule_label({'origin': self.origin, 'index': self.index})} asked about"
+
+    @property
+    def draft_json(self) -> str:
+        return json.dumps(self.draft, indent=2, sort_keys=True)
+
+    def proposal(self) -> dict[str, Any]:
+        """The profile's rules with the draft placed right before the rule that asked
+        (first match wins, so there it would decide those calls), or last."""
+        rules = list(self.agent.rules or [])
+        at = (self.index - 1) if self.origin == "profile" and self.index else len(rules)
+        rules.insert(min(at, len(rules)), self.draft)
+        return {"rules": rules}
+
+    @property
+    def backtest_url(self) -> str:
+        base = reverse("admin:agents_agentprofile_backtest", args=[self.agent.pk])
+        return f"{base}?{urlencode({'policy': json.dumps(self.proposal())})}"
+
+
+@dataclass
+class Stats:
+    days: int
+    since: dt.datetime
+    now: dt.datetime
+    pending: int
+    oldest: Approval | None
+    overall: Timing
+    reviewers: list[ReviewerRow]
+    agents: list[tuple[str, Timing]]
+    rules: list[RuleRow]
+    escalations: list[tuple[str, int]]
+    lapsed: list[tuple[str, int]]
+    chart: Chart
+    shadow: list[tuple[AgentProfile, list[backtest.Agreement]]]
+    fatigue: list[Streak]
+    streak_needed: int
+
+    @property
+    def oldest_age(self) -> float:
+        return (self.now - self.oldest.created_at).total_seconds() if self.oldest else 0.0
+
+    @property
+    def escalated(self) -> int:
+        return sum(n for _, n in self.escalations)
+
+    @property
+    def lapsed_total(self) -> int:
+        return sum(n for _, n in self.lapsed)
+
+
+# The agent of an approval. Over a short window, looked up per row by the run's primary
+# key: a join let the planner hash every run (a scan of 100,000 wide rows) to name the
+# 8,000 calls of a week, 1.7x the page's time. Over 30 or 90 days most runs are read
+# anyway and the join's one scan is 3.5x faster than a lookup per row (bench/stats.py).
+AGENT = Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("profile__name")[:1])
+AGENT_JOINED = F("run__profile__name")
+AGENT_ID = Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("profile_id")[:1])
+SHORT_WINDOW_DAYS = 7
+
+
+def _rule_keys(agent: Any) -> dict[str, Any]:
+    return {"agent": agent, "origin": KT("rule__origin"), "index": KT("rule__index")}
+
+
+@dataclass
+class WindowFigures:
+    """Everything the page reads from the calls closed in the window."""
+
+    overall: Timing
+    agents: list[tuple[str, Timing]]
+    rules: list[RuleRow]
+    reviewers: list[ReviewerRow]
+    buckets: dict[dt.datetime, Timing]
+
+
+def _rule_row(agent: str, origin: str | None, index: Any, approved: int, rejected: int, expired: int, timing: Timing) -> RuleRow:
+    return RuleRow(agent, origin, int(index) if index is not None else None, approved, rejected, expired, timing)
+
+
+def _sorted(figures: WindowFigures) -> WindowFigures:
+    figures.agents.sort(key=lambda a: a[0])
+    figures.rules.sort(key=lambda row: (row.agent, row.origin or "~", row.index or 0))
+    figures.reviewers.sort(key=lambda r: r.name)
+    return figures
+
+
+def _window_orm(window: QuerySet[Approval], bucket: Any, agent: Any) -> WindowFigures:
+    """One aggregate per figure, through `timings` (SQLite's way)."""
+    closed = window.filter(status__in=CLOSED)
+    keys = _rule_keys(agent)
+    counted = closed.values(**keys).annotate(
+        approved=Count("pk", filter=Q(status=decisions.APPROVED)),
+        rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
+        expired=Count("pk", filter=Q(status=decisions.EXPIRED)),
+    ).order_by()
+    times = timings(window, keys)
+    rules = [
+        _rule_row(r["agent"], r["origin"], r["index"], r["approved"], r["rejected"], r["expired"],
+                  times.get((r["agent"], r["origin"], r["index"]), Timing()))
+        for r in counted
+    ]
+    reviewers = [
+        ReviewerRow(r["name"] or "(deleted user)", r["approved"], r["rejected"])
+        for r in window.filter(status__in=PEOPLE).values(name=F("decided_by__username")).annotate(
+            approved=Count("pk", filter=Q(status=decisions.APPROVED)),
+            rejected=Count("pk", filter=Q(status=decisions.REJECTED)),
+        ).order_by()
+    ]
+    return _sorted(WindowFigures(
+        overall=timings(window, {}).get((), Timing()),
+        agents=[(k[0], t) for k, t in timings(window, {"agent": agent}).items()],
+        rules=rules,
+        reviewers=reviewers,
+        buckets={k[0]: t for k, t in timings(window, {"bucket": bucket}).items()},
+    ))
+
+
+# GROUPING(agent, origin, idx, who, bucket): a bit is set for each column a row is NOT grouped by.
+_BY_RULE, _BY_AGENT, _OVERALL, _BY_REVIEWER, _BY_BUCKET = 0b00011, 0b01111, 0b11111, 0b11101, 0b11110
+
+
+def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> WindowFigures:
+    """Every figure in one scan of the window: PostgreSQL's GROUPING SETS over the
+    closed calls (the ORM writes the inner query, visibility rules included)."""
+    inner = window.filter(status__in=CLOSED).annotate(
+        s_agent=agent, s_origin=KT("rule__origin"), s_idx=KT("rule__index"), s_who=F("decided_by__username"),
+        s_bucket=bucket, s_secs=Seconds(),
+    ).values("s_agent", "s_origin", "s_idx", "s_who", "s_bucket", "s_secs", "status")
+    sql, params = inner.query.sql_with_params()
+    people = "status IN ('approved', 'rejected')"
+    grouped = f"""
+        SELECT GROUPING(s_agent, s_origin, s_idx, s_who, s_bucket), s_agent, s_origin, s_idx, s_who, s_bucket,
+               count(*) FILTER (WHERE status = 'approved'), count(*) FILTER (WHERE status = 'rejected'),
+               count(*) FILTER (WHERE status = 'expired'), count(*) FILTER (WHERE {people}),
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY s_secs) FILTER (WHERE {people}),
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY s_secs) FILTER (WHERE {people})
+        FROM ({sql}) w
+        GROUP BY GROUPING SETS ((s_agent, s_origin, s_idx), (s_agent), (), (s_who), (s_bucket))
+    """
+    figures = WindowFigures(Timing(), [], [], [], {})
+    with connections[window.db].cursor() as cur:
+        cur.execute(grouped, params)
+        for g, agent, origin, idx, who, at, approved, rejected, expired, n, p50, p95 in cur.fetchall():
+            timing = Timing(n, p50, p95) if n else Timing()
+            if g == _BY_RULE:
+                figures.rules.append(_rule_row(agent, origin, idx, approved, rejected, expired, timing))
+            elif g == _BY_AGENT and n:
+                figures.agents.append((agent, timing))
+            elif g == _OVERALL:
+                figures.overall = timing
+            elif g == _BY_REVIEWER and n:
+                figures.reviewers.append(ReviewerRow(who or "(deleted user)", approved, rejected))
+            elif g == _BY_BUCKET and n:
+                # A raw cursor skips the ORM's converters: date_trunc's timestamp is UTC.
+                figures.buckets[at if at.tzinfo else at.replace(tzinfo=dt.UTC)] = timing
+    return _sorted(figures)
+
+
+def window_figures(window: QuerySet[Approval], *, days: int, in_database: bool | None = None) -> WindowFigures:
+    bucket = Trunc("decided_at", "hour" if days == 1 else "day", tzinfo=dt.UTC)
+    agent = AGENT if days <= SHORT_WINDOW_DAYS else AGENT_JOINED
+    if in_database is None:
+        in_database = connections[window.db].vendor == "postgresql"
+    return _window_grouped(window, bucket, agent) if in_database else _window_orm(window, bucket, agent)
+
+
+def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.datetime, hourly: bool) -> Chart:
+    step = dt.timedelta(hours=1) if hourly else dt.timedelta(days=1)
+    start = since.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    if not hourly:
+        start = start.replace(hour=0)
+    buckets = []
+    while start <= now:
+        buckets.append(Bucket(start, times.get(start, Timing())))
+        start += step
+    return Chart(buckets, hourly)
+
+
+def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
+    """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
+    approved as proposed, longest first (a reject, an edit or an expiry ends a streak).
+
+    1. The newest FATIGUE_SCAN closed policy calls, newest first (the `approval_decided`
+       index): walking them, each key's streak grows until its first call that breaks it.
+    2. One more statement for the arguments of the streaks long enough (the newest
+       DRAFT_SAMPLE of each), from which the drafts are made.
+
+    Launch rules are left out: they come before the profile's, so no profile rule could
+    answer the calls they ask about.
+    """
+    recent = approvals.filter(
+        kind=decisions.POLICY, status__in=CLOSED, decided_at__gte=now - dt.timedelta(days=FATIGUE_DAYS),
+        decided_at__lte=now,
+    ).order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+    rows = recent.values_list(
+        "pk", "s_agent_id", "tool", KT("rule__origin"), KT("rule__index"), "status", "round", "risk", "required"
+    )[:FATIGUE_SCAN]
+    walks: dict[tuple[Any, ...], _Walk] = {}
+    for pk, agent_id, tool, origin, index, status, round_, risk, required in rows:
+        if origin == "launch":
+            continue
+        walk = walks.setdefault((agent_id, tool, origin, None if index is None else int(index)), _Walk())
+        if walk.broken:
+            continue
+        if status == decisions.APPROVED and round_ == 0:
+            walk.length += 1
+            walk.irreversible |= risk == "irreversible"
+            walk.votes = max(walk.votes, required)
+            if len(walk.ids) < DRAFT_SAMPLE:
+                walk.ids.append(pk)
+        else:
+            walk.broken = True
+    long_enough = {key: w for key, w in walks.items() if w.length >= needed}
+    wanted = [pk for w in long_enough.values() if not w.irreversible and w.votes <= 1 for pk in w.ids]
+    args = dict(Approval.objects.filter(pk__in=wanted).values_list("pk", "args")) if wanted else {}
+    by_id = {p.pk: p for p in profiles}
+    out = []
+    for (agent_id, tool, origin, index), w in long_enough.items():
+        streak = Streak(by_id[agent_id], tool, origin, index, w.length)
+        if w.irreversible:
+            streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
+        elif w.votes > 1:
+            streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
+        else:
+            reason = f"drafted from {w.length} calls approved unchanged in a row; review before use"
+            streak.draft = drafts.narrower_allow(tool, [args[pk] for pk in w.ids], reason=reason)
+            if streak.draft is None:
+                streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
+        out.append(streak)
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool))
+
+
+@dataclass
+class _Walk:
+    length: int = 0
+    broken: bool = False
+    irreversible: bool = False
+    votes: int = 1
+    ids: list[int] = field(default_factory=list)
+
+
+def _shadow(
+    profiles: list[AgentProfile], days: int, now: dt.datetime
+) -> list[tuple[AgentProfile, list[backtest.Agreement]]]:
+    """Each profile with shadow rules: their agreement with reviewers over the window."""
+    out = []
+    for profile in profiles:
+        if any(isinstance(r, dict) and r.get("mode") == engine_policy.SHADOW for r in profile.rules or ()):
+            out.append((profile, backtest.shadow_agreement(profile, days=days, now=now)))
+    return out
+
+
+def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
+    """Every figure of the page, for what `user` may see, over the last `days`."""
+    now = now or timezone.now()
+    since = now - dt.timedelta(days=days)
+    approvals = access.visible_approvals(user)
+    # The oldest pending call and, beside it, how many wait: one statement.
+    oldest = (
+        approvals.pending().select_related("run__profile").annotate(waiting=Window(Count("pk")))
+        .order_by("created_at", "pk").first()
+    )
+    window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
+    hourly = days == 1
+    figures = window_figures(window, days=days, in_database=in_database)
+    escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
+    escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
+    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
+    lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
+        ended_at__isnull=True, until__gte=since, until__lt=now
+    )
+    lapsed = [
+        (r["name"] or "(deleted user)", r["n"])
+        for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
+    ]
+    needed = settings.AIRLOCK_FATIGUE_STREAK
+    profiles = list(AgentProfile.objects.order_by("name"))
+    return Stats(
+        days=days,
+        since=since,
+        now=now,
+        pending=oldest.waiting if oldest else 0,
+        oldest=oldest,
+        overall=figures.overall,
+        reviewers=figures.reviewers,
+        agents=figures.agents,
+        rules=figures.rules,
+        escalations=escalations,
+        lapsed=lapsed,
+        chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
+        shadow=_shadow(profiles, days, now),
+        fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
+        streak_needed=needed,
+    )

@@ -1,0 +1,193 @@
+"""Approval fatigue on /reviews/stats/: a streak of calls approved unchanged offers a
+draft of a narrower allow rule, as a shadow rule to backtest first; an edit, a reject or
+an expiry ends a streak; irreversible calls never get a draft; nothing is applied."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from agents.engine import drafts, policy
+from agents.models import AgentProfile
+from reviews import stats
+from tests.helpers import client_for
+from tests.reviews import rows
+
+pytestmark = pytest.mark.django_db
+
+RULE = rows.profile_rule(1)
+
+
+def streaks(user: Any) -> list[stats.Streak]:
+    return stats.stats(user, days=7).fatigue
+
+
+def test_twenty_unchanged_approvals_show_a_draft(defaults: None, rita: Any) -> None:
+    rows.streak(rows.a_run(), 20, by=rita, rule=RULE)
+    [s] = streaks(rita)
+    assert (s.agent.name, s.tool, s.origin, s.index, s.length) == ("scripted", "ledger_write", "profile", 1, 20)
+    assert s.draft == {
+        "tool": "ledger_write",
+        "when": {"all": [
+            {"arg": "amount", "op": "gte", "value": 10},
+            {"arg": "amount", "op": "lte", "value": 29},
+            {"arg": "entry", "op": "eq", "value": "refund"},
+        ]},
+        "then": "allow",
+        "reason": "drafted from 20 calls approved unchanged in a row; review before use",
+        "mode": "shadow",
+    }
+    html = client_for(rita).get("/reviews/stats/").content.decode()
+    assert "the last 20 ledger_write calls that rule 1 of the profile asked about were approved unchanged" in html
+    assert "&quot;mode&quot;: &quot;shadow&quot;" in html
+    # A reviewer is not an administrator: the backtest is named, not linked.
+    assert "Backtest this draft" not in html and "Try these rules" in html
+
+
+def test_nineteen_are_not_a_streak(defaults: None, rita: Any) -> None:
+    rows.streak(rows.a_run(), 19, by=rita, rule=RULE)
+    assert streaks(rita) == []
+
+
+@pytest.mark.parametrize("breaker", [{"edited": True}, {"status": "rejected"}, {"status": "expired"}])
+def test_an_edit_a_reject_or_an_expiry_in_between_starts_the_count_again(
+    defaults: None, rita: Any, breaker: dict[str, Any]
+) -> None:
+    run = rows.a_run()
+    rows.streak(run, 15, by=rita, rule=RULE, start_ago=20000)
+    rows.approval(run, by=rita, rule=RULE, closed_ago=10000, **breaker)
+    later = rows.streak(run, 15, by=rita, rule=RULE, start_ago=9000)
+    assert streaks(rita) == []  # 30 approvals, but the last 15 in a row
+    rows.streak(run, 5, by=rita, rule=RULE, start_ago=8000 - 60 * 15)
+    [s] = streaks(rita)
+    assert s.length == 20
+    assert len(later) == 15
+
+
+def test_calls_of_another_rule_or_tool_keep_their_own_count(defaults: None, rita: Any) -> None:
+    run = rows.a_run()
+    rows.streak(run, 20, by=rita, rule=RULE, start_ago=20000)
+    rows.approval(run, by=rita, rule=rows.profile_rule(2), status="rejected", closed_ago=100)
+    rows.approval(run, by=rita, tool="echo", status="rejected", closed_ago=100)
+    assert [(s.index, s.length) for s in streaks(rita)] == [(1, 20)]
+
+
+def test_an_irreversible_tools_streak_shows_no_draft(defaults: None, rita: Any) -> None:
+    rows.streak(rows.a_run(), 20, by=rita, tool="wire_money", risk="irreversible")
+    [s] = streaks(rita)
+    assert s.draft is None and s.origin is None
+    assert "irreversible" in s.refusal
+    html = client_for(rita).get("/reviews/stats/").content.decode()
+    assert "the last 20 wire_money calls no rule asked about were approved unchanged" in html
+    assert 'class="draft"' not in html and "irreversible calls are approved one at a time" in html
+
+
+def test_calls_that_needed_two_votes_show_no_draft(defaults: None, rita: Any) -> None:
+    rows.streak(rows.a_run(), 20, by=rita, rule=RULE, required=2)
+    [s] = streaks(rita)
+    assert s.draft is None and "several votes" in s.refusal
+
+
+def test_launch_rules_are_left_out(defaults: None, rita: Any) -> None:
+    launch = {**RULE, "origin": "launch"}
+    rows.streak(rows.a_run(), 20, by=rita, rule=launch)
+    assert streaks(rita) == []
+
+
+def test_the_streak_length_follows_the_setting(defaults: None, rita: Any, settings: Any) -> None:
+    settings.AIRLOCK_FATIGUE_STREAK = 5
+    rows.streak(rows.a_run(), 5, by=rita, rule=RULE)
+    [s] = streaks(rita)
+    assert s.length == 5 and s.draft is not None
+
+
+def test_the_backtest_link_opens_try_these_rules_on_the_draft_in_shadow_mode(defaults: None, root: Any) -> None:
+    profile = AgentProfile.objects.get(name="scripted")
+    profile.rules = [{"tool": "ledger_write", "then": "ask", "reason": "every write asks"}]
+    profile.save()
+    rows.streak(rows.a_run(), 20, by=root, rule=RULE)
+    html = client_for(root).get("/reviews/stats/").content.decode()
+    assert "Backtest this draft as a shadow rule" in html
+    [s] = streaks(root)
+    # Before the rule that asked: first match wins, so there it would have decided.
+    offered = json.loads(parse_qs(urlparse(s.backtest_url).query)["policy"][0])
+    assert offered == {"rules": [s.draft, profile.rules[0]]}
+    page = client_for(root).get(s.backtest_url)
+    assert page.status_code == 200
+    form = page.context["form"]
+    assert form.initial["policy"] == offered and form.initial["policy"]["rules"][0]["mode"] == "shadow"
+    assert "&quot;mode&quot;: &quot;shadow&quot;" in page.content.decode()
+    # Offered, never applied: the profile is as it was.
+    profile.refresh_from_db()
+    assert profile.rules == [{"tool": "ledger_write", "then": "ask", "reason": "every write asks"}]
+
+
+def test_a_bad_offered_policy_opens_the_form_on_the_profiles_own(defaults: None, root: Any) -> None:
+    profile = AgentProfile.objects.get(name="scripted")
+    page = client_for(root).get(f"/admin/agents/agentprofile/{profile.pk}/backtest/?policy=%7Bnot+json")
+    assert page.status_code == 200
+    assert page.context["form"].initial["policy"]["rules"] == profile.rules
+
+
+# -- the draft itself (pure) -------------------------------------------------------------
+
+
+def test_a_draft_bounds_numbers_texts_and_booleans_and_allows_every_call_it_came_from() -> None:
+    calls = [
+        {"amount": 12.5, "currency": "EUR", "notify": True, "order": {"id": "A1", "total": 40}},
+        {"amount": 3, "currency": "USD", "notify": True, "order": {"id": "B7", "total": 90}},
+    ]
+    draft = drafts.narrower_allow("refund", calls, reason="r")
+    assert draft is not None
+    assert draft["when"]["all"] == [
+        {"arg": "amount", "op": "gte", "value": 3},
+        {"arg": "amount", "op": "lte", "value": 12.5},
+        {"arg": "currency", "op": "in", "value": ["EUR", "USD"]},
+        {"arg": "notify", "op": "eq", "value": True},
+        {"arg": "order.id", "op": "in", "value": ["A1", "B7"]},
+        {"arg": "order.total", "op": "gte", "value": 40},
+        {"arg": "order.total", "op": "lte", "value": 90},
+    ]
+    assert all(policy.holds(draft["when"], c) for c in calls)
+    assert not policy.holds(draft["when"], {**calls[0], "amount": 500})
+    assert not policy.holds(draft["when"], {**calls[0], "currency": "GBP"})
+    assert policy.validate_rule(draft, field="x") == draft
+
+
+def test_keys_that_cannot_be_bounded_are_left_out_and_nothing_bounded_is_no_draft() -> None:
+    many = [{"text": f"note {i}", "tags": [i], "amount": i} for i in range(12)]
+    draft = drafts.narrower_allow("echo", many, reason="r")
+    assert draft is not None and draft["when"] == {"all": [
+        {"arg": "amount", "op": "gte", "value": 0}, {"arg": "amount", "op": "lte", "value": 11}
+    ]}
+    assert drafts.narrower_allow("echo", [{"text": f"t{i}"} for i in range(12)], reason="r") is None
+    assert drafts.narrower_allow("echo", [{"a": 1}, "not an object"], reason="r") is None
+    assert drafts.narrower_allow("echo", [], reason="r") is None
+    # A key only some calls had bounds nothing: a call without it must not slip through.
+    partial = drafts.narrower_allow("echo", [{"a": 1, "b": 2}, {"a": 1}], reason="r")
+    assert partial is not None and partial["when"] == {"arg": "a", "op": "eq", "value": 1}
+
+
+def test_backtesting_the_draft_reports_how_it_agrees_with_reviewers(defaults: None, rita: Any, pending: Any) -> None:
+    """Step one of draft -> shadow rule -> rule: the proposal's shadow rule judged on the
+    recorded calls, decided by nothing, counted against what reviewers did."""
+    from agents.actions import approval_decide
+    from agents.runs import backtest
+    from tests.helpers import call, final
+
+    profile = AgentProfile.objects.get(name="scripted")
+    profile.always_ask_tools = ["ledger_write"]
+    profile.save()
+    answers = {"refund 5": "approve", "refund 9": "approve", "refund 7": "reject", "refund 40": "approve"}
+    for entry, decision in answers.items():
+        asked = pending([call("ledger_write", entry=entry), final()])
+        approval_decide(approval_id=asked.pk, user=rita, decision=decision)
+    draft = drafts.narrower_allow("ledger_write", [{"entry": e} for e in ("refund 5", "refund 9", "refund 7")], reason="r")
+    report = backtest.backtest(profile, {"rules": [draft]})
+    assert report.calls == 4 and report.changes == {}
+    # Matched: 5 and 9 approved (agreed), 7 rejected (disagreed); 40 is outside the draft.
+    assert [(a.rule, a.agreed, a.disagreed, a.undecided) for a in report.shadow] == [(1, 2, 1, 0)]
+    assert report.to_dict()["shadow"] == [{"rule": 1, "agreed": 2, "disagreed": 1, "undecided": 0}]

@@ -63,6 +63,7 @@ class Gate:
 
     caller: core.Caller
     session_pk: int
+    run_id: int | None = None
 
 
 def _gate(ctx: Any) -> Gate:
@@ -86,7 +87,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
     notifications, if the client asked, each second), then answers as it stands."""
     gate = _gate(ctx)
-    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {})
+    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {}, gate.run_id)
     if isinstance(started, core.Reply):
         return _result(started)
     answer, run_id = started
@@ -247,7 +248,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
             return
         # One trip to the database threads: the token, the profile, then the session.
-        caller, sid, session_pk = await db(
+        caller, sid, session_pk, run_id = await db(
             core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
             client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
         )
@@ -260,7 +261,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
 
     inner = dict(scope)
-    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk)
+    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk, run_id=run_id)
     sent = False
 
     async def replay() -> dict[str, Any]:

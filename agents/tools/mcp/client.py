@@ -432,10 +432,12 @@ class Call:
                     raise _Stale() from exc
                 raise
 
+        # Decided here, in the caller's thread (`go` runs on the pool's loop when kept).
+        kept = self.conn.transport == "http" and not POOL.on_loop_thread()
+
         async def go() -> Any:
             nonlocal sent
             attempts = SAFE_ATTEMPTS if self.retry_safe else 1
-            kept = self.conn.transport == "http" and not POOL.on_loop_thread()
             headers = self.conn._headers() if kept else {}
             with anyio.fail_after(self.timeout):
                 i = stale = 0
@@ -457,7 +459,7 @@ class Call:
                     await anyio.sleep(0.2 * 2 ** (i - 1))
 
         try:
-            if self.conn.transport == "http" and not POOL.on_loop_thread():
+            if kept:
                 result = POOL.run(go)
             else:
                 result = run_sync(go)

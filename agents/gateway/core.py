@@ -247,6 +247,11 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
     return answer
 
 
+def run_versions(run_ids: list[int]) -> dict[int, int]:
+    """Each run's version: what the gateway's waiting calls watch (one query for all)."""
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "version"))
+
+
 def waiting(answer: CallAnswer) -> bool:
     return answer.status in external.WAITING
 

@@ -32,9 +32,12 @@ test: $(STAMP)
 
 # PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
 # The purge figures (bench/retention.py) seed 100,000 runs: BENCH_PURGE_RUNS=0 skips them.
+# bench/gateway.py: the MCP gateway against direct, the decision API's round trip and
+# 50 clients waiting for approval (docs/gateway.md).
 bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/caching.py
+	$(PY) bench/gateway.py
 	$(PY) bench/retention.py
 
 # The same scripted agent on LangGraph + PostgresSaver, in a separate virtual environment.

@@ -233,7 +233,9 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     if proposed is None:  # the engine took no decision (cannot happen in planning): say so, not 500
         raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
     if after.state == states.ACTING and not proposed.client:
-        run = driver.drive(run.pk)
+        # `run` as our commit left it (version, profile): the driver's claim checks that
+        # version, so a run that moved since is read again there, not trusted.
+        run = driver.drive(run.pk, run=run)
         if run.state == states.ACTING and run.lease_owner is None:
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.

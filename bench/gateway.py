@@ -1,23 +1,35 @@
-"""The MCP gateway's figure: an allowed MCP call through `/mcp/<profile>/` against the
-same upstream server called directly over streamable HTTP, sequential, one client, side
-by side in one run (added p50 latency and the throughput ratio; targets: <= 5 ms added,
->= 0.5 of direct). Not run by the tests; `python bench/gateway.py` prints it.
+"""External agents' figures (`make bench` runs this after bench/run.py; it adds the
+section "gateway" to bench/results.json and prints its lines with their targets):
 
-Both sides use the official SDK's client, one session each, and call the upstream's
-`lookup` read tool with a different record id each time (an identical call would be
-answered from the journal without reaching the upstream at all). The gateway is served
-by uvicorn over `config.asgi`, on this machine's PostgreSQL.
+1. **Gateway against direct**: an allowed MCP call through `/mcp/<profile>/` against the
+   same upstream server called directly over streamable HTTP, sequential, one client,
+   side by side in one run: added p50 latency (target <= 5 ms) and the throughput ratio
+   (target >= 0.5 of direct). Both sides use the official SDK's client, one session
+   each, and call the upstream's `lookup` read tool with a different record id each time
+   (an identical call would be answered from the journal without reaching the upstream).
+2. **Decision API round trip**: propose + report of an allowed client tool, two HTTP
+   requests and two commits, p50 (target <= 10 ms).
+3. **50 waiting clients**: 50 MCP sessions at once, each with one call held for
+   approval: the web process's RSS and PostgreSQL's connections while they wait, and the
+   delay from each decision's commit to its client's answer (target: all within 1 s).
+
+The web process is uvicorn over `config.asgi`, on this machine's PostgreSQL; the
+upstream is examples/mcp_server.py. `python bench/gateway.py [CALLS]` runs it alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -28,6 +40,14 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 TARGET_ADDED_P50_MS = 5.0
 TARGET_THROUGHPUT_RATIO = 0.5
+TARGET_ROUND_TRIP_P50_MS = 10.0
+TARGET_DECISION_DELAY_S = 1.0
+WAITING_CLIENTS = 50
+NOTE_TOOL = {
+    "name": "note", "description": "Writes a note in the client's own notebook.",
+    "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    "risk": "read", "returns": "internal", "retry_safety": "safe",
+}
 
 
 def _free_port() -> int:
@@ -46,7 +66,7 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int) -> list[float]:
+def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int, offset: int = 0) -> list[float]:
     """Seconds per call of `tool`, `n` sequential calls in one SDK session (after a
     few unmeasured warm-up calls)."""
     import anyio
@@ -60,7 +80,7 @@ def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int) -> list[f
         async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
             for i in range(n + 5):
                 start = time.perf_counter()
-                result = await client.call_tool(tool, {"record_id": f"r{i}"})
+                result = await client.call_tool(tool, {"record_id": f"r{offset + i}"})
                 elapsed = time.perf_counter() - start
                 if result.is_error:
                     raise RuntimeError(f"{tool} failed: {result.content}")
@@ -71,73 +91,261 @@ def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int) -> list[f
     return anyio.run(go)
 
 
-def gateway_vs_direct(n: int = 200) -> dict[str, Any]:
-    """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio."""
-    from bench.run import setup_django
+class Stand:
+    """The upstream example server, its registration, a launcher's token and a web
+    process (uvicorn over config.asgi) with the given environment."""
 
-    setup_django()
-    from django.core.management import call_command
-    from django.db import connection
+    def __init__(self, calls: int) -> None:
+        from bench.run import setup_django
 
-    from agents.models import AgentProfile, McpServer
-    from agents.tokens import token_create
+        setup_django()
+        from django.contrib.auth.models import Group, User
+        from django.core.management import call_command
+        from django.db import connection
 
-    with connection.cursor() as cur:
-        cur.execute("truncate agents_run, agents_mcptool, agents_mcpserver, agents_gatewaysession restart identity cascade")
-    from django.contrib.auth.models import Group, User
+        from agents.models import AgentProfile, McpServer
+        from agents.tokens import token_create
 
-    user, _ = User.objects.get_or_create(username="bench-gateway")
-    user.groups.add(Group.objects.get(name="launcher"))
-    _token, raw = token_create(user=user)
-
-    upstream = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "mcp_server.py"), "--http", "--port", "0", "--max-seconds", "600"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-    )
-    port = _free_port()
-    web = None
-    try:
-        line = upstream.stdout.readline() if upstream.stdout else ""
-        upstream_url = line.split()[1]
-        McpServer.objects.create(name="bench", transport="http", url=upstream_url)
+        with connection.cursor() as cur:
+            cur.execute("truncate agents_run, agents_mcptool, agents_mcpserver, agents_gatewaysession "
+                        "restart identity cascade")
+        self.user, _ = User.objects.get_or_create(username="bench-gateway")
+        self.user.groups.add(Group.objects.get(name="launcher"))
+        self.reviewer, _ = User.objects.get_or_create(username="bench-reviewer")
+        self.reviewer.groups.add(Group.objects.get(name="reviewer"))
+        _token, self.token = token_create(user=self.user)
+        self.upstream = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / "mcp_server.py"), "--http", "--port", "0", "--max-seconds", "1800"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        )
+        line = self.upstream.stdout.readline() if self.upstream.stdout else ""
+        self.upstream_url = line.split()[1]
+        McpServer.objects.create(name="bench", transport="http", url=self.upstream_url)
         call_command("mcp_sync", "bench", verbosity=0)
+        limits = {"max_steps": 10 * (calls + 10), "deadline_seconds": 3600}
         AgentProfile.objects.update_or_create(
             name="bench-gateway",
-            defaults={"provider": "external", "tools": ["bench__lookup"],
-                      "limits": {"max_steps": 10 * (n + 10), "deadline_seconds": 3600}},
+            defaults={"provider": "external", "tools": ["bench__lookup", "bench__delete_record"],
+                      "client_tools": [NOTE_TOOL], "limits": limits},
         )
-        env = {**os.environ, "LOG_LEVEL": "WARNING"}
-        web = subprocess.Popen(
+
+    @contextmanager
+    def web(self, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+        port = _free_port()
+        proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+             "--log-level", "warning"], cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        _wait_listening(port)
-        direct = _timed_calls(upstream_url, {}, "lookup", n)
-        through = _timed_calls(f"http://127.0.0.1:{port}/mcp/bench-gateway/", {"Authorization": f"Bearer {raw}"},
-                               "bench__lookup", n)
-    finally:
-        for proc in (web, upstream):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(timeout=20)
+        try:
+            _wait_listening(port)
+            yield f"http://127.0.0.1:{port}", proc
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+    def close(self) -> None:
+        self.upstream.terminate()
+        self.upstream.wait(timeout=20)
+
+
+def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
+    """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio.
+    The two sides alternate in rounds, so a change in the machine's load meets both."""
+    direct: list[float] = []
+    through: list[float] = []
+    rounds = 4
+    for r in range(rounds):
+        direct += _timed_calls(stand.upstream_url, {}, "lookup", n // rounds, offset=r * n)
+        through += _timed_calls(f"{base}/mcp/bench-gateway/", {"Authorization": f"Bearer {stand.token}"},
+                                "bench__lookup", n // rounds, offset=r * n)
     direct_p50, through_p50 = statistics.median(direct) * 1000, statistics.median(through) * 1000
-    ratio = sum(direct) / sum(through)
     return {
-        "calls": n,
+        "calls": len(direct),
         "direct_p50_ms": round(direct_p50, 2),
         "gateway_p50_ms": round(through_p50, 2),
         "added_p50_ms": round(through_p50 - direct_p50, 2),
-        "direct_calls_per_s": round(n / sum(direct), 1),
-        "gateway_calls_per_s": round(n / sum(through), 1),
-        "throughput_ratio": round(ratio, 3),
-        "targets": {
-            "added_p50_ms": {"target": f"<= {TARGET_ADDED_P50_MS}", "met": through_p50 - direct_p50 <= TARGET_ADDED_P50_MS},
-            "throughput_ratio": {"target": f">= {TARGET_THROUGHPUT_RATIO}", "met": ratio >= TARGET_THROUGHPUT_RATIO},
-        },
+        "direct_calls_per_s": round(len(direct) / sum(direct), 1),
+        "gateway_calls_per_s": round(len(through) / sum(through), 1),
+        "throughput_ratio": round(sum(direct) / sum(through), 3),
     }
 
 
-if __name__ == "__main__":
-    import json
+def decision_round_trip(stand: Stand, base: str, n: int) -> dict[str, Any]:
+    """Propose + report of the allowed client tool `note` over HTTP, one client, `n`
+    times (after a few unmeasured ones): seconds per round trip, and each half."""
+    import httpx2
 
-    print(json.dumps(gateway_vs_direct(int(sys.argv[1]) if len(sys.argv) > 1 else 200), indent=2))
+    headers = {"Authorization": f"Bearer {stand.token}"}
+    took, proposes, reports = [], [], []
+    with httpx2.Client(base_url=base, headers=headers, timeout=30.0) as http:
+        run = http.post("/api/runs", json={"agent": "bench-gateway", "task": "bench: decision API round trips"})
+        run.raise_for_status()
+        run_id = run.json()["id"]
+        for i in range(n + 5):
+            start = time.perf_counter()
+            proposed = http.post(f"/api/runs/{run_id}/calls", json={"tool": "note", "args": {"text": f"n{i}"}})
+            middle = time.perf_counter()
+            if proposed.status_code != 200 or proposed.json()["status"] != "approved":
+                raise RuntimeError(f"note was not allowed: {proposed.status_code} {proposed.text[:300]}")
+            key = proposed.json()["key"]
+            reported = http.post(f"/api/runs/{run_id}/calls/{key}/result", json={"ok": True, "output": f"noted {i}"})
+            end = time.perf_counter()
+            if reported.status_code != 200 or reported.json()["status"] != "succeeded":
+                raise RuntimeError(f"the report was refused: {reported.status_code} {reported.text[:300]}")
+            if i >= 5:
+                took.append(end - start)
+                proposes.append(middle - start)
+                reports.append(end - middle)
+    return {
+        "round_trips": n,
+        "p50_ms": round(statistics.median(took) * 1000, 2),
+        "propose_p50_ms": round(statistics.median(proposes) * 1000, 2),
+        "report_p50_ms": round(statistics.median(reports) * 1000, 2),
+    }
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _database_connections() -> int:
+    """Connections to this database other than the bench's own."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("select count(*) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()")
+        return int(cur.fetchone()[0])
+
+
+def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clients: int) -> dict[str, Any]:
+    """`clients` MCP sessions at once, each calling `bench__delete_record` (irreversible:
+    held for a reviewer), on a web process that waits up to 60 s for decisions. Once all
+    are pending: the process's RSS and the database's connections; then each approval is
+    decided in turn, and each client's answer is timed from its decision's commit."""
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from agents.actions import approval_decide
+    from agents.models import Approval
+
+    url = f"{base}/mcp/bench-gateway/"
+    answered: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    # One unmeasured session first: imports and first requests, so RSS "before" is warm.
+    _timed_calls(url, {"Authorization": f"Bearer {stand.token}"}, "bench__lookup", 3, offset=10_000_000)
+    rss_before = _rss_bytes(proc.pid)
+
+    async def one(i: int) -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {stand.token}"}, timeout=httpx2.Timeout(90.0))
+        async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
+            result = await client.call_tool("bench__delete_record", {"record_id": f"c{i}"})
+            answered[f"c{i}"] = time.monotonic()
+            texts[f"c{i}"] = "".join(getattr(b, "text", "") for b in result.content)
+
+    async def all_clients() -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(one, i)
+
+    thread = threading.Thread(target=anyio.run, args=(all_clients,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while Approval.objects.filter(status="pending").count() < clients:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the clients' calls did not all reach the queue")
+        time.sleep(0.2)
+    time.sleep(1.0)  # all are in their wait loops now
+    rss_waiting = _rss_bytes(proc.pid)
+    connections_waiting = _database_connections()
+    decided: dict[str, float] = {}
+    for approval in Approval.objects.filter(status="pending").order_by("pk"):
+        approval_decide(approval_id=approval.pk, decision="approve", user=stand.reviewer)
+        decided[approval.args["record_id"]] = time.monotonic()  # committed: approval_decide returned
+    thread.join(timeout=120)
+    delays = sorted(answered[k] - decided[k] for k in decided if k in answered)
+    ran = sum(1 for k in decided if texts.get(k, "").startswith("deleted "))
+    return {
+        "clients": clients,
+        "answered": len(delays),
+        "ran_upstream": ran,
+        "rss_before_bytes": rss_before,
+        "rss_waiting_bytes": rss_waiting,
+        "rss_per_waiting_client_bytes": round((rss_waiting - rss_before) / clients),
+        "database_connections_waiting": connections_waiting,
+        "decision_delay_p50_s": round(statistics.median(delays), 3) if delays else None,
+        "decision_delay_max_s": round(delays[-1], 3) if delays else None,
+    }
+
+
+def gateway_bench(calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS) -> dict[str, Any]:
+    stand = Stand(calls + round_trips)
+    try:
+        with stand.web() as (base, _proc):
+            results: dict[str, Any] = {"gateway": gateway_vs_direct(stand, base, calls)}
+            results["decision_api"] = decision_round_trip(stand, base, round_trips)
+        with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60") as (base, proc):
+            results["waiting"] = waiting_clients(stand, base, proc, clients)
+    finally:
+        stand.close()
+    return results
+
+
+def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    from bench.run import Targets
+
+    t = Targets()
+    t.check("gateway: added p50 ms over direct (sequential, one client)", r["gateway"]["added_p50_ms"], "<=",
+            TARGET_ADDED_P50_MS)
+    t.check("gateway: throughput / direct (sequential, one client)", r["gateway"]["throughput_ratio"], ">=",
+            TARGET_THROUGHPUT_RATIO)
+    t.check("decision API: propose + report p50 ms", r["decision_api"]["p50_ms"], "<=", TARGET_ROUND_TRIP_P50_MS)
+    w = r["waiting"]
+    if w["decision_delay_max_s"] is not None:
+        t.check(f"gateway: {w['clients']} waiting clients, slowest decision-to-answer s", w["decision_delay_max_s"],
+                "<=", TARGET_DECISION_DELAY_S)
+    return t.rows
+
+
+def print_gateway(r: dict[str, Any]) -> None:
+    g, d, w = r["gateway"], r["decision_api"], r["waiting"]
+    mb = 1024 * 1024
+    print(
+        f"\ngateway ({g['calls']} calls each side, alternating): direct p50 {g['direct_p50_ms']:.1f} ms, through "
+        f"the gateway {g['gateway_p50_ms']:.1f} ms (added {g['added_p50_ms']:+.1f} ms); throughput "
+        f"{g['gateway_calls_per_s']:.0f}/s vs {g['direct_calls_per_s']:.0f}/s direct = {g['throughput_ratio']:.2f}"
+    )
+    print(
+        f"decision API ({d['round_trips']} round trips): propose + report p50 {d['p50_ms']:.1f} ms "
+        f"(propose {d['propose_p50_ms']:.1f}, report {d['report_p50_ms']:.1f})"
+    )
+    delay = "n/a" if w["decision_delay_p50_s"] is None else (
+        f"p50 {w['decision_delay_p50_s'] * 1000:.0f} ms, max {w['decision_delay_max_s'] * 1000:.0f} ms")
+    print(
+        f"{w['clients']} waiting gateway clients: RSS {w['rss_before_bytes'] / mb:.0f} MB before, "
+        f"{w['rss_waiting_bytes'] / mb:.0f} MB while waiting ({w['rss_per_waiting_client_bytes'] / 1024:.0f} kB a "
+        f"client); {w['database_connections_waiting']} database connections while waiting; decision to answer "
+        f"{delay}; {w['answered']} answered, upstream ran {w['ran_upstream']}"
+    )
+    for x in r.get("targets", []):
+        print(f"  {'met   ' if x['met'] else 'MISSED'} {x['target']:<70} measured {x['value']:g}")
+
+
+def main() -> None:
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    found = gateway_bench(calls=calls, round_trips=calls)
+    found["targets"] = targets(found)
+    out = ROOT / "bench" / "results.json"
+    results = json.loads(out.read_text()) if out.exists() else {}
+    results["gateway"] = found
+    out.write_text(json.dumps(results, indent=2))
+    print_gateway(found)
+
+
+if __name__ == "__main__":
+    main()

@@ -297,6 +297,12 @@ AIRLOCK_MCP_MAX_TOOLS = env_int("AIRLOCK_MCP_MAX_TOOLS", 128)
 AIRLOCK_MCP_MAX_DESCRIPTION_CHARS = env_int("AIRLOCK_MCP_MAX_DESCRIPTION_CHARS", 4000)
 if AIRLOCK_MCP_MAX_TOOLS < 1 or AIRLOCK_MCP_MAX_DESCRIPTION_CHARS < 1:
     raise EnvError("AIRLOCK_MCP_MAX_TOOLS and AIRLOCK_MCP_MAX_DESCRIPTION_CHARS must be at least 1")
+# How long a kept-open session to a streamable-HTTP server trusts its last tools/list
+# before a call lists again (0: list before every call). A `list_changed` notification
+# or a reconnect lists at once (docs/mcp.md).
+AIRLOCK_MCP_LISTING_SECONDS = env_float("AIRLOCK_MCP_LISTING_SECONDS", 30.0)
+if not 0 <= AIRLOCK_MCP_LISTING_SECONDS <= 3600:
+    raise EnvError("AIRLOCK_MCP_LISTING_SECONDS must be between 0 and 3600 seconds")
 
 # LOG_FORMAT=json: one JSON object per line, with the run id and trace id where known.
 LOG_FORMAT = env_str("LOG_FORMAT", "plain")

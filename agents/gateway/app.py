@@ -40,6 +40,9 @@ T = TypeVar("T")
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
 MAX_BODY = 4 * 1024 * 1024
 POLL_SECONDS = 0.2
+# A waiting call reads its own status when its run moved (the watcher's one query a
+# tick says so), and at least this often whatever the watcher saw.
+RECHECK_SECONDS = 5.0
 # Threads for database work: every handler's queries run there, never on the loop.
 # Waiting calls sleep on the loop, not in a thread, so 50 waiting clients hold no thread.
 DB_THREADS = anyio.CapacityLimiter(16)
@@ -63,6 +66,7 @@ class Gate:
 
     caller: core.Caller
     session_pk: int
+    run_id: int | None = None
 
 
 def _gate(ctx: Any) -> Gate:
@@ -86,22 +90,92 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
     notifications, if the client asked, each second), then answers as it stands."""
     gate = _gate(ctx)
-    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {})
+    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {}, gate.run_id)
     if isinstance(started, core.Reply):
         return _result(started)
     answer, run_id = started
     wait = settings.AIRLOCK_GATEWAY_WAIT_SECONDS
     give_up = time.monotonic() + wait
-    last_progress = 0.0
+    last_progress = last_check = 0.0
+    watch = watcher()
     while core.waiting(answer) and time.monotonic() < give_up:
         now = time.monotonic()
         if now - last_progress >= 1.0:
             last_progress = now
             waited = wait - (give_up - now)
             await ctx.session.report_progress(waited, wait, "waiting for a reviewer's decision in Airlock")
-        await anyio.sleep(min(POLL_SECONDS, max(0.0, give_up - time.monotonic())))
-        answer = await db(core.call_progress, gate.caller, run_id, answer)
+        moved = await watch.moved(run_id, min(1.0, max(0.0, give_up - time.monotonic())))
+        if moved or time.monotonic() - last_check >= RECHECK_SECONDS:
+            last_check = time.monotonic()
+            answer = await db(core.call_progress, gate.caller, run_id, answer)
     return _result(core.reply(answer, run_id))
+
+
+class Watcher:
+    """The runs this event loop's waiting calls wait on, checked together: one query a
+    tick (`core.run_versions`) for all of them, instead of each call reading its own
+    status five times a second. A run whose version moved (a decision, an expiry, a
+    result: every change is a transition) wakes its calls, which then read their status.
+    A run seen for the first time wakes them too, so a change that landed before the
+    watcher's first look is not missed."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, set[asyncio.Event]] = {}
+        self.seen: dict[int, int | None] = {}
+        self.asked: dict[int, float] = {}  # when a call last waited on the run
+        self._task: asyncio.Task[None] | None = None
+
+    async def moved(self, run_id: int, timeout: float) -> bool:
+        event = asyncio.Event()
+        self.waiting.setdefault(run_id, set()).add(event)
+        self.asked[run_id] = time.monotonic()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+        try:
+            with anyio.move_on_after(timeout):
+                await event.wait()
+            return event.is_set()
+        finally:
+            events = self.waiting.get(run_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    # `seen` stays: the call comes back after reading its status, and
+                    # must not be woken again for a version it has seen.
+                    del self.waiting[run_id]
+
+    async def _watch(self) -> None:
+        while self.waiting:
+            await anyio.sleep(POLL_SECONDS)
+            ids = list(self.waiting)
+            if not ids:
+                break
+            try:
+                versions = await db(core.run_versions, ids)
+            except Exception:  # noqa: BLE001 - a failed look wakes everyone to check for themselves
+                versions = {}
+            for run_id in ids:
+                version = versions.get(run_id)
+                if run_id not in self.seen or self.seen[run_id] != version:
+                    self.seen[run_id] = version
+                    for event in self.waiting.get(run_id, ()):
+                        event.set()
+            stale = time.monotonic() - RECHECK_SECONDS
+            for run_id in [r for r, at in self.asked.items() if at < stale and r not in self.waiting]:
+                del self.asked[run_id]
+                self.seen.pop(run_id, None)
+
+
+_watchers: dict[int, Watcher] = {}
+
+
+def watcher() -> Watcher:
+    """This event loop's watcher (one loop per process in practice, as for `managers`)."""
+    loop_id = id(asyncio.get_running_loop())
+    found = _watchers.get(loop_id)
+    if found is None:
+        found = _watchers[loop_id] = Watcher()
+    return found
 
 
 def _result(reply: core.Reply) -> types.CallToolResult:
@@ -247,7 +321,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
             return
         # One trip to the database threads: the token, the profile, then the session.
-        caller, sid, session_pk = await db(
+        caller, sid, session_pk, run_id = await db(
             core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
             client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
         )
@@ -260,7 +334,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
 
     inner = dict(scope)
-    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk)
+    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk, run_id=run_id)
     sent = False
 
     async def replay() -> dict[str, Any]:

@@ -42,6 +42,9 @@ class Caller:
     user: Any
     profile_id: int
     profile_name: str
+    # The profile row as this request read it: a request's handlers need it again
+    # (tools, limits) and need not read it again.
+    profile: Any = None
 
 
 def authenticate(header: str | None, profile_name: str) -> Caller:
@@ -64,7 +67,7 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
         raise Refused(404, "not_found", f"no external agent profile {profile_name!r}")
     if not access.can_launch(user):
         raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role")
-    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name)
+    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
 
 
 # -- sessions ---------------------------------------------------------------------------
@@ -73,19 +76,20 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
 def admit(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, opening: bool,
     client_name: str, protocol_version: str,
-) -> tuple[Caller, str, int]:
-    """A POST's caller, session id and session row (0 for `initialize`, which opens the
-    session), checked in this order: the token and profile (401, 404), then the session
-    (400 without one, 404 for one that is not the caller's)."""
+) -> tuple[Caller, str, int, int | None]:
+    """A POST's caller, session id, session row (0 for `initialize`, which opens the
+    session) and the session's run (None before its first call), checked in this
+    order: the token and profile (401, 404), then the session (400 without one, 404
+    for one that is not the caller's)."""
     caller = authenticate(header, profile_name)
     if opening:
         if sid:
             raise Refused(400, "session_exists", "initialize opens a session: send it without Mcp-Session-Id")
         return caller, session_open(caller, client_name=client_name, protocol_version=protocol_version,
-                                    run_header=run_header), 0
+                                    run_header=run_header), 0, None
     if not sid:
         raise Refused(400, "missing_session", "Bad Request: Missing session ID (initialize first)")
-    return caller, sid, session_find(caller, sid, run_header)
+    return caller, sid, *session_find(caller, sid, run_header)
 
 
 def session_open(caller: Caller, *, client_name: str, protocol_version: str, run_header: str | None) -> str:
@@ -112,8 +116,8 @@ def _run_from_header(caller: Caller, value: str) -> int:
     return run.pk
 
 
-def session_find(caller: Caller, session_id: str, run_header: str | None) -> int:
-    """The session's row id; 404 for a session that is not this caller's (another
+def session_find(caller: Caller, session_id: str, run_header: str | None) -> tuple[int, int | None]:
+    """The session's row id and its run (None until its first call); 404 for a session that is not this caller's (another
     user's, another profile's, closed or unknown: the MCP client starts a new one)."""
     session = GatewaySession.objects.filter(
         session_id=session_id[:64], user=caller.user, profile_id=caller.profile_id, closed_at__isnull=True
@@ -122,7 +126,7 @@ def session_find(caller: Caller, session_id: str, run_header: str | None) -> int
         raise Refused(404, "session_not_found", "no such MCP session; initialize a new one")
     if run_header is not None and str(session.run_id) != run_header.strip():
         raise Refused(409, "run_mismatch", f"this session drives run {session.run_id}, not {run_header!r}")
-    return session.pk
+    return session.pk, session.run_id
 
 
 def session_close(caller: Caller, session_id: str) -> None:
@@ -151,7 +155,7 @@ def session_run(caller: Caller, session_pk: int, client_name: str = "") -> int:
         if session.run_id is None:
             # The session's user launches it, as through the API: the launcher of record.
             run = run_launch(
-                agent=AgentProfile.objects.get(pk=caller.profile_id),
+                agent=caller.profile or AgentProfile.objects.get(pk=caller.profile_id),
                 task=f"MCP session of {session.client_name or 'an MCP client'} through the gateway",
                 user=caller.user,
             )
@@ -178,8 +182,7 @@ def tool_list(caller: Caller) -> list[dict[str, Any]]:
     """tools/list: each offered tool's name, description and input schema as pinned,
     and its annotations as Airlock applies them: the server's own (a title, say) with
     the four hints set to the kind Airlock enforces, overrides included."""
-    profile = AgentProfile.objects.get(pk=caller.profile_id)
-    specs = offered(profile)
+    specs = offered(caller.profile or AgentProfile.objects.get(pk=caller.profile_id))
     pinned = {t.name: t for t in mcp_tools.offered_tools([s.name for s in specs])}
     listed = []
     for spec in specs:
@@ -205,18 +208,22 @@ class Reply:
     structured: dict[str, Any] | None = None
 
 
-def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> tuple[CallAnswer, int] | Reply:
+def call_start(
+    caller: Caller, session_pk: int, tool: str, args: Any, run_id: int | None = None
+) -> tuple[CallAnswer, int] | Reply:
     """Propose the call in the session's run; the answer to wait on, or the reply now.
+    `run_id`: the session's run as the request's front read it (a session's run never
+    changes once set), so only a session's first call takes the session's lock.
 
     A tool the gateway does not offer is refused before anything is proposed: the
     client learns nothing of tools outside its list, and no upstream is reached."""
-    profile = AgentProfile.objects.get(pk=caller.profile_id)
+    profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
     if tool not in {s.name for s in offered(profile)}:
         return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.", is_error=True,
                      structured={"airlock": {"status": "unknown_tool", "tool": tool}})
-    run_id = None
     try:
-        run_id = session_run(caller, session_pk)
+        if run_id is None:
+            run_id = session_run(caller, session_pk)
         answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
     except ActionError as exc:
         return _refusal(exc, run_id)
@@ -227,17 +234,26 @@ def call_start(caller: Caller, session_pk: int, tool: str, args: Any) -> tuple[C
 
 def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer:
     """The call as it stands now. An approved call of a tool Airlock runs (`running`,
-    the run in `acting` and nobody's lease on it) is run here and now, under the run's
-    lease and journal, instead of waiting for a worker: the journal's key keeps it to
-    one execution whoever gets there first."""
+    the run in `acting` and nobody's live lease on it) is run here and now, under the
+    run's lease and journal, instead of waiting for a worker: the journal's key keeps it
+    to one execution whoever gets there first."""
     answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     if answer.status == external.RUNNING:
-        run = Run.objects.only("state", "lease_owner").get(pk=run_id)
-        if run.state == states.ACTING and run.lease_owner is None:
+        run = Run.objects.only("state", "lease_owner", "lease_expires").get(pk=run_id)
+        # Nobody's lease, or a lease whose holder stopped renewing it (a web process
+        # killed mid-call): the driver takes it and resumes as a worker would, so an
+        # interrupted unsafe call becomes "outcome unknown", never a blind second call.
+        lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
+        if run.state == states.ACTING and (run.lease_owner is None or lapsed):
             driver.drive(run_id)
             answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     driver.release_connection()
     return answer
+
+
+def run_versions(run_ids: list[int]) -> dict[int, int]:
+    """Each run's version: what the gateway's waiting calls watch (one query for all)."""
+    return dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "version"))
 
 
 def waiting(answer: CallAnswer) -> bool:

@@ -1,13 +1,16 @@
-"""Sessions live in the database: one MCP session whose requests alternate between two
-web processes, one serving `config.wsgi` (runserver, threaded) and one `config.asgi`
-(uvicorn), on the same test database, goes on as one session and one run."""
+"""The gateway in real web processes on the test database. Sessions live in the
+database: one MCP session whose requests alternate between two web processes, one
+serving `config.wsgi` (runserver, threaded) and one `config.asgi` (uvicorn), goes on as
+one session and one run. A process killed mid-call: the run recovers as runs do."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from agents.actions import approval_decide
-from agents.models import Approval, GatewaySession, Run
+from agents.models import Approval, GatewaySession, McpTool, Run, ToolCall
 from tests.gateway.conftest import run_async, text
 from tests.helpers import free_port, requires_postgres, wait_for
 
@@ -115,3 +118,93 @@ def test_one_session_alternating_between_a_wsgi_and_an_asgi_process_is_one_run(
     assert {port for port, method in transport.sent if method == "POST"} == set(web_processes)
     session_row = GatewaySession.objects.get()
     assert Run.objects.count() == 1 and session_row.run == Run.objects.get()
+
+
+@pytest.fixture
+def gateway_process(upstream: Any) -> Iterator[Any]:
+    """Start (and stop) uvicorn processes serving `config.asgi` on the test database,
+    with a 2-second lease, so a killed process's run is free again soon."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> tuple[subprocess.Popen[bytes], int]:
+        env = {**os.environ, "DATABASE_URL": database_url(), "AIRLOCK_GATEWAY_WAIT_SECONDS": "30",
+               "AIRLOCK_LEASE_SECONDS": "2", "DB_CONN_MAX_AGE": "0", "PYTHONUNBUFFERED": "1"}
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+                                 "--port", str(port), "--log-level", "warning"],
+                                cwd=BASE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(proc)
+        wait_for(lambda: listening(port), timeout=60, what=f"a web process on {port}")
+        return proc, port
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def call_once(port: int, token: str, tool: str, args: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+    """One tools/call in a new MCP session: its result, or the exception it raised."""
+
+    async def go() -> Any:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **(headers or {})},
+                                  timeout=httpx2.Timeout(60.0))
+        with anyio.fail_after(90):
+            async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp/gw/", http_client=http),
+                                    cache=None) as client:
+                return await client.call_tool(tool, args)
+
+    try:
+        return run_async(go)
+    except Exception as exc:  # noqa: BLE001 - what the client got is the point
+        return exc
+
+
+@pytest.mark.parametrize("retry", ["unsafe", "safe"])
+def test_a_gateway_process_killed_mid_call_recovers_as_runs_do(
+    gateway_process: Any, gw, upstream, token, retry: str
+) -> None:
+    """The process serving the gateway is SIGKILLed while the upstream runs the call.
+    The intent row stays `started`; the client's retry (in a new session continuing
+    the run, on another process) resumes the run as a worker would: an unsafe call is
+    held as "outcome unknown" and not sent again, a safe one is sent again under the
+    same idempotency key and answers."""
+    McpTool.objects.filter(name="web__slow").update(retry_safety_override=retry)
+    first, port = gateway_process()
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(got=call_once(port, token, "web__slow", {"seconds": 3})))
+    thread.start()
+    wait_for(lambda: len(upstream.calls("slow")) == 1, timeout=60, what="the upstream running the call")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=20)
+    thread.join(timeout=60)
+    got = box["got"]
+    assert isinstance(got, Exception) or got.is_error, f"the client was answered by a dead process: {got!r}"
+
+    run = Run.objects.get()
+    intent = ToolCall.objects.get(run=run)
+    # The intent row: written with the move into `acting`; an unsafe call marks it
+    # `started` before it is sent (a safe one may simply be sent again).
+    assert intent.tool == "web__slow" and run.state == "acting"
+    assert intent.status == ("started" if retry == "unsafe" else "intended")
+
+    _second, port = gateway_process()
+    again = call_once(port, token, "web__slow", {"seconds": 3}, headers={"Airlock-Run": str(run.pk)})
+    assert not isinstance(again, Exception), again
+    run.refresh_from_db()
+    slow_calls = upstream.calls("slow")
+    if retry == "unsafe":
+        assert again.structured_content["airlock"]["status"] == "pending_approval"
+        approval = Approval.objects.get(run=run, status="pending")
+        assert approval.kind == "outcome_unknown" and "web__slow was interrupted" in approval.reason
+        assert run.state == "awaiting_approval"
+        assert len(slow_calls) == 1, "an unsafe call whose outcome is unknown is not sent again"
+        assert ToolCall.objects.get(run=run).status == "started"
+    else:
+        assert not again.is_error and text(again) == "slept 3.0 s"
+        assert len(slow_calls) == 2 and slow_calls[0]["idempotency_key"] == slow_calls[1]["idempotency_key"]
+        assert slow_calls[0]["idempotency_key"] == intent.idempotency_key
+        entry = ToolCall.objects.get(run=run)
+        assert entry.status == "succeeded" and run.state == "planning"
+        assert not Approval.objects.filter(run=run).exists()

@@ -225,3 +225,25 @@ def test_timeout_of_an_unsafe_call_already_sent_is_outcome_unknown(stdio_server,
     assert approval.kind == "outcome_unknown"
     assert "files__slow failed mid-call (slow did not finish within 8 s)" in approval.reason
     assert stray_children() == []
+
+
+def test_after_an_http_server_restarts_the_next_call_runs_on_a_new_session(
+    defaults, calls, http, mcp_launch, drive
+) -> None:
+    """Sessions to HTTP servers stay open between calls. When the server restarts at the
+    same URL, the kept session is dead (its stream ended, or the server answers it 404):
+    the next call of an unsafe tool runs on a new session, and nothing becomes "outcome
+    unknown" for a call the old session never delivered."""
+    first = http(calls)
+    url = first.start()
+    command("add_mcp_server", "web", "--url", url)
+    command("mcp_sync", "web")
+    McpTool.objects.filter(name="web__lookup").update(retry_safety_override="unsafe")
+    server = McpServer.objects.get(name="web")
+    before = drive(mcp_launch(server, [call("web__lookup", record_id="alpha"), final("one")]))
+    assert tool_results(before) == ["the first record"]
+    first.stop()
+    http(calls).start("--port", url.rsplit(":", 1)[1].split("/")[0])
+    after = drive(mcp_launch(server, [call("web__lookup", record_id="beta"), final("two")]))
+    assert after.state == "done" and tool_results(after) == ["the second record"]
+    assert not Approval.objects.filter(run=after).exists()

@@ -277,6 +277,7 @@ def _spec(tool: McpTool) -> ToolSpec:
         timeout=tool.timeout(),
         retry_safe=kind.retry_safety == "safe",
         on_changed=_changed_under(tool.pk, tool.sha256),
+        listing_seconds=settings.AIRLOCK_MCP_LISTING_SECONDS,
     )
 
     def run(args: dict[str, Any], ctx: ToolContext) -> Any:

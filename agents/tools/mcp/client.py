@@ -1,11 +1,20 @@
 """Calls to MCP servers through the official SDK, from synchronous code.
 
-The worker is a synchronous Celery task and the SDK is asyncio: every operation runs in
-a fresh event loop of its own (`anyio.run`), on a helper thread when the caller already
-has a loop. A stdio server is a subprocess of that one operation; the SDK's
-`stdio_client` stops it (stdin closed, then SIGTERM, then SIGKILL, every wait bounded
-and shielded from cancellation) before the operation returns, also on a timeout, so no
-server outlives its call.
+The worker is a synchronous Celery task and the SDK is asyncio. Two ways to reach a server:
+
+- **streamable HTTP, kept open** (`_Pool`): a tools/call goes over a session that stays
+  open in this process, one per server, on one event loop thread of the process; the
+  caller's thread waits for its answer. Opening a session (initialize) and listing the
+  tools cost several round trips a call made on its own would pay every time. A
+  session's listing is trusted for `listing_seconds`, then listed again; a
+  `list_changed` notification, a reconnect or a definition that no longer matches the
+  pin lists at once. A session that failed (or timed out) is dropped, and the next call
+  opens a new one.
+- **stdio, and every tools/list of a sync**: an operation in a fresh event loop of its
+  own (`anyio.run`). A stdio server is a subprocess of that one operation; the SDK's
+  `stdio_client` stops it (stdin closed, then SIGTERM, then SIGKILL, every wait bounded
+  and shielded from cancellation) before the operation returns, also on a timeout, so
+  no server outlives its call.
 
 No Django here: the caller passes plain `Connection` data and a callback for a changed
 definition.
@@ -14,12 +23,17 @@ definition.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shlex
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO, TypeVar
@@ -30,7 +44,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, ToolListChangedNotification
 
 from agents import jsonsafe
 from agents.engine import schemas
@@ -77,9 +91,19 @@ class Connection:
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=self._env() or None)
             return stdio_client(params, errlog=_errlog())
         if self.transport == "http":
-            http = httpx2.AsyncClient(headers=self._headers(), timeout=httpx2.Timeout(30.0, read=300.0))
-            return _OwningHttpTransport(self.url, http)
+            return _OwningHttpTransport(self.url, self._http_client(self._headers()))
         raise ConfigError(f"server {self.name} has an unknown transport {self.transport!r}")
+
+    @staticmethod
+    def _http_client(headers: dict[str, str]) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+
+    def pool_key(self, headers: dict[str, str]) -> tuple[str, ...]:
+        """What makes two kept-open sessions interchangeable: the same server, URL and
+        header values (hashed: a rotated secret opens a new session, and no secret is
+        kept as a key). Never shared across servers, even at one URL."""
+        secret = hashlib.sha256(json.dumps(sorted(headers.items())).encode()).hexdigest()
+        return (self.name, self.transport, self.url, secret)
 
     def _env(self) -> dict[str, str]:
         env = {}
@@ -145,6 +169,153 @@ class _OwningHttpTransport:
             await self._http.__aexit__(None, None, None)
 
 
+class _Kept:
+    """One open session of the pool, owned by a task of the pool's loop (an anyio
+    context must be left by the task that entered it): the task opens the session,
+    waits until the session is dropped, then closes it."""
+
+    def __init__(self, key: tuple[str, ...], url: str, headers: dict[str, str]) -> None:
+        self.key, self.url, self.headers = key, url, headers
+        self.client: Client | None = None
+        self.listed: dict[str, dict[str, Any]] | None = None
+        self.listed_at = 0.0
+        self.opened = asyncio.Event()
+        self.dropped = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    async def own(self) -> None:
+        async def changed(message: Any) -> None:
+            if isinstance(message, ToolListChangedNotification):
+                self.listed = None  # the next call lists again
+
+        try:
+            http = Connection._http_client(self.headers)
+            async with http, Client(
+                streamable_http_client(self.url, http_client=http), cache=None, message_handler=changed
+            ) as client:
+                # Output is checked our way after each call (`_output_check`), per call:
+                # the SDK's own check would list again and share state between calls.
+                client.session.validate_tool_result = _no_check  # type: ignore[method-assign]
+                self.client = client
+                self.opened.set()
+                await self.dropped.wait()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits to open it
+            self.failure = exc
+        finally:
+            self.client = None
+            self.dropped.set()
+            self.opened.set()
+
+    async def listing(self, seconds: float, *, fresh: bool = False) -> dict[str, dict[str, Any]]:
+        if fresh or self.listed is None or time.monotonic() - self.listed_at >= seconds:
+            assert self.client is not None
+            started = time.monotonic()
+            self.listed = {t.get("name"): t for t in await _list(self.client)}  # type: ignore[misc]
+            self.listed_at = started
+        return self.listed
+
+
+async def _no_check(name: str, result: Any) -> None:
+    return None
+
+
+class _Pool:
+    """This process's open sessions to streamable-HTTP servers, by `Connection.pool_key`,
+    on one event loop thread. `session()` runs on that loop; `run()` is how a
+    synchronous caller (a worker thread, a gateway database thread, a request thread)
+    gets a coroutine run there and waits for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards starting the loop (the threads race for it)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._kept: dict[tuple[str, ...], _Kept] = {}
+        self._opening: dict[tuple[str, ...], asyncio.Lock] = {}
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or not self._loop.is_running() or self._pid != os.getpid():
+                # First use, or a forked child (a gunicorn or Celery worker): the parent's
+                # loop thread did not survive the fork, and neither may its sockets be shared.
+                fresh = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(fresh)
+                    fresh.call_soon(started.set)
+                    fresh.run_forever()
+
+                self._thread = threading.Thread(target=serve, name="airlock-mcp-sessions", daemon=True)
+                self._thread.start()
+                started.wait()
+                self._loop, self._pid = fresh, os.getpid()
+                self._kept, self._opening = {}, {}
+            return self._loop
+
+    def on_loop_thread(self) -> bool:
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return asyncio.run_coroutine_threadsafe(_as_coroutine(fn), self.loop()).result()
+
+    async def session(self, conn: Connection, headers: dict[str, str]) -> _Kept:
+        """The open session for `conn`, opened if there is none (one opening at a time
+        per server: callers racing for a new server's session share the one opened)."""
+        key = conn.pool_key(headers)
+        kept = self._kept.get(key)
+        if kept is not None and kept.client is not None and not kept.dropped.is_set():
+            return kept
+        lock = self._opening.setdefault(key, asyncio.Lock())
+        async with lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept.client is not None and not kept.dropped.is_set():
+                return kept
+            kept = _Kept(key, conn.url, headers)
+            asyncio.get_running_loop().create_task(kept.own())
+            await kept.opened.wait()
+            if kept.client is None:
+                raise kept.failure or ConnectionError(f"server {conn.name}: the session did not open")
+            self._kept[key] = kept
+            return kept
+
+    def drop(self, kept: _Kept) -> None:
+        """Close `kept` (its owner task ends the session); the next call opens another."""
+        if self._kept.get(kept.key) is kept:
+            del self._kept[kept.key]
+        kept.dropped.set()
+
+    def close(self) -> None:
+        """Close every open session (at exit): each owner sends its DELETE, bounded."""
+        loop = self._loop
+        if loop is None or not loop.is_running() or self._pid != os.getpid() or not self._kept:
+            return
+
+        async def close_all() -> None:
+            kept = list(self._kept.values())
+            for k in kept:
+                self.drop(k)
+            with anyio.move_on_after(5):
+                for k in kept:
+                    await k.opened.wait()
+                    while k.client is not None:
+                        await anyio.sleep(0.01)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(close_all(), loop).result(timeout=10)
+
+    def open_count(self) -> int:
+        return len(self._kept)
+
+
+async def _as_coroutine(fn: Callable[[], Awaitable[T]]) -> T:
+    return await fn()
+
+
+POOL = _Pool()
+atexit.register(POOL.close)
+
+
 def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine function to completion in a fresh event loop."""
     try:
@@ -200,25 +371,33 @@ class Call:
     timeout: float
     retry_safe: bool
     on_changed: Callable[[dict[str, Any] | None], None] = lambda definition: None
+    # How long a kept-open session's tools/list is trusted (streamable HTTP only).
+    listing_seconds: float = 30.0
 
     def __call__(self, args: dict[str, Any], idempotency_key: str) -> Any:
         """The result for the model, or a ToolError naming what went wrong.
 
-        1. Connect and list the tools; a definition that differs from the pinned one is
-           reported through `on_changed` and nothing is called.
+        1. Find the tool's definition as the server lists it (a new connection's
+           listing, or a kept-open session's recent one); one that differs from the
+           pinned definition is reported through `on_changed` and nothing is called.
         2. Call the tool with the idempotency key in the request's `_meta`.
         3. A transport failure is retried (new connection, same key) only when the tool
-           is safe to repeat; the whole sequence shares one deadline, `timeout`.
+           is safe to repeat; the whole sequence shares one deadline, `timeout`. A kept
+           session the server no longer knows (it restarted: 404) or cannot be reached
+           on did not run the call: any tool is tried once more on a new session.
         """
         sent = False
+
+        def check(listed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+            found = listed.get(self.mcp_name)
+            if found is None or definition_sha256(found) != self.pinned_sha256:
+                raise _Changed(found)
+            return found
 
         async def attempt() -> Any:
             nonlocal sent
             async with _session(self.conn) as client:
-                listed = {t.get("name"): t for t in await _list(client)}
-                found = listed.get(self.mcp_name)
-                if found is None or definition_sha256(found) != self.pinned_sha256:
-                    raise _Changed(found)
+                found = check({t.get("name"): t for t in await _list(client)})  # type: ignore[misc]
                 sent = True
                 # The SDK would check structured output against the server's (unpinned)
                 # outputSchema with Python's backtracking `re`: checked our way instead.
@@ -227,24 +406,67 @@ class Call:
                     self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key}
                 )
 
+        async def kept_attempt(headers: dict[str, str]) -> Any:
+            nonlocal sent
+            kept = await POOL.session(self.conn, headers)
+            try:
+                try:
+                    found = check(await kept.listing(self.listing_seconds))
+                except _Changed:
+                    # A listing kept from before may be what is stale, not the pin.
+                    found = check(await kept.listing(self.listing_seconds, fresh=True))
+                assert kept.client is not None
+                sent = True
+                result = await kept.client.call_tool(self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key})
+                if not result.is_error:
+                    await _output_check(found)(self.mcp_name, result)
+                return result
+            except BaseException as exc:
+                root = _root(exc)
+                if not isinstance(root, (ToolError, _Changed)) and not _answered(root):
+                    # Timed out, cancelled, or the transport failed: whatever the session
+                    # holds (a half-read answer) is not to be trusted by the next call.
+                    POOL.drop(kept)
+                if _not_run(root):
+                    sent = False
+                    raise _Stale() from exc
+                raise
+
+        # Decided here, in the caller's thread (`go` runs on the pool's loop when kept).
+        kept = self.conn.transport == "http" and not POOL.on_loop_thread()
+
         async def go() -> Any:
             nonlocal sent
             attempts = SAFE_ATTEMPTS if self.retry_safe else 1
+            headers = self.conn._headers() if kept else {}
             with anyio.fail_after(self.timeout):
-                for i in range(attempts):
+                i = stale = 0
+                while True:
                     sent = False
                     try:
-                        return await attempt()
-                    except Exception as exc:  # noqa: BLE001 - sorted below
-                        if i + 1 == attempts or not _is_transport(_root(exc)):
+                        return await (kept_attempt(headers) if kept else attempt())
+                    except _Stale:
+                        stale += 1
+                        if stale == 1:
+                            continue  # the server never saw it: once more, on a new session
+                        i += 1
+                        if i == attempts:
                             raise
-                    await anyio.sleep(0.2 * 2**i)
-            raise AssertionError("unreachable")
+                    except Exception as exc:  # noqa: BLE001 - sorted below
+                        i += 1
+                        if i == attempts or not _is_transport(_root(exc)):
+                            raise
+                    await anyio.sleep(0.2 * 2 ** (i - 1))
 
         try:
-            result = run_sync(go)
+            if kept:
+                result = POOL.run(go)
+            else:
+                result = run_sync(go)
         except BaseException as exc:  # noqa: BLE001 - whatever the transport raised, said plainly
             root = _root(exc)
+            if isinstance(root, _Stale):
+                root = _root(root.__cause__) if root.__cause__ else root
             if isinstance(root, _Changed):
                 # Recorded here, outside the event loop: the callback writes to the database.
                 self.on_changed(root.found)
@@ -270,6 +492,26 @@ class Call:
             return jsonsafe.validate(result.structured_content)
         except jsonsafe.JsonError as exc:
             raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
+
+
+class _Stale(Exception):
+    """A kept session failed in a way that shows the server did not run the call."""
+
+
+def _answered(exc: BaseException) -> bool:
+    """The server answered (an MCP error of its own): the session is fine."""
+    return isinstance(exc, MCPError) and not _is_transport(exc) and not _session_gone(exc)
+
+
+def _session_gone(exc: BaseException) -> bool:
+    # The SDK's spelling of a 404 on a session it had: the server no longer knows it.
+    return isinstance(exc, MCPError) and exc.error.code == INVALID_REQUEST and exc.error.message == "Session terminated"
+
+
+def _not_run(exc: BaseException) -> bool:
+    """The request cannot have reached a server that runs it: the session is unknown
+    there (404, answered before any tool runs), or nothing accepted the connection."""
+    return _session_gone(exc) or isinstance(exc, httpx2.ConnectError)
 
 
 def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None]]:

@@ -235,7 +235,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     if after.state == states.ACTING and not proposed.client:
         # `run` as our commit left it (version, profile): the driver's claim checks that
         # version, so a run that moved since is read again there, not trusted.
-        run = driver.drive(run.pk, run=run)
+        run = driver.drive(run.pk, run=run, state=after)
         if run.state == states.ACTING and run.lease_owner is None:
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.
@@ -321,23 +321,30 @@ def call_wait(*, run_id: int, key: str, user: Any, wait: float) -> CallAnswer:
     """The call's answer once it leaves `pending` or `running`, or after `wait`
     seconds (at most 30) as it stands.
 
-    No transaction or connection is held across the wait: each poll reads the rows
-    (a few indexed queries) and gives the connection back before sleeping, so a
-    threaded web server's waiting requests hold threads, not database connections.
+    No transaction or connection is held across the wait: each poll reads the run's
+    version and state (one indexed query) and gives the connection back before
+    sleeping, so a threaded web server's waiting requests hold threads, not database
+    connections. The call's rows are read again only when the version moved: every
+    change of a call's status (a decision, an expiry, a result, the run's end) is a
+    transition, and every transition bumps the version (the gateway's watcher relies
+    on the same).
     """
     if not 0 <= wait <= MAX_WAIT_SECONDS:
         raise ActionError("invalid_wait", f"wait is 0 to {MAX_WAIT_SECONDS:g} seconds")
     run = _driven_run(run_id, user)
     call = _call(run, key)
     give_up = time.monotonic() + wait
+    answer, seen = _answer(call, run), run.version
     while True:
-        answer = _answer(call, run)
         left = give_up - time.monotonic()
         if answer.status not in WAITING or left <= 0:
             return answer
         driver.release_connection()
         time.sleep(min(POLL_SECONDS, left))
-        run.refresh_from_db(fields=["state"])
+        now = Run.objects.filter(pk=run.pk).values_list("version", "state").first()
+        if now is not None and now[0] != seen:
+            seen, run.state = now
+            answer = _answer(call, run)
 
 
 def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> CallAnswer:

@@ -39,7 +39,7 @@ from . import core
 T = TypeVar("T")
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
 MAX_BODY = 4 * 1024 * 1024
-POLL_SECONDS = 0.2
+POLL_SECONDS = 0.1
 # A waiting call reads its own status when its run moved (the watcher's one query a
 # tick says so), and at least this often whatever the watcher saw.
 RECHECK_SECONDS = 5.0

@@ -21,7 +21,7 @@ from agents.engine import states
 from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
 from agents.models import AgentProfile, GatewaySession, Run
-from agents.runs import driver
+from agents.runs import driver, rows
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
@@ -47,6 +47,14 @@ class Caller:
     profile: Any = None
 
 
+# Every gateway request reads these: written out (agents/runs/rows.py), they skip
+# building a queryset each time.
+_EXTERNAL_PROFILE = rows.Joined(AgentProfile, [], "a.name = %s AND a.provider = %s")
+_OPEN_SESSION = rows.Joined(
+    GatewaySession, [], "a.session_id = %s AND a.user_id = %s AND a.profile_id = %s AND a.closed_at IS NULL"
+)
+
+
 def authenticate(header: str | None, profile_name: str) -> Caller:
     """The token's user and the external profile, or the refusal: 401 (with
     `WWW-Authenticate: Bearer`) for a missing or bad token, 404 for a profile that does
@@ -62,9 +70,10 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
         # Never log or echo the token itself.
         raise Refused(401, "unauthenticated", "unknown or revoked API token",
                       {"WWW-Authenticate": 'Bearer realm="airlock", error="invalid_token"'})
-    profile = AgentProfile.objects.filter(name=profile_name, provider="external").first()
-    if profile is None:
+    found = _EXTERNAL_PROFILE.fetch([profile_name, "external"])
+    if not found:
         raise Refused(404, "not_found", f"no external agent profile {profile_name!r}")
+    profile = found[0]
     if not access.can_launch(user):
         raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role")
     return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
@@ -119,11 +128,10 @@ def _run_from_header(caller: Caller, value: str) -> int:
 def session_find(caller: Caller, session_id: str, run_header: str | None) -> tuple[int, int | None]:
     """The session's row id and its run (None until its first call); 404 for a session that is not this caller's (another
     user's, another profile's, closed or unknown: the MCP client starts a new one)."""
-    session = GatewaySession.objects.filter(
-        session_id=session_id[:64], user=caller.user, profile_id=caller.profile_id, closed_at__isnull=True
-    ).first()
-    if session is None:
+    found = _OPEN_SESSION.fetch([session_id[:64], caller.user.pk, caller.profile_id])
+    if not found:
         raise Refused(404, "session_not_found", "no such MCP session; initialize a new one")
+    session = found[0]
     if run_header is not None and str(session.run_id) != run_header.strip():
         raise Refused(409, "run_mismatch", f"this session drives run {session.run_id}, not {run_header!r}")
     return session.pk, session.run_id
@@ -216,19 +224,21 @@ def call_start(
     changes once set), so only a session's first call takes the session's lock.
 
     A tool the gateway does not offer is refused before anything is proposed: the
-    client learns nothing of tools outside its list, and no upstream is reached."""
+    client learns nothing of tools outside its list, and no upstream is reached.
+    The offered-tools check, the policy and the drive read the MCP tools once."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
-    if tool not in {s.name for s in offered(profile)}:
-        return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.", is_error=True,
-                     structured={"airlock": {"status": "unknown_tool", "tool": tool}})
-    try:
-        if run_id is None:
-            run_id = session_run(caller, session_pk)
-        answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
-    except ActionError as exc:
-        return _refusal(exc, run_id)
-    if answer.status == external.RUNNING:
-        answer = call_progress(caller, run_id, answer)
+    with mcp_tools.read_once():
+        if tool not in {s.name for s in offered(profile)}:
+            return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
+                         is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
+        try:
+            if run_id is None:
+                run_id = session_run(caller, session_pk)
+            answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
+        except ActionError as exc:
+            return _refusal(exc, run_id)
+        if answer.status == external.RUNNING:
+            answer = call_progress(caller, run_id, answer)
     return answer, run_id
 
 
@@ -245,7 +255,8 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
         # interrupted unsafe call becomes "outcome unknown", never a blind second call.
         lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
         if run.state == states.ACTING and (run.lease_owner is None or lapsed):
-            driver.drive(run_id)
+            with mcp_tools.read_once():
+                driver.drive(run_id)
             answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     driver.release_connection()
     return answer

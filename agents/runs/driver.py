@@ -320,6 +320,7 @@ def drive(
     owner: str | None = None,
     deps: Deps | Callable[[Run], Deps] | None = None,
     run: Run | None = None,
+    state: RunState | None = None,
 ) -> Run:
     """Step and persist until the run rests.
 
@@ -334,7 +335,9 @@ def drive(
     `deps` are the model, tools and journal to step with, or a function making them
     from the run (by default `deps_for`). `run` is the run as the caller just read it
     (with its profile), which saves reading it again; a run that moved since is read
-    again after the claim.
+    again after the claim. `state` is the state the caller's own commit left `run` in
+    (the decision API's proposal), which saves loading the transcript again; it is used
+    only when the claim finds `run`'s version unmoved, so it is the state of record.
     """
     owner = owner or worker_name()
     if run is None:
@@ -349,13 +352,17 @@ def drive(
         claimed = _claimed(run, owner)
         if claimed is None:
             return cast(Run, Run.objects.get(pk=run_id))
+        if claimed is not run:
+            state = None  # it moved between the caller's commit and our claim: load it
         run = claimed
+    else:
+        state = None  # a pickup: nobody's commit precedes it
     clean_exit = ended = False
     started = time.monotonic()
     unbind = bind_run(run.pk, run.trace_context)  # log lines name the run and its trace
     bound: Deps | None = None  # the deps this drive steps with, once made
     try:
-        state = load(run)
+        state = state if state is not None else load(run)
         reason = poison_reason(run.claims_without_progress)
         if reason is not None:
             _fail_poison(run, state, reason, owner)

@@ -7,10 +7,12 @@ the admin; `specs()` is what `agents.tools.registry()` offers.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -316,11 +318,41 @@ def offered_tools(names: Collection[str] | None = None) -> list[McpTool]:
     return named.fetch([True, True, *wanted])
 
 
+# The specs of every offered MCP tool, read once for the scope of `read_once()`.
+_ONCE: contextvars.ContextVar[list[ToolSpec] | None] = contextvars.ContextVar("airlock_mcp_once", default=None)
+
+
+@contextlib.contextmanager
+def read_once() -> Iterator[None]:
+    """Within: every `specs()` (the gateway's offered-tools check, the policy's registry,
+    the drive that runs the call) answers from one read of the offered MCP tools. A
+    gateway call asked three times, a query and a spec build each; one read also means
+    the check, the verdict and the execution judge the same pinned rows. Scopes are
+    per thread of work (a context variable), never across requests: a definition
+    disabled meanwhile is seen by the next call."""
+    if _ONCE.get() is not None:
+        yield  # an outer scope reads for us
+        return
+    token = _ONCE.set(_built(offered_tools()))
+    try:
+        yield
+    finally:
+        _ONCE.reset(token)
+
+
 def specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     """The ToolSpecs of the `offered_tools(names)`: a run builds only the tools its
     profile offers, not every tool of every server."""
+    once = _ONCE.get()
+    if once is not None:
+        wanted = None if names is None else set(names)
+        return once if wanted is None else [s for s in once if s.name in wanted]
+    return _built(offered_tools(names))
+
+
+def _built(tools: list[McpTool]) -> list[ToolSpec]:
     found = []
-    for tool in offered_tools(names):
+    for tool in tools:
         try:
             found.append(_spec(tool))
         except SchemaRefused as exc:

@@ -243,21 +243,24 @@ def call_start(
 
 
 def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer:
-    """The call as it stands now. An approved call of a tool Airlock runs (`running`,
-    the run in `acting` and nobody's live lease on it) is run here and now, under the
-    run's lease and journal, instead of waiting for a worker: the journal's key keeps it
-    to one execution whoever gets there first."""
-    answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
-    if answer.status == external.RUNNING:
+    """The call as it stands now. A call of a tool Airlock runs whose run is in `acting`
+    with nobody's live lease on it (approved a moment ago, or proposed and allowed) is
+    run here and now, under the run's lease and journal, instead of waiting for a
+    worker: the journal's key keeps it to one execution whoever gets there first. The
+    run's row says so in one read, so a woken call reads its own status once, after."""
+    if not answer.client:
         run = Run.objects.only("state", "lease_owner", "lease_expires").get(pk=run_id)
         # Nobody's lease, or a lease whose holder stopped renewing it (a web process
         # killed mid-call): the driver takes it and resumes as a worker would, so an
         # interrupted unsafe call becomes "outcome unknown", never a blind second call.
+        # One call at a time per run: the run's call in `acting` is this one, and it
+        # runs only as the reviewer (or policy) let it; the driver's claim is a
+        # conditional update, so of two gateways (or a worker) one drives.
         lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
         if run.state == states.ACTING and (run.lease_owner is None or lapsed):
             with mcp_tools.read_once():
                 driver.drive(run_id)
-            answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
+    answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     driver.release_connection()
     return answer
 

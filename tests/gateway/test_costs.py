@@ -1,0 +1,58 @@
+"""What one gateway call reads: the guards of the cuts in docs/gateway.md ("What a
+call costs"), each counting the queries that the cut removed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents.gateway import core
+from agents.models import ToolCall
+from tests.helpers import requires_postgres
+
+pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+
+
+def _opened(token: str) -> tuple[core.Caller, str]:
+    caller, sid, _pk, _run = core.admit(f"Bearer {token}", "gw", sid=None, run_header=None, opening=True,
+                                        client_name="cost test", protocol_version="2025-06-18")
+    return caller, sid
+
+
+def _call(token: str, sid: str, tool: str, args: dict[str, Any]) -> Any:
+    caller, _sid, session_pk, run_id = core.admit(f"Bearer {token}", "gw", sid=sid, run_header=None, opening=False,
+                                                  client_name="", protocol_version="")
+    started = core.call_start(caller, session_pk, tool, args, run_id)
+    assert not isinstance(started, core.Reply), started
+    answer, run_id = started
+    return core.reply(answer, run_id)
+
+
+def _mcp_tool_reads(captured: CaptureQueriesContext) -> int:
+    return sum(1 for q in captured.captured_queries if q["sql"] and 'FROM "agents_mcptool"' in q["sql"])
+
+
+def test_an_allowed_call_reads_the_offered_mcp_tools_once(gw, upstream, token) -> None:
+    _caller, sid = _opened(token)
+    _call(token, sid, "web__lookup", {"record_id": "alpha"})  # the session's first call launches its run
+    with CaptureQueriesContext(connection) as captured:
+        reply = _call(token, sid, "web__lookup", {"record_id": "beta"})
+    assert not reply.is_error and reply.text == "the second record"
+    # The offered-tools check, the policy's registry and the drive: one read between them.
+    assert _mcp_tool_reads(captured) == 1
+    assert ToolCall.objects.filter(tool="web__lookup", status="succeeded").count() == 2
+
+
+def test_an_allowed_call_loads_its_transcript_once(gw, upstream, token) -> None:
+    _caller, sid = _opened(token)
+    _call(token, sid, "web__lookup", {"record_id": "alpha"})
+    with CaptureQueriesContext(connection) as captured:
+        reply = _call(token, sid, "web__lookup", {"record_id": "gamma"})
+    assert not reply.is_error
+    transcript_reads = [q for q in captured.captured_queries if q["sql"] and 'FROM "agents_message"' in q["sql"]]
+    # The proposal loads it under the run's lock; the drive that runs the call is handed
+    # the state that proposal committed instead of loading it again.
+    assert len(transcript_reads) == 1

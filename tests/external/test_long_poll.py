@@ -63,3 +63,23 @@ def test_thirty_long_polls_outnumbering_the_pool_all_get_the_decision(
     answers = at_once(wait, range(WAITERS), timeout=60)
     reviewer.join(30)
     assert answers == [(200, "approved")] * WAITERS
+
+
+@pytest.mark.django_db
+def test_a_long_poll_reads_the_call_again_only_when_its_run_moves(api, external_run) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run_id = external_run(policy={"rules": [ASK_CRM]})
+    held = api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": {"customer": "A", "note": "n"}}).data
+    lena = User.objects.get(username="lena")
+    with CaptureQueriesContext(connection) as captured:
+        answer = external.call_wait(run_id=run_id, key=held["key"], user=lena, wait=0.7)
+    assert answer.status == external.PENDING
+    sqls = [q["sql"] or "" for q in captured.captured_queries]
+    version_reads = [s for s in sqls if s.startswith('SELECT "agents_run"."version"')]
+    approval_reads = [s for s in sqls if 'FROM "agents_approval"' in s]
+    # Each tick looks at the run only; the call's rows are read once, as the run never
+    # moved (polling them, each tick read them again).
+    assert version_reads
+    assert len(approval_reads) == 1

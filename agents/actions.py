@@ -104,9 +104,14 @@ def _launch(
     script: Any,
     policy: dict[str, Any] | None,
 ) -> Run:
+    # A person launches in the projects where they are a launcher (`user` None: a command,
+    # which may launch anything). Another project's profile is answered like a missing one.
+    offered = access.launchable_profiles(user) if user is not None else AgentProfile.objects.all()
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
+    if profile is not None and user is not None and not access.can_launch(user, profile.project_id):
+        profile = None
     if profile is None:
-        known = ", ".join(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+        known = ", ".join(offered.order_by("name").values_list("name", flat=True))
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")
     if not isinstance(task, str) or not task.strip():
         raise ActionError("invalid_task", "the task must be non-empty text")
@@ -266,6 +271,11 @@ def approval_decide(
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
+    if user is not None and not access.can_read_run(user, approval.run):
+        # Another project's call (or another launcher's run): answered like a missing one.
+        raise ActionError("not_found", f"no approval {approval_id}", status=404)
+    if user is not None and not access.may_decide(user, approval):
+        raise ActionError("forbidden", "deciding this call needs the reviewer role in its project", status=403)
     refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
     if refused is not None:
         raise ActionError(*refused)

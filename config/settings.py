@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # The project switcher (agents/web/projects.py): which project the pages' lists show.
+    "agents.web.projects.ProjectSwitchMiddleware",
     "csp.middleware.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
     "agents.ops.middleware.DenialLogMiddleware",

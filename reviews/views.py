@@ -17,6 +17,7 @@ from django_htmx.http import trigger_client_event
 from agents import access
 from agents.actions import ActionError, approval_decide
 from agents.models import Approval
+from agents.web import projects
 
 from . import cards
 from .forms import DecisionForm, FilterForm, keep_ids, seen_hashes
@@ -32,9 +33,10 @@ def _cursor(request: HttpRequest) -> int | None:
 def _queue_context(request: HttpRequest, *, pending_total: int | None = None) -> dict[str, Any]:
     """`pending_total`: every pending call the user can see, when the caller counted them."""
     filters = FilterForm(request.GET).filters()
+    filters.project = projects.current_id(request)
     after = _cursor(request)
     if pending_total is None and filters.active:
-        pending_total = cards.pending_count(request.user)
+        pending_total = cards.pending_count(request.user, filters.project)
     page = cards.queue(
         request.user,
         filters,
@@ -76,12 +78,13 @@ def queue(request: HttpRequest) -> HttpResponse:
     """The queue page; `?after=<id>` is the page after that card (the "more" form
     without htmx)."""
     # One statement counts the pending calls and names their tools for the filter.
-    total, tools = cards.pending_summary(request.user)
+    project = projects.current_id(request)
+    total, tools = cards.pending_summary(request.user, project)
     try:
         context = _queue_context(request, pending_total=total)
     except cards.BadCursor as exc:
         return _bad_cursor(exc)
-    context["choices"] = cards.filter_choices(tools)
+    context["choices"] = cards.filter_choices(tools, request.user, project)
     return render(request, "reviews/queue.html", context)
 
 
@@ -100,7 +103,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 @access.login_required_htmx
 @require_GET
 def badge(request: HttpRequest) -> HttpResponse:
-    return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
+    return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user, projects.current_id(request))})
 
 
 @login_required
@@ -119,7 +122,7 @@ def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
         "card": card,
         "run": run,
         "votes": cards.all_votes(card.approval),
-        "can_decide": access.can_decide(request.user),
+        "can_decide": access.may_decide(request.user, card.approval),
         "on_own_page": True,
     }
     return render(request, "reviews/approval.html", context)

@@ -23,7 +23,7 @@ def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> d
     and `tool` filter the approvals; `state`, `agent`, `launched_by` and `q` their runs;
     `since` and `until` when the approval was made."""
     user = request.auth  # type: ignore[attr-defined]
-    if not (access.reads_all_runs(user) or access.can_launch(user)):
+    if not access.may_read_runs(user):
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
     params = filters.model_dump()
     approvals = access.visible_approvals(user).filter(approval_filters(params))

@@ -236,9 +236,14 @@ def fan_out(*, now: dt.datetime | None = None) -> int:
         if not events:
             return 0
         hooks = list(Webhook.objects.filter(active=True))
+        # A project's webhooks receive its runs' events only (Webhook.wants): one query
+        # names the batch's projects.
+        projects = dict(
+            Run.objects.filter(pk__in={e.run_id for e in events}).values_list("pk", "profile__project_id")
+        ) if hooks else {}
         deliveries: list[Delivery] = []
         for event in events:
-            wanted = [h for h in hooks if h.wants(event.type)]
+            wanted = [h for h in hooks if h.wants(event.type, projects.get(event.run_id))]
             if wanted:  # rendering costs queries; an event nobody subscribed to needs none
                 event.data = render(event)
             event.dispatched_at = now
@@ -381,10 +386,9 @@ def digest_for(user: Any) -> list[Approval]:
     calls of a run they launched whose duties are separated, nor those waiting for
     other reviewers' votes after theirs), not yet mailed to them, oldest first. At most
     DIGEST_MAX; the rest follow in the next one."""
-    if not access.can_decide(user):
-        return []
     calls = list(
-        access.visible_approvals(user)
+        # The calls of the projects where they review, nothing of the others'.
+        access.decidable_approvals(user)
         .pending()
         .exclude(digest_entries__user=user)
         .annotate(launcher=F("run__created_by_id"))

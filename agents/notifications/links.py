@@ -111,7 +111,7 @@ def refusal(link: DecisionLink, user: Any, *, now: dt.datetime | None = None) ->
         return Refusal(
             "duties", "You launched this run and its policy separates duties: another reviewer decides.", 403
         )
-    if not access.can_decide(link.user):
+    if not access.may_decide(link.user, a):
         return Refusal("not_reviewer", f"{link.user.get_username()} is no longer a reviewer.", 403)
     return None
 

@@ -193,7 +193,7 @@ def decide(click: Click, row: SlackAction) -> str:
 
 
 def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
-    if not access.can_decide(user) or not access.visible_approvals(user).filter(pk=click.approval_id).exists():
+    if not access.decidable_approvals(user).filter(pk=click.approval_id).exists():
         return "refused: may not decide", ephemeral(
             f"{_e(user.get_username())} may not decide this call (reviewers decide): nothing was recorded."
         )

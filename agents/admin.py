@@ -286,12 +286,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
-    readonly_fields = ["user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["user", "project", "prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["user", "name", "project", "prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
-        return list(self.fields) if obj is not None else ["user", "name"]
+        # A project limits the token to it (docs/teams.md); none: all the user's projects.
+        return list(self.fields) if obj is not None else ["user", "name", "project"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
         return list(self.readonly_fields) if obj is not None else []

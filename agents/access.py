@@ -279,7 +279,9 @@ def readable_run(user: Any, run_id: int) -> Run:
 
 
 def visible_approvals(user: Any, *, project: int | None = None) -> QuerySet[Approval]:
-    """The approvals of the runs `user` may read: the queue and the API list both."""
+    """The approvals of the runs `user` may read: the queue, its counts and badge, and
+    the API list. The stats page (/reviews/stats/, #28) counts over this same set, with
+    the page's `project` switch, so it shows no other project's calls."""
     if not user.is_authenticated:
         return Approval.objects.none()
     scope = _run_scope(user, project, "run__")
@@ -296,10 +298,17 @@ def decidable_approvals(user: Any, *, project: int | None = None) -> QuerySet[Ap
     return Approval.objects.filter(run__profile_id__in=_profiles_in(user, ids)) if ids else Approval.objects.none()
 
 
+def reviews_profile(user: Any, profile_id: int) -> bool:
+    """Whether `user` reviews the calls of that profile's project; no query for a
+    global reviewer, one a request (the profile map) for the others."""
+    ids = project_ids(user, REVIEWER)
+    return ids is None or profile_projects(user).get(profile_id) in ids
+
+
 def may_decide(user: Any, approval: Approval) -> bool:
     """Whether `user` may vote on `approval`: a reviewer in its run's project (duties
     are duties_separated()'s)."""
-    return can_decide(user, project_of(approval.run))
+    return reviews_profile(user, approval.run.profile_id)
 
 
 def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

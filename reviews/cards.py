@@ -110,6 +110,7 @@ class Card:
     edit_text: str = ""  # those arguments, as typed, to correct
     source: ToolSource | None = None  # an MCP tool's server and description
     changed: str = ""  # why this request's answer was refused: the call changed since it was shown
+    may_decide: bool = True  # the viewer reviews in the run's project (else: reads only)
 
     @functools.cached_property
     def args_hash(self) -> str:
@@ -274,6 +275,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
                 votes=votes,
                 my_vote=next((v for v in votes if viewer is not None and v.by_id == viewer.pk), None),
                 separated=a.is_pending and viewer is not None and access.duties_separated(viewer, a.run),
+                may_decide=viewer is None or access.reviews_profile(viewer, a.run.profile_id),
                 late=late,
                 source=sources.get(a.tool),
             )

@@ -18,9 +18,9 @@ import pytest
 from django.test import Client
 
 from agents.actions import run_launch
-from agents.models import Approval, Run
+from agents.models import Approval, Membership, Run
 from agents.tokens import token_create
-from tests.helpers import counts, final
+from tests.helpers import counts, final, requires_postgres
 from tests.security.test_authorization import page_client
 
 pytestmark = pytest.mark.django_db
@@ -220,7 +220,7 @@ def test_a_project_limited_token_reaches_only_its_project(teams, pending) -> Non
 
 def test_a_launcher_who_also_reviews_in_the_project_cannot_approve_their_own_run(teams, pending) -> None:
     """Separation of duties with memberships only: sid launches and reviews in support."""
-    from agents.models import AgentProfile, Membership
+    from agents.models import AgentProfile
 
     team = teams["support"]
     AgentProfile.objects.filter(pk=team.profile.pk).update(separate_duties=True)
@@ -254,3 +254,54 @@ def test_a_person_in_no_project_sees_an_empty_dashboard_that_says_so(teams, pend
     assert 'data-approval-id="' not in nobody.get("/reviews/").content.decode()
     # A member is not told so.
     assert "not a member of any project" not in page_client(teams["support"]["reviewer"]).get("/").content.decode()
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "pytest", "version": "1"}}}
+
+
+@requires_postgres()
+@pytest.mark.django_db(transaction=True)  # the gateway reads on its own threads: rows must be committed
+def test_the_gateway_answers_another_projects_profile_as_missing(teams) -> None:
+    from agents.models import GatewaySession
+
+    def initialize(user: Any, profile: str, **token: Any) -> int:
+        _t, raw = token_create(user=user, **token)
+        response = Client().post(
+            f"/mcp/{profile}/", data=json.dumps(INIT), content_type="application/json",
+            HTTP_ACCEPT="application/json, text/event-stream", HTTP_AUTHORIZATION=f"Bearer {raw}",
+        )
+        return response.status_code
+
+    support, finance = teams["support"], teams["finance"]
+    seen = {
+        "support launcher": initialize(support["launcher"], "support-ext"),
+        "support reviewer": initialize(support["reviewer"], "support-ext"),
+        "finance launcher": initialize(finance["launcher"], "support-ext"),
+        "finance reviewer": initialize(finance["reviewer"], "support-ext"),
+        "a missing profile": initialize(support["launcher"], "nobody-ext"),
+    }
+    assert seen == {"support launcher": 200, "support reviewer": 403, "finance launcher": 404,
+                    "finance reviewer": 404, "a missing profile": 404}
+    # A launcher of both projects with a token limited to finance: support's profile is missing.
+    Membership.objects.create(project=finance.project, user=support["launcher"], role="launcher")
+    assert initialize(support["launcher"], "support-ext", project=finance.project) == 404
+    assert initialize(support["launcher"], "finance-ext", project=finance.project) == 200
+    assert GatewaySession.objects.filter(user__in=[finance["launcher"], finance["reviewer"]]).count() == 0
+
+
+def test_a_card_offers_its_buttons_only_where_the_viewer_reviews(teams, pending) -> None:
+    """sue reviews support and launches in finance: her finance run's call is hers to
+    read, not to answer."""
+    sue = teams["support"]["reviewer"]
+    Membership.objects.create(project=teams["finance"].project, user=sue, role="launcher")
+    theirs = pending(user=teams["support"]["launcher"], agent="support-bot")
+    mine = pending(user=sue, agent="finance-bot")
+    html = page_client(sue).get("/reviews/").content.decode()
+    cards = dict(re.findall(r'data-approval-id="(\d+)"(.*?)</article>', html, re.S))
+    assert set(cards) == {str(theirs.pk), str(mine.pk)}
+    assert 'name="Approve"' in cards[str(theirs.pk)] or ">Approve<" in cards[str(theirs.pk)]
+    assert ">Approve<" not in cards[str(mine.pk)]
+    assert "its project's reviewers approve or reject it" in cards[str(mine.pk)]
+    assert page_client(sue).post(f"/reviews/{mine.pk}/approve/", {}).status_code == 403
+    assert Approval.objects.get(pk=mine.pk).status == "pending"

@@ -54,15 +54,22 @@ def run_launch(
     policy: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     idempotency_body: Any = None,
+    by_launcher: bool = False,
 ) -> Run:
     """Launch a run; `policy` may only tighten the profile's (docs/policy.md).
+
+    `by_launcher` (pages, API, gateway): `user` launches in their launcher role, so only
+    a profile of a project where they hold it; another project's profile is answered
+    as an unknown agent, and the known ones named are theirs alone. Without it (the
+    commands, the evals) the caller answers for the user.
 
     With an `idempotency_key` (the API's `Idempotency-Key` header), the user's second
     launch with the same key and the same `idempotency_body` (the request as sent;
     the arguments by default) returns the run the first launched, with `replayed` set;
     the same key with another body is a 409 `idempotency_conflict`."""
     launch = functools.partial(
-        _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy
+        _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy,
+        by_launcher=by_launcher,
     )
     if not idempotency_key:
         return launch()
@@ -103,13 +110,12 @@ def _launch(
     limits: dict[str, Any] | None,
     script: Any,
     policy: dict[str, Any] | None,
+    by_launcher: bool,
 ) -> Run:
-    # A person launches in the projects where they are a launcher (`user` None: a command,
-    # which may launch anything). Another project's profile is answered like a missing one.
-    offered = access.launchable_profiles(user) if user is not None else AgentProfile.objects.all()
+    offered = access.launchable_profiles(user) if by_launcher else AgentProfile.objects.all()
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
-    if profile is not None and user is not None and not access.can_launch(user, profile.project_id):
-        profile = None
+    if profile is not None and by_launcher and not access.can_launch(user, profile.project_id):
+        profile = None  # another project's: answered like a missing one
     if profile is None:
         known = ", ".join(offered.order_by("name").values_list("name", flat=True))
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")

@@ -42,6 +42,7 @@ def runs_create(
         policy=payload.policy,
         idempotency_key=idempotency_key,
         idempotency_body=payload.model_dump(exclude_unset=True, mode="json"),
+        by_launcher=True,
     )
     return Status(200 if run.replayed else 201, dict(run.to_dict()))
 

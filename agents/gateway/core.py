@@ -156,6 +156,7 @@ def session_run(caller: Caller, session_pk: int, client_name: str = "") -> int:
                 agent=AgentProfile.objects.get(pk=caller.profile_id),
                 task=f"MCP session of {session.client_name or 'an MCP client'} through the gateway",
                 user=caller.user,
+                by_launcher=True,
             )
             session.run, session.launched_run = run, True
             session.save(update_fields=["run", "launched_run"])

@@ -388,7 +388,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     form = LaunchForm(request.POST or None, profiles=profiles)
     if request.method == "POST" and form.is_valid():
         try:
-            run = run_launch(user=request.user, **form.launch_kwargs())
+            run = run_launch(user=request.user, by_launcher=True, **form.launch_kwargs())
         except ActionError as exc:
             form.add_action_error(exc.code, exc.detail)
         else:

@@ -244,6 +244,7 @@ def approval_decide(
     voter: str = "",
     args_hash: str | None = None,
     via: str = "dashboard",
+    by_reviewer: bool = False,
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -272,15 +273,17 @@ def approval_decide(
     edit, which may raise the votes needed). `voter` names a vote cast without a user
     (the evals replaying a saved run's votes). `via` says where the answer came from
     (`Approval.CHANNELS`: dashboard, api, slack, email): kept on the vote, on the
-    approval it decides, and in the decision's transition.
+    approval it decides, and in the decision's transition. `by_reviewer` (pages, API,
+    Slack, email links): `user` answers in their reviewer role, so only a call of a
+    project where they hold it; another project's call is answered as a missing one.
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    if user is not None and not access.can_read_run(user, approval.run):
+    if by_reviewer and not access.can_read_run(user, approval.run):
         # Another project's call (or another launcher's run): answered like a missing one.
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    if user is not None and not access.may_decide(user, approval):
+    if by_reviewer and not access.may_decide(user, approval):
         raise ActionError("forbidden", "deciding this call needs the reviewer role in its project", status=403)
     refused = decisions.refusal(approval.kind, decision, edits=args is not None, remember=remember)
     if refused is not None:

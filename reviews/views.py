@@ -219,6 +219,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             remember=form.cleaned_data["remember"] or None,
             args_hash=form.cleaned_data["args_hash"] or None,
             via="dashboard",
+            by_reviewer=True,
         )
     except ActionError as exc:
         if exc.status == 404:

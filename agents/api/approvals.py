@@ -48,7 +48,7 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
-        remember=payload.remember, args_hash=payload.args_hash, via="api",
+        remember=payload.remember, args_hash=payload.args_hash, via="api", by_reviewer=True,
     )
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:

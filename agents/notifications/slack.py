@@ -200,7 +200,8 @@ def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
         )
     try:
         result = approval_decide(
-            approval_id=click.approval_id, user=user, decision=click.decision, args_hash=click.args_hash, via="slack"
+            approval_id=click.approval_id, user=user, decision=click.decision, args_hash=click.args_hash, via="slack",
+            by_reviewer=True,
         )
     except ActionError as exc:
         if exc.code == "call_changed":

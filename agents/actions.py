@@ -364,7 +364,7 @@ def approval_decide(
             editor = approval.edited_by.get_username() if approval.edited_by else ""
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
-        after, t = engine.decide(
+        after, t = engine.apply_decision(
             state, tally.decision, note, by=name if user is not None else voter, remember=remember, edit=edit,
             votes=_plain_votes(votes),
         )

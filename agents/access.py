@@ -1,5 +1,11 @@
-"""Who may read or do what: the design's groups, checked the same way by pages, API and
-commands. Every rule about visibility lives here, so the pages and the API cannot drift."""
+"""Who may read or do what: the design's roles, per project, checked the same way by
+pages, API and commands. Every rule about visibility lives here, so the pages and the
+API cannot drift.
+
+Roles are held per project (`Membership`); the global groups `reviewer`, `operator` and
+`launcher` mean "this role in every project", and superusers hold every role everywhere.
+An API token limited to a project (`ApiToken.project`, set on the user object by
+agents.tokens) narrows every answer below to that project, superusers' included."""
 
 from __future__ import annotations
 
@@ -14,14 +20,21 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.models import AgentProfile, Approval, Run
+from agents.models import AgentProfile, Approval, Membership, Project, Run
+from agents.models.projects import ROLES
 from agents.runs import rows
 
-REVIEWER, OPERATOR, LAUNCHER = "reviewer", "operator", "launcher"
+REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
+GLOBAL_ROLES = (REVIEWER, OPERATOR, LAUNCHER)  # a Django group of this name: the role in every project
+READERS = (REVIEWER, OPERATOR)  # read every run of their project; launchers read their own
 MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
+
+# A set of project ids, or None for "every project".
+Projects = set[int] | None
 
 
 def in_group(user: Any, name: str) -> bool:
+    """Whether `user` is in the Django group `name` (superusers: always)."""
     if not user.is_authenticated:
         return False
     if user.is_superuser:
@@ -33,19 +46,135 @@ def in_group(user: Any, name: str) -> bool:
     return name in cache
 
 
+def token_project(user: Any) -> int | None:
+    """The one project the request's API token is limited to, or None (a session, or a
+    token of all the user's projects)."""
+    return getattr(user, "_airlock_token_project", None)
+
+
+def _memberships(user: Any) -> dict[str, set[int]]:
+    # Read once per request: the user object lives as long as the request, as in_group's cache.
+    cache = getattr(user, "_airlock_roles", None)
+    if cache is None:
+        cache = {role: set() for role in ROLES}
+        for project_id, role in Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"):
+            cache.setdefault(role, set()).add(project_id)
+        user._airlock_roles = cache
+    return cache
+
+
+def project_ids(user: Any, role: str) -> Projects:
+    """The projects where `user` holds `role`: None for every project (a superuser, or
+    the global group of that name), else a set (maybe empty). A project-limited token
+    narrows either to its project."""
+    if not user.is_authenticated or not user.is_active:
+        return set()
+    limit = token_project(user)
+    if user.is_superuser or (role in GLOBAL_ROLES and in_group(user, role)):
+        return None if limit is None else {limit}
+    held = _memberships(user).get(role, set())
+    return set(held) if limit is None else held & {limit}
+
+
+def has_role(user: Any, project_id: int, role: str) -> bool:
+    ids = project_ids(user, role)
+    return ids is None or project_id in ids
+
+
+def _union(*sets: Projects) -> Projects:
+    if any(s is None for s in sets):
+        return None
+    return set().union(*sets)  # type: ignore[arg-type]
+
+
+def _narrow(ids: Projects, project: int | None) -> Projects:
+    """`ids` within the project the page is switched to (None: no switch)."""
+    if project is None:
+        return ids
+    return {project} if ids is None or project in ids else set()
+
+
+def _holds(user: Any, role: str, project_id: int | None) -> bool:
+    """`role` in that project, or (None) in at least one."""
+    ids = project_ids(user, role)
+    if project_id is None:
+        return ids is None or bool(ids)
+    return ids is None or project_id in ids
+
+
+def member_projects(user: Any) -> Projects:
+    """The projects where `user` holds any role (None: every project)."""
+    return _union(*(project_ids(user, role) for role in ROLES))
+
+
+def is_member(user: Any, project_id: int) -> bool:
+    """Whether `user` holds any role in the project: without one, its objects are
+    answered as missing (404), with one, a refused action is a 403."""
+    ids = member_projects(user)
+    return ids is None or project_id in ids
+
+
+def projects_of(user: Any) -> list[Project]:
+    """The projects `user` belongs to, by slug: the switcher's choices."""
+    ids = member_projects(user)
+    projects = Project.objects.order_by("slug")
+    return list(projects if ids is None else projects.filter(pk__in=ids))
+
+
+def in_no_project(user: Any) -> bool:
+    """Logged in and holding no role anywhere: the dashboard says so instead of erring."""
+    ids = member_projects(user)
+    return ids is not None and not ids
+
+
+def profile_projects(user: Any) -> dict[int, int]:
+    """Every profile's project, by profile id, read once per request (a small table):
+    the scopes below filter runs by `profile_id IN (...)`, which the runs' indexes
+    serve, instead of joining the profiles."""
+    cache = getattr(user, "_airlock_profiles", None)
+    if cache is None:
+        cache = dict(AgentProfile.objects.values_list("pk", "project_id"))
+        user._airlock_profiles = cache
+    return cache
+
+
+def _profiles_in(user: Any, ids: set[int]) -> list[int]:
+    return [pk for pk, project in profile_projects(user).items() if project in ids]
+
+
+def project_of(run: Run) -> int:
+    """The run's project: its profile's."""
+    profile = run._state.fields_cache.get("profile")
+    if profile is not None:
+        return int(profile.project_id)
+    return int(AgentProfile.objects.values_list("project_id", flat=True).get(pk=run.profile_id))
+
+
+# -- who reviews: a profile's reviewer group, else its project's reviewers ----------
+
+
 def review_group(profile: AgentProfile) -> str:
-    """The group that reviews `profile`'s calls: its own, or the `reviewer` group."""
+    """The group that reviews `profile`'s calls: its own, or (empty) the project's
+    reviewers (the `reviewer` group, which means every project, and the project's
+    `reviewer` members)."""
     return profile.reviewer_group or REVIEWER
 
 
 def may_review(user: Any, profile: AgentProfile, *, escalated: bool) -> bool:
     """Who may see in the queue and decide `profile`'s calls: THE rule, which every list
     (review_scope) and every decision (may_decide) derives from. Superusers; members of
-    the profile's reviewer group (`review_group`); and, once the call is escalated,
-    members of its backup group."""
+    the profile's own reviewer group, or, when it names none, the reviewers of its
+    project (`has_role`); and, once the call is escalated, members of its backup group.
+    A project-limited API token reaches no other project's profile."""
     if not user.is_authenticated or not user.is_active:
         return False
-    if in_group(user, review_group(profile)):
+    limit = token_project(user)
+    if limit is not None and profile.project_id != limit:
+        return False
+    if profile.reviewer_group:
+        if in_group(user, profile.reviewer_group):
+            return True
+    elif has_role(user, profile.project_id, REVIEWER):
         return True
     return escalated and bool(profile.backup_group) and in_group(user, profile.backup_group)
 
@@ -54,7 +183,8 @@ def may_review(user: Any, profile: AgentProfile, *, escalated: bool) -> bool:
 class ReviewScope:
     """The profiles whose calls a user reviews, by id: `primary` always, `backup` once a
     call is escalated. `everything`: every profile as primary (the common case, where
-    no profile names a group of its own), so lists need no filter at all."""
+    no profile names a group of its own and the user reviews every project), so lists
+    need no filter at all."""
 
     everything: bool
     primary: frozenset[int]
@@ -67,11 +197,16 @@ class ReviewScope:
     def empty(self) -> bool:
         return not (self.everything or self.primary or self.backup)
 
-    def approvals(self) -> Q:
-        """The approvals this scope covers, as a filter."""
-        if self.everything:
+    def approvals(self, profiles: Any = None) -> Q:
+        """The approvals this scope covers, as a filter (within `profiles`, a project's
+        switch, when given)."""
+        if self.everything and profiles is None:
             return Q()
-        return Q(run__profile_id__in=self.primary) | Q(run__profile_id__in=self.backup, escalated_at__isnull=False)
+        primary, backup = self.primary, self.backup
+        if profiles is not None:
+            primary = (frozenset(profiles) if self.everything else primary & profiles)
+            backup = backup & profiles
+        return Q(run__profile_id__in=primary) | Q(run__profile_id__in=backup, escalated_at__isnull=False)
 
 
 def review_scope(user: Any) -> ReviewScope:
@@ -82,47 +217,53 @@ def review_scope(user: Any) -> ReviewScope:
         return cast(ReviewScope, scope)
     if not user.is_authenticated or not user.is_active:
         scope = ReviewScope(False, frozenset(), frozenset())
-    elif user.is_superuser:
+    elif user.is_superuser and token_project(user) is None:
         scope = ReviewScope(True, frozenset(), frozenset())
     else:
-        profiles = list(AgentProfile.objects.only("pk", "reviewer_group", "backup_group"))
+        profiles = list(AgentProfile.objects.only("pk", "project_id", "reviewer_group", "backup_group"))
         primary = frozenset(p.pk for p in profiles if may_review(user, p, escalated=False))
         backup = frozenset(p.pk for p in profiles if may_review(user, p, escalated=True)) - primary
-        # With no profile at all, "every profile" is what the reviewer group would review.
-        everything = len(primary) == len(profiles) if profiles else in_group(user, REVIEWER)
+        # With no profile at all, "every profile" is what a reviewer of every project reviews.
+        everything = len(primary) == len(profiles) if profiles else project_ids(user, REVIEWER) is None
         scope = ReviewScope(everything, primary, backup)
     user._airlock_review_scope = scope
     return scope
 
 
 def may_decide(user: Any, approval: Approval) -> bool:
-    """`may_review` for one call: its run's profile, escalated or not. Reads the profile
-    id only (the review scope), so a queue of cards asks no more queries."""
+    """`may_review` for one call: its run's profile, escalated or not (duties are
+    duties_separated()'s). Reads the profile id only (the review scope), so a queue of
+    cards asks no more queries."""
     if user is None:
         return False
     return review_scope(user).covers(approval.run.profile_id, escalated=approval.escalated_at is not None)
+
+
+def reviews_profile(user: Any, profile_id: int) -> bool:
+    """Whether `user` reviews that profile's calls (before any escalation)."""
+    return review_scope(user).covers(profile_id, escalated=False)
 
 
 def review_refusal(approval: Approval) -> str:
     """Why a user who may see `approval` may not decide it: who does."""
     profile = approval.run.profile
     backup = f" (and, once it is escalated, {profile.backup_group})" if profile.backup_group else ""
-    return f"the {review_group(profile)} group{backup} reviews the calls of agent {profile.name}"
+    who = f"the {profile.reviewer_group} group" if profile.reviewer_group else "the reviewers of its project"
+    return f"{who}{backup} reviews the calls of agent {profile.name}"
 
 
-def can_decide(user: Any) -> bool:
-    """Whether `user` reviews any profile's calls (the queue's buttons, the reviewer's
-    settings); which calls is `may_decide`."""
-    return not review_scope(user).empty
-
-
-def reviewable_approvals(user: Any) -> QuerySet[Approval]:
-    """The approvals `user` may decide (their status aside): the digest, the emails,
-    the filter behind `visible_approvals` for a reviewer."""
+def reviewable_approvals(user: Any, *, project: int | None = None) -> QuerySet[Approval]:
+    """The approvals `user` may decide (their status aside; within `project`, the page's
+    switch, when given): the digest, the emails, a Slack click, the reviewer's part of
+    `visible_approvals`. Separation of duties and votes are the caller's to apply."""
     scope = review_scope(user)
     if scope.empty:
         return Approval.objects.none()
-    return Approval.objects.filter(scope.approvals())
+    return Approval.objects.filter(scope.approvals(_switched_profiles(user, project)))
+
+
+def _switched_profiles(user: Any, project: int | None) -> frozenset[int] | None:
+    return None if project is None else frozenset(_profiles_in(user, {project}))
 
 
 def review_groups() -> set[str]:
@@ -132,60 +273,127 @@ def review_groups() -> set[str]:
 
 
 def reviewers(profile: AgentProfile | None = None, *, escalated: bool = False) -> QuerySet[Any]:
-    """Active members of the groups that review `profile`'s calls (its backup group too
-    once `escalated`), or of any profile's when `profile` is None: who is told about
-    pending calls. What each is told is still filtered by `reviewable_approvals`."""
+    """Active people who review `profile`'s calls (its backup group too once
+    `escalated`), or any profile's when `profile` is None: who is told about pending
+    calls. What each is told is still filtered by `reviewable_approvals`."""
     from django.contrib.auth import get_user_model
 
     if profile is None:
-        groups = review_groups()
+        who = Q(groups__name__in=review_groups()) | Q(memberships__role=REVIEWER)
     else:
-        groups = {review_group(profile)} | ({profile.backup_group} if escalated and profile.backup_group else set())
-    return get_user_model().objects.filter(is_active=True, groups__name__in=groups).distinct()
+        if profile.reviewer_group:
+            who = Q(groups__name=profile.reviewer_group)
+        else:
+            who = Q(groups__name=REVIEWER) | Q(memberships__role=REVIEWER, memberships__project_id=profile.project_id)
+        if escalated and profile.backup_group:
+            who |= Q(groups__name=profile.backup_group)
+    return get_user_model().objects.filter(who, is_active=True).distinct()
 
 
-def can_cancel(user: Any) -> bool:
-    return in_group(user, OPERATOR)
+# -- roles, per project (None: in at least one project) ------------------------------
 
 
-def can_launch(user: Any) -> bool:
-    return in_group(user, LAUNCHER)
+def can_decide(user: Any, project_id: int | None = None) -> bool:
+    """Whether `user` reviews some profile's calls (in `project_id`, when given): the
+    queue's buttons, the reviewer's settings. Which calls: `may_decide`."""
+    scope = review_scope(user)
+    if project_id is None or scope.everything:
+        return not scope.empty
+    in_project = set(_profiles_in(user, {project_id}))
+    return bool(in_project & (scope.primary | scope.backup))
+
+
+def can_cancel(user: Any, project_id: int | None = None) -> bool:
+    return _holds(user, OPERATOR, project_id)
+
+
+def can_launch(user: Any, project_id: int | None = None) -> bool:
+    return _holds(user, LAUNCHER, project_id)
+
+
+def can_admin(user: Any, project_id: int | None = None) -> bool:
+    """Manages the project's profiles, webhooks and members in the admin."""
+    return _holds(user, ADMIN, project_id)
 
 
 def reads_all_runs(user: Any) -> bool:
-    """Operators and superusers read every run (and its calls: reading is not deciding),
-    and so do reviewers who review every profile."""
-    return in_group(user, OPERATOR) or review_scope(user).everything
+    """Reads every run of every project (and its calls: reading is not deciding), the
+    fast paths that need no scope: operators of every project, and reviewers of every
+    profile."""
+    return project_ids(user, OPERATOR) is None or review_scope(user).everything
 
 
-def reads_runs(user: Any) -> bool:
-    """Whether `user` reads any run at all (the lists' gate): operators, launchers, and
-    whoever reviews some profile's calls."""
-    return reads_all_runs(user) or in_group(user, LAUNCHER) or can_decide(user)
+def may_read_runs(user: Any) -> bool:
+    """Reads some runs somewhere (an operator or launcher in at least one project, or
+    whoever reviews some profile's calls): the lists' gate."""
+    return _holds(user, OPERATOR, None) or _holds(user, LAUNCHER, None) or can_decide(user)
 
 
 def reads_review_stats(user: Any) -> bool:
     """The review statistics (/reviews/stats/): operators and reviewers (and superusers)."""
-    return reads_all_runs(user)
+    return _holds(user, OPERATOR, None) or can_decide(user)
 
 
-def visible_runs(user: Any) -> QuerySet[Run]:
-    """Every run for those who read all; otherwise a launcher's own runs and the runs of
-    the profiles the user reviews (those of a backup group's profiles once escalated)."""
-    if reads_all_runs(user):
-        return Run.objects.all()
+def launchable_profiles(user: Any) -> QuerySet[AgentProfile]:
+    """The profiles `user` may launch (the launch form's choices, and what a launch accepts)."""
+    ids = project_ids(user, LAUNCHER)
+    profiles = AgentProfile.objects.launchable()
+    return profiles if ids is None else profiles.filter(project_id__in=ids)
+
+
+def visible_profiles(user: Any, *, project: int | None = None) -> QuerySet[AgentProfile]:
+    """The profiles of the projects `user` belongs to: the filters' agent choices."""
+    ids = _narrow(member_projects(user), project)
+    profiles = AgentProfile.objects.all()
+    return profiles if ids is None else profiles.filter(project_id__in=ids)
+
+
+# -- runs and approvals --------------------------------------------------------------
+
+
+def _run_scope(user: Any, project: int | None, *, approvals: bool = False) -> Q | None:
+    """Which runs (or, `approvals`, which runs' calls) `user` reads, as a filter; None:
+    all. Operators read their projects' runs, reviewers the runs of the profiles they
+    review (a backup group's once a call was escalated), launchers their own runs in
+    their projects."""
+    prefix = "run__" if approvals else ""
+    operators = _narrow(project_ids(user, OPERATOR), project)
     scope = review_scope(user)
-    if scope.empty and not in_group(user, LAUNCHER):
+    if operators is None or (scope.everything and project is None):
+        return None
+    q = Q(**{f"{prefix}profile_id__in": _profiles_in(user, operators)}) if operators else Q(pk__in=[])
+    if approvals:
+        q |= scope.approvals(_switched_profiles(user, project)) if not scope.empty else Q(pk__in=[])
+    elif not scope.empty:
+        switched = _switched_profiles(user, project)
+        primary = (switched if scope.everything else (scope.primary if switched is None else scope.primary & switched))
+        backup = scope.backup if switched is None else scope.backup & switched
+        q |= Q(profile_id__in=primary or [])
+        if backup:
+            escalated = Exists(Approval.objects.filter(run=OuterRef("pk"), escalated_at__isnull=False))
+            q |= Q(profile_id__in=backup) & escalated
+    launchers = _narrow(project_ids(user, LAUNCHER), project)
+    if launchers is None or launchers:
+        own = Q(**{f"{prefix}created_by_id": user.pk})
+        if launchers is not None:
+            own &= Q(**{f"{prefix}profile_id__in": _profiles_in(user, launchers)})
+        q |= own
+    return q
+
+
+def visible_runs(user: Any, *, project: int | None = None) -> QuerySet[Run]:
+    """The runs `user` may read (within `project`, the page's switch, when given)."""
+    if not user.is_authenticated:
         return Run.objects.none()
-    mine = Q(created_by=user) if in_group(user, LAUNCHER) else Q(pk__in=[])
-    escalated = Exists(Approval.objects.filter(run=OuterRef("pk"), escalated_at__isnull=False))
-    return Run.objects.filter(mine | Q(profile_id__in=scope.primary) | (Q(profile_id__in=scope.backup) & escalated))
+    scope = _run_scope(user, project)
+    return Run.objects.all() if scope is None else Run.objects.filter(scope)
 
 
 def can_read_run(user: Any, run: Run) -> bool:
-    # Own run first: a launcher driving their run (every decision API call) then
-    # needs no read of the review scope.
-    if (in_group(user, LAUNCHER) and run.created_by_id == user.pk) or reads_all_runs(user):
+    project = project_of(run)
+    if has_role(user, project, OPERATOR):
+        return True
+    if run.created_by_id == user.pk and has_role(user, project, LAUNCHER):
         return True
     scope = review_scope(user)
     if scope.covers(run.profile_id, escalated=False):
@@ -195,17 +403,30 @@ def can_read_run(user: Any, run: Run) -> bool:
 
 def can_drive(user: Any, run: Run) -> bool:
     """Who may propose an external run's calls, report their results and finish it:
-    the launcher who started it (still a launcher), or a superuser. Reading a run is
-    not driving it: a reviewer who could approve a call must not also propose one."""
+    the launcher who started it (still a launcher in its project), or a superuser.
+    Reading a run is not driving it: a reviewer who could approve a call must not also
+    propose one."""
     if not user.is_authenticated:
         return False
-    return user.is_superuser or (run.created_by_id == user.pk and in_group(user, LAUNCHER))
+    if not (user.is_superuser or run.created_by_id == user.pk):
+        return False
+    return has_role(user, project_of(run), LAUNCHER)
+
+
+def can_fork(user: Any, run: Run) -> bool:
+    """Who may fork or retry a run (docs/retry.md): operators of its project (and
+    superusers) any run, a launcher (still one there) their own."""
+    project = project_of(run)
+    if has_role(user, project, OPERATOR):
+        return True
+    return run.created_by_id == user.pk and has_role(user, project, LAUNCHER)
 
 
 class RunHidden(Http404):
     """A run that exists but is not this user's to read. It is answered exactly like a
-    run that does not exist (404, the same detail), so ids of others' runs leak nothing;
-    only the denial log line (agents.ops.middleware.denied) tells the two apart."""
+    run that does not exist (404, the same detail), so ids of others' runs (and of other
+    projects') leak nothing; only the denial log line (agents.ops.middleware.denied)
+    tells the two apart."""
 
 
 # Every timeline request and poll reads this: written out (agents/runs/rows.py), it costs a
@@ -228,19 +449,22 @@ def readable_run(user: Any, run_id: int) -> Run:
     return run
 
 
-def visible_approvals(user: Any) -> QuerySet[Approval]:
-    """The approvals `user` may see: the queue, its counts and badge, an approval's page
-    and the API list. Those who read every run see every call (an operator's are
-    read-only); otherwise the calls they may decide (`reviewable_approvals`) and, for a
-    launcher, those of their own runs."""
-    if reads_all_runs(user):
-        # No `run IN (every run)` semi-join: with 100,000 runs it cost the queue a scan.
-        return Approval.objects.all()
-    scope = review_scope(user)
-    mine = Q(run__created_by=user) if in_group(user, LAUNCHER) else Q(pk__in=[])
-    if scope.empty:
-        return Approval.objects.filter(mine)
-    return Approval.objects.filter(mine | scope.approvals())
+def visible_approvals(user: Any, *, project: int | None = None) -> QuerySet[Approval]:
+    """The approvals `user` may see: the queue, its counts and badge, an approval's page,
+    the stats and the API list (within `project`, the page's switch, when given).
+    Operators see their projects' calls (read-only unless they also review), reviewers
+    the calls they may decide (`reviewable_approvals`), launchers those of their own runs."""
+    if not user.is_authenticated:
+        return Approval.objects.none()
+    scope = _run_scope(user, project, approvals=True)
+    # No `run IN (every run)` semi-join: with 100,000 runs it cost the queue a scan.
+    return Approval.objects.all() if scope is None else Approval.objects.filter(scope)
+
+
+def can_claim(user: Any, approval: Approval) -> bool:
+    """Who may claim a call ("I'm on it"): whoever may decide it (a reviewer the run's
+    separation of duties does not exclude)."""
+    return may_decide(user, approval) and not duties_separated(user, approval.run)
 
 
 def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -259,23 +483,24 @@ def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., Http
     return wrapper
 
 
-def can_claim(user: Any, approval: Approval) -> bool:
-    """Who may claim a call ("I'm on it"): whoever may decide it (a reviewer the run's
-    separation of duties does not exclude)."""
-    return may_decide(user, approval) and not duties_separated(user, approval.run)
-
-
 def duties_separated(user: Any, run: Run) -> bool:
     """True when `user` launched `run` and its policy separates duties: they may read
-    the run's approvals but not vote on them, superusers included."""
+    the run's approvals but not vote on them, superusers included, whatever roles they
+    hold in the run's project (a launcher who also reviews there still may not)."""
     if user is None or run.created_by_id is None or run.created_by_id != user.pk:
         return False
     return bool(run.policy()["separate_duties"])
 
 
-def can_fork(user: Any, run: Run) -> bool:
-    """Who may fork or retry a run (docs/retry.md): operators and superusers any run,
-    a launcher (still one) their own."""
-    if in_group(user, OPERATOR):
-        return True
-    return in_group(user, LAUNCHER) and run.created_by_id == user.pk
+# -- the Django admin: project admins manage their projects' rows --------------------
+
+
+def admin_projects(user: Any) -> Projects:
+    """The projects whose rows `user` manages in the admin (None: all, a superuser)."""
+    return project_ids(user, ADMIN)
+
+
+def admin_scope(user: Any, rows_: QuerySet[Any], path: str = "project") -> QuerySet[Any]:
+    """`rows_` narrowed to the projects `user` administers (`path`: the project's field)."""
+    ids = admin_projects(user)
+    return rows_ if ids is None else rows_.filter(**{f"{path}__in": ids})

@@ -59,15 +59,22 @@ def run_launch(
     policy: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     idempotency_body: Any = None,
+    by_launcher: bool = False,
 ) -> Run:
     """Launch a run; `policy` may only tighten the profile's (docs/policy.md).
+
+    `by_launcher` (pages, API, gateway): `user` launches in their launcher role, so only
+    a profile of a project where they hold it; another project's profile is answered
+    as an unknown agent, and the known ones named are theirs alone. Without it (the
+    commands, the evals) the caller answers for the user.
 
     With an `idempotency_key` (the API's `Idempotency-Key` header), the user's second
     launch with the same key and the same `idempotency_body` (the request as sent;
     the arguments by default) returns the run the first launched, with `replayed` set;
     the same key with another body is a 409 `idempotency_conflict`."""
     launch = functools.partial(
-        _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy
+        _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy,
+        by_launcher=by_launcher,
     )
     if not idempotency_key:
         return launch()
@@ -108,10 +115,14 @@ def _launch(
     limits: dict[str, Any] | None,
     script: Any,
     policy: dict[str, Any] | None,
+    by_launcher: bool,
 ) -> Run:
+    offered = access.launchable_profiles(user) if by_launcher else AgentProfile.objects.all()
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
+    if profile is not None and by_launcher and not access.can_launch(user, profile.project_id):
+        profile = None  # another project's: answered like a missing one
     if profile is None:
-        known = ", ".join(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+        known = ", ".join(offered.order_by("name").values_list("name", flat=True))
         raise ActionError("unknown_agent", f"no agent profile named {agent!r} (known: {known})")
     if not isinstance(task, str) or not task.strip():
         raise ActionError("invalid_task", "the task must be non-empty text")
@@ -245,6 +256,7 @@ def approval_decide(
     voter: str = "",
     args_hash: str | None = None,
     via: str = "dashboard",
+    by_reviewer: bool = False,
 ) -> DecisionResult:
     """Record a reviewer's answer (a vote); the first answer that decides wins.
 
@@ -274,16 +286,19 @@ def approval_decide(
     edit, which may raise the votes needed). `voter` names a vote cast without a user
     (the evals replaying a saved run's votes). `via` says where the answer came from
     (`Approval.CHANNELS`: dashboard, api, slack, email): kept on the vote, on the
-    approval it decides, and in the decision's transition.
+    approval it decides, and in the decision's transition. `by_reviewer` (pages, API,
+    Slack, email links): `user` answers in their reviewer role, so only a call of a
+    project where they hold it; another project's call is answered as a missing one.
     """
     approval = Approval.objects.select_related("run__profile").filter(pk=approval_id).first()
     if approval is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    if user is not None and not access.may_decide(user, approval):
-        # Who reviews (access.may_review), for every channel alike. Checked outside the
-        # run's lock: an escalation landing meanwhile only widens who may answer.
+    if by_reviewer and not access.may_decide(user, approval):
+        # Who reviews (access.may_review), for every channel alike (pages, API, Slack,
+        # emailed links pass by_reviewer). Checked outside the run's lock: an escalation
+        # landing meanwhile only widens who may answer.
         if not access.visible_approvals(user).filter(pk=approval_id).exists():
-            # Hidden, answered exactly like a missing approval: its id leaks nothing.
+            # Hidden (another project's, another group's): answered like a missing one.
             raise ActionError("not_found", f"no approval {approval_id}", status=404)
         raise ActionError("forbidden", access.review_refusal(approval), status=403)
     refused = decisions.refusal(
@@ -349,7 +364,7 @@ def approval_decide(
             editor = approval.edited_by.get_username() if approval.edited_by else ""
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
-        after, t = engine.decide(
+        after, t = engine.apply_decision(
             state, tally.decision, note, by=name if user is not None else voter, remember=remember, edit=edit,
             votes=_plain_votes(votes),
         )

@@ -2,7 +2,9 @@
 here or by command, the token shown once; revocable here), MCP servers and their tools
 (sync, overrides next to the server's claim, accepting a changed definition: operators
 may do both), webhooks (created here or by command, the secret shown once) and their
-deliveries (every attempt; dead ones resent here), notification preferences."""
+deliveries (every attempt; dead ones resent here), notification preferences, projects
+and their members. Project admins (the `admin` role) manage their projects' profiles,
+webhooks and members here, and see no other project's (ProjectScoped)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html
 
-from agents import jsonsafe
+from agents import access, jsonsafe
 from agents.engine.policy import PolicyError
 from agents.models import (
     EVENT_TYPES,
@@ -28,7 +30,9 @@ from agents.models import (
     DeliveryAttempt,
     McpServer,
     McpTool,
+    Membership,
     NotificationPreference,
+    Project,
     PurgeRecord,
     SlackAction,
     Webhook,
@@ -63,18 +67,130 @@ def _shown_once(request: HttpRequest, model_admin: admin.ModelAdmin, obj: Any, w
     return response
 
 
+class ProjectScoped(admin.ModelAdmin):
+    """Rows that belong to a project (`project_path` leads from the row to it): a
+    superuser manages them all, a project admin those of their projects and may put a
+    row only in one of those; everyone else as their model permissions say."""
+
+    project_path = "project"
+
+    def _project_of(self, obj: Any) -> int | None:
+        for part in self.project_path.split("__"):
+            obj = getattr(obj, part, None)
+        return getattr(obj, "pk", None)
+
+    def _administers(self, request: HttpRequest, obj: Any = None) -> bool:
+        ids = access.admin_projects(request.user)
+        if ids is None:
+            return True
+        if obj is None:
+            return bool(ids)
+        return self._project_of(obj) in ids
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        rows = super().get_queryset(request)
+        ids = access.admin_projects(request.user)
+        if ids is None or request.user.has_perm(f"{self.opts.app_label}.view_{self.opts.model_name}"):
+            return rows
+        return rows.filter(**{f"{self.project_path}__in": ids})
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return super().has_module_permission(request) or self._administers(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) or self._administers(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_change_permission(request, obj) or self._administers(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return super().has_add_permission(request, *args) or self._administers(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) or self._administers(request, obj)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        ids = access.admin_projects(request.user)
+        if db_field.name == "project" and ids is not None:
+            # A project admin puts rows in their own projects, and always in one.
+            kwargs["queryset"] = Project.objects.filter(pk__in=ids).order_by("slug")
+            kwargs["required"] = True
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+
+    def _administers(self, request: HttpRequest, obj: Any) -> bool:
+        ids = access.admin_projects(request.user)
+        return ids is None or (obj is not None and obj.pk in ids)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._administers(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._administers(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._administers(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._administers(request, obj)
+
+
+@admin.register(Project)
+class ProjectAdmin(ProjectScoped):
+    """A project and its members (roles: reviewer, operator, launcher, admin). Only
+    superusers make or delete projects; a project admin renames theirs and manages its
+    members."""
+
+    project_path = "pk"
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+    def _project_of(self, obj: Any) -> int | None:
+        return getattr(obj, "pk", None)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        rows = admin.ModelAdmin.get_queryset(self, request)
+        ids = access.admin_projects(request.user)
+        return rows if ids is None else rows.filter(pk__in=ids)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Project | None = None) -> list[str]:
+        # Pages and tokens name the project by its slug: fixed once made.
+        return ["slug"] if obj is not None else []
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+
+@admin.register(Membership)
+class MembershipAdmin(ProjectScoped):
+    list_display = ["user", "role", "project", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["user__username", "project__slug"]
+
+
 @admin.register(AgentProfile)
-class AgentProfileAdmin(admin.ModelAdmin):
+class AgentProfileAdmin(ProjectScoped):
     """Rules and client tools are validated on save by `AgentProfile.clean()`; an error
     names the rule or tool and the field (`rules[2].when.op: ...`, `client_tools[0].risk
     ...`). Runs keep the policy they launched with."""
 
     formfield_overrides = SAFE_JSON
 
-    list_display = ["name", "provider", "model_name", "separate_duties", "irreversible_approvals"]
+    list_display = ["name", "project", "provider", "model_name", "separate_duties", "irreversible_approvals"]
+    list_filter = ["project"]
     search_fields = ["name", "description"]
     fieldsets = [
-        (None, {"fields": ["name", "description", "provider", "model_name", "system_prompt"]}),
+        (None, {"fields": ["name", "project", "description", "provider", "model_name", "system_prompt"]}),
         ("Model endpoint", {"fields": ["base_url", "api_key_env", "context_tokens"]}),
         ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools", "client_tools"]}),
         ("Policy", {
@@ -83,8 +199,8 @@ class AgentProfileAdmin(admin.ModelAdmin):
         }),
         ("Reviewing", {
             "fields": ["reviewer_group", "backup_group", "escalate_after_seconds"],
-            "description": "Who sees and decides this profile's calls, and where a call goes when nobody answers; "
-            "group names must exist. See docs/reviewing.md.",
+            "description": "Who sees and decides this profile's calls (empty: its project's reviewers), and "
+            "where a call goes when nobody answers; group names must exist. See docs/reviewing.md and docs/teams.md.",
         }),
         ("Budget", {"fields": [
             "limits", "price_input_micros", "price_output_micros", "price_cached_input_micros", "price_cache_write_micros",
@@ -187,12 +303,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "name", "prefix"]
-    readonly_fields = ["user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["user", "project", "prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["user", "name", "project", "prefix", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
-        return list(self.fields) if obj is not None else ["user", "name"]
+        # A project limits the token to it (docs/teams.md); none: all the user's projects.
+        return list(self.fields) if obj is not None else ["user", "name", "project"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
         return list(self.readonly_fields) if obj is not None else []
@@ -373,24 +490,24 @@ class WebhookForm(forms.ModelForm):
 
     class Meta:
         model = Webhook
-        fields = ["url", "events", "format", "active"]
+        fields = ["url", "events", "format", "active", "project"]
 
 
 @admin.register(Webhook)
-class WebhookAdmin(admin.ModelAdmin):
+class WebhookAdmin(ProjectScoped):
     """Adding a webhook shows its signing secret once, on the page that answers the
     form (as `add_webhook` prints it once). The change page never shows the secret or
     the URL's path (it can be a secret itself)."""
 
     form = WebhookForm
     formfield_overrides = SAFE_JSON
-    list_display = ["pk", "where", "format", "event_list", "active", "created_at"]
-    list_filter = ["active", "format"]
-    fields = ["where", "events", "format", "active", "created_at"]
+    list_display = ["pk", "where", "project", "format", "event_list", "active", "created_at"]
+    list_filter = ["active", "format", "project"]
+    fields = ["where", "project", "events", "format", "active", "created_at"]
     readonly_fields = ["where", "created_at"]
 
     def get_fields(self, request: HttpRequest, obj: Webhook | None = None) -> list[str]:
-        return list(self.fields) if obj is not None else ["url", "events", "format", "active"]
+        return list(self.fields) if obj is not None else ["url", "project", "events", "format", "active"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Webhook | None = None) -> list[str]:
         return list(self.readonly_fields) if obj is not None else []

@@ -30,16 +30,19 @@ def token_issue(token: ApiToken) -> str:
     return raw
 
 
-def token_create(*, user: Any, name: str = "") -> tuple[ApiToken, str]:
-    """A new token for `user`: the row, and the raw token (shown once, never stored)."""
-    token = ApiToken(user=user, name=name[:100])
+def token_create(*, user: Any, name: str = "", project: Any = None) -> tuple[ApiToken, str]:
+    """A new token for `user` (limited to `project` when given): the row, and the raw
+    token (shown once, never stored)."""
+    token = ApiToken(user=user, name=name[:100], project=project)
     raw = token_issue(token)
     token.save()
     return token, raw
 
 
 def token_user(raw: str) -> Any:
-    """The active user a raw token belongs to, or None (unknown, revoked, inactive user)."""
+    """The active user a raw token belongs to, or None (unknown, revoked, inactive user).
+    A token limited to a project marks the user object so (agents.access.token_project):
+    every rule then answers for that project alone, whatever else the user holds."""
     if not raw or len(raw) > 200:
         return None
     found = _ACTIVE.fetch([digest(raw), True])
@@ -50,7 +53,9 @@ def token_user(raw: str) -> Any:
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         # At most one write a minute per token: "last used" is for humans, not an audit log.
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token.user
+    user = token.user
+    user._airlock_token_project = token.project_id
+    return user
 
 
 def token_revoke(*, token_id: int | None = None, user: Any = None) -> int:

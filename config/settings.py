@@ -75,6 +75,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # django-allauth's (it asks for it even when only its social login is used).
     "allauth.account.middleware.AccountMiddleware",
+    # The project switcher (agents/web/projects.py): which project the pages' lists show.
+    "agents.web.projects.ProjectSwitchMiddleware",
     "csp.middleware.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
     "agents.ops.middleware.DenialLogMiddleware",

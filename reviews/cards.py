@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
-from agents.models import AgentProfile, Approval, ApprovalVote, McpTool, ToolCall
+from agents.models import Approval, ApprovalVote, McpTool, ToolCall
 from agents.runs.rows import fetch
 from agents.web.formatting import short_duration
 
@@ -49,6 +49,9 @@ class Filters:
     claimed: str = ""  # of CLAIMED, or "" for every card
     q: str = ""  # text in the run's task, the tool or the arguments
     ignored: list[str] = field(default_factory=list)  # why a value given was not used
+    # The project the pages are switched to (agents/web/projects.py): not in the query,
+    # the session carries it.
+    project: int | None = None
 
     def query(self) -> dict[str, str]:
         """The filters as the queue's URL carries them: polls, "more", decisions and
@@ -285,8 +288,9 @@ def pretty_args(args: Any) -> str:
     return json.dumps(args, indent=2, ensure_ascii=False, default=str)
 
 
-def pending_count(user: Any) -> int:
-    return access.visible_approvals(user).pending().count()
+def pending_count(user: Any, project: int | None = None) -> int:
+    """The badge's and the queue's count: pending calls `user` can see (in `project`)."""
+    return access.visible_approvals(user, project=project).pending().count()
 
 
 # Distinct tools by skipping through the partial index `approval_pending_tool`: one probe
@@ -305,12 +309,12 @@ SELECT (SELECT count(*) FROM {_APPROVALS} WHERE status = %s), tool FROM tools WH
 """
 
 
-def pending_summary(user: Any) -> tuple[int, list[str]]:
-    """How many pending approvals `user` can see, and the tools they name, by name: the
-    queue page's total and its tool filter's choices."""
-    if not access.reads_all_runs(user):
-        # A launcher sees the calls of their own runs, few: grouped from the run index.
-        rows = access.visible_approvals(user).pending().values_list("tool").annotate(n=Count("pk")).order_by("tool")
+def pending_summary(user: Any, project: int | None = None) -> tuple[int, list[str]]:
+    """How many pending approvals `user` can see (in `project`), and the tools they
+    name, by name: the queue page's total and its tool filter's choices."""
+    if project is not None or not access.reads_all_runs(user):
+        # A project's calls, or a launcher's own: grouped through the scope's filter.
+        rows = access.visible_approvals(user, project=project).pending().values_list("tool").annotate(n=Count("pk")).order_by("tool")
         by_tool = dict(rows)
         return sum(by_tool.values()), list(by_tool)
     pending = Approval.Status.PENDING
@@ -485,7 +489,7 @@ def queue(
     claim line, out of band, so a half-written note survives another reviewer's claim.
     Raises BadCursor for an `after` the viewer cannot see.
     """
-    visible = access.visible_approvals(user)
+    visible = access.visible_approvals(user, project=filters.project)
     pending = _filtered(visible.pending(), filters, user)
     keep = list(keep)[:LOADED_MAX]
     shown = list(shown)[:LOADED_MAX]
@@ -539,10 +543,11 @@ def card(user: Any, approval_id: int, *, late: bool = False) -> Card | None:
     return build(approvals, viewer=user, late=late)[0] if approvals else None
 
 
-def filter_choices(tools: Iterable[str]) -> dict[str, list[Any]]:
-    """The filter form's options; `tools` are those with pending calls (pending_summary)."""
+def filter_choices(tools: Iterable[str], user: Any, project: int | None = None) -> dict[str, list[Any]]:
+    """The filter form's options; `tools` are those with pending calls (pending_summary),
+    the agents those of `user`'s projects (of `project`)."""
     return {
-        "agents": list(AgentProfile.objects.order_by("name").values_list("name", flat=True)),
+        "agents": list(access.visible_profiles(user, project=project).order_by("name").values_list("name", flat=True)),
         "tools": list(tools),
         "risks": list(RISKS),
         "sorts": [(value, label) for value, (label, _order) in SORTS.items()],

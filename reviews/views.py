@@ -19,6 +19,7 @@ from django_htmx.http import trigger_client_event
 from agents import access, claims
 from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide
 from agents.models import Approval
+from agents.web import projects
 
 from . import cards, groups
 from . import stats as review_stats
@@ -64,11 +65,12 @@ def _queue_context(
     """`pending_total`: every pending call the user can see, when the caller counted them.
     `grouped`: the page may be the grouped view (the polled list never is)."""
     filters = FilterForm(request.GET).filters()
+    filters.project = projects.current_id(request)
     if filters.group and grouped:
         return _grouped_context(request, filters, pending_total=pending_total)
     after = _cursor(request)
     if pending_total is None and filters.active:
-        pending_total = cards.pending_count(request.user)
+        pending_total = cards.pending_count(request.user, filters.project)
     page = cards.queue(
         request.user,
         filters,
@@ -111,12 +113,13 @@ def queue(request: HttpRequest) -> HttpResponse:
     """The queue page; `?after=<id>` is the page after that card (the "more" form
     without htmx)."""
     # One statement counts the pending calls and names their tools for the filter.
-    total, tools = cards.pending_summary(request.user)
+    project = projects.current_id(request)
+    total, tools = cards.pending_summary(request.user, project)
     try:
         context = _queue_context(request, pending_total=total)
     except cards.BadCursor as exc:
         return _bad_cursor(exc)
-    context["choices"] = cards.filter_choices(tools)
+    context["choices"] = cards.filter_choices(tools, request.user, project)
     return render(request, "reviews/queue.html", context)
 
 
@@ -135,7 +138,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 @access.login_required_htmx
 @require_GET
 def badge(request: HttpRequest) -> HttpResponse:
-    return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user)})
+    return render(request, "reviews/queue.html#badge", {"pending_total": cards.pending_count(request.user, projects.current_id(request))})
 
 
 @login_required
@@ -168,7 +171,7 @@ def approval(request: HttpRequest, approval_id: int) -> HttpResponse:
         "card": card,
         "run": run,
         "votes": cards.all_votes(card.approval),
-        "can_decide": access.can_decide(request.user),
+        "can_decide": access.may_decide(request.user, card.approval),
         "on_own_page": True,
     }
     return render(request, "reviews/approval.html", context)
@@ -265,6 +268,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             remember=form.cleaned_data["remember"] or None,
             args_hash=form.cleaned_data["args_hash"] or None,
             via="dashboard",
+            by_reviewer=True,
         )
     except ActionError as exc:
         if exc.status == 404:

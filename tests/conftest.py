@@ -21,7 +21,7 @@ from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
 from agents.runs import driver
 from agents.tokens import token_create
-from tests.helpers import Api, person, tainted_write
+from tests.helpers import Api, member, person, tainted_write
 
 pytest_plugins = ["tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider"]
 
@@ -132,6 +132,41 @@ def root(defaults: None) -> User:
 def people(lena: User, leo: User, otto: User, rita: User, root: User) -> dict[str, User]:
     """One user per role (keyed by role), plus `other`: leo, who owns other runs."""
     return {"launcher": lena, "operator": otto, "reviewer": rita, "superuser": root, "other": leo}
+
+
+# -- teams: two projects, each with its own profiles and people (memberships only) ------
+
+
+class Team:
+    """One project of the `teams` fixture: its scripted and external profiles and its
+    people by role (`admin` included), none of them in a global group."""
+
+    def __init__(self, slug: str, names: dict[str, str]) -> None:
+        from agents.defaults import DIAGNOSTIC_TOOLS
+        from agents.models import Project
+
+        self.project = Project.objects.create(slug=slug, name=slug.title())
+        self.profile = AgentProfile.objects.create(
+            name=f"{slug}-bot", provider="scripted", model_name="script", tools=DIAGNOSTIC_TOOLS,
+            separate_duties=False, project=self.project,
+        )
+        self.external = AgentProfile.objects.create(
+            name=f"{slug}-ext", provider="external", tools=["echo"], project=self.project
+        )
+        self.people = {role: member(name, self.project, role, staff=role == "admin") for role, name in names.items()}
+
+    def __getitem__(self, role: str) -> User:
+        return self.people[role]
+
+
+@pytest.fixture
+def teams(defaults: None) -> dict[str, Team]:
+    """`support` (sue reviews, sol operates, sid launches, sam administers) and
+    `finance` (fay, fox, fin, fia), sharing one deployment."""
+    return {
+        "support": Team("support", {"reviewer": "sue", "operator": "sol", "launcher": "sid", "admin": "sam"}),
+        "finance": Team("finance", {"reviewer": "fay", "operator": "fox", "launcher": "fin", "admin": "fia"}),
+    }
 
 
 # -- webhook receivers: a real server on loopback, verifying signatures --

@@ -43,6 +43,16 @@ def person(username: str, *groups: str, superuser: bool = False) -> User:
     return user
 
 
+def member(username: str, project: Any, *roles: str, staff: bool = False) -> User:
+    """A user holding `roles` in `project` through memberships alone (no global group)."""
+    from agents.models import Membership
+
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=staff)
+    for role in roles:
+        Membership.objects.create(project=project, user=user, role=role)
+    return user
+
+
 def call(tool: str, usage: dict[str, int] | None = None, **args: Any) -> dict[str, Any]:
     """A scripted model decision: call `tool` with `args`."""
     item: dict[str, Any] = {"call": {"tool": tool, "args": args}}

@@ -23,7 +23,7 @@ def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> d
     and `tool` filter the approvals; `state`, `agent`, `launched_by` and `q` their runs;
     `since` and `until` when the approval was made."""
     user = request.auth  # type: ignore[attr-defined]
-    if not access.reads_runs(user):
+    if not access.may_read_runs(user):
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
     params = filters.model_dump()
     approvals = access.visible_approvals(user).filter(approval_filters(params))
@@ -48,7 +48,7 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     result = actions.approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
-        remember=payload.remember, args_hash=payload.args_hash, via="api",
+        remember=payload.remember, args_hash=payload.args_hash, via="api", by_reviewer=True,
     )
     approval = result.approval
     if result.outcome == "late" and approval.decision != payload.decision:

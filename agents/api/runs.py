@@ -55,14 +55,16 @@ def runs_create(
         policy=payload.policy,
         idempotency_key=idempotency_key,
         idempotency_body=payload.model_dump(exclude_unset=True, mode="json"),
+        by_launcher=True,
     )
     return Status(200 if run.replayed else 201, dict(run.to_dict()))
 
 
 def _listable_runs(user: Any, params: dict[str, Any]) -> Any:
-    if not access.reads_runs(user):
+    if not access.may_read_runs(user):
         raise forbidden("reading runs needs the reviewer, operator or launcher role")
-    # Launchers see their own runs only (access.visible_runs); the filters only narrow.
+    # Runs of the caller's projects, a launcher's own only (access.visible_runs); a
+    # project-limited token reaches its project alone. The filters only narrow.
     where = run_filters(params)
     # The engine state and the script are not in a run's JSON, and can be large.
     return access.visible_runs(user).filter(where).select_related("profile").defer("engine", "script")
@@ -132,10 +134,18 @@ def runs_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_cancel(user):
         raise forbidden("cancelling runs needs the operator role")
-    if not 0 < run_id <= access.MAX_ID:
-        raise ActionError("not_found", f"no run {run_id}", status=404)
-    run = actions.run_cancel(run_id=run_id, user=user, reason="through the API")
+    run = _operated(user, run_id, "cancelling")
+    run = actions.run_cancel(run_id=run.pk, user=user, reason="through the API")
     return dict(Run.objects.select_related("profile").get(pk=run.pk).to_dict())
+
+
+def _operated(user: Any, run_id: int, what: str) -> Run:
+    """The run an operator acts on: 404 unless they may read it, 403 unless they are an
+    operator in its project (an operator elsewhere who launched it may read, not act)."""
+    run = access.readable_run(user, run_id)
+    if not access.can_cancel(user, access.project_of(run)):
+        raise forbidden(f"{what} runs needs the operator role in the run's project")
+    return run
 
 
 @router.post("/runs/{int:run_id}/hold", response={200: RunOut, ERRORS: Error}, summary="Put a run on legal hold")
@@ -144,7 +154,7 @@ def runs_hold(request: HttpRequest, run_id: int, body: HoldIn) -> dict[str, Any]
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_cancel(user):
         raise forbidden("holding runs needs the operator role")
-    run = access.readable_run(user, run_id)
+    run = _operated(user, run_id, "holding")
     return dict(actions.run_hold(run_id=run.pk, user=user, reason=body.reason).to_dict())
 
 
@@ -153,7 +163,7 @@ def runs_release(request: HttpRequest, run_id: int) -> dict[str, Any]:
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_cancel(user):
         raise forbidden("releasing held runs needs the operator role")
-    run = access.readable_run(user, run_id)
+    run = _operated(user, run_id, "releasing")
     return dict(actions.run_release(run_id=run.pk, user=user).to_dict())
 
 
@@ -168,8 +178,9 @@ def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[
         raise forbidden("revoking grants needs the reviewer role")
     if not (0 < run_id <= access.MAX_ID and 0 < grant_id <= access.MAX_ID):
         raise ActionError("not_found", f"run {run_id} has no grant {grant_id}", status=404)
-    # A reviewer of other agents may not read this run (access.may_review): a 404, as its page.
-    access.readable_run(user, run_id)
+    run = access.readable_run(user, run_id)
+    if not access.can_decide(user, access.project_of(run)):
+        raise forbidden("revoking grants needs the reviewer role in the run's project")
     return actions.grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
 
 

@@ -290,7 +290,7 @@ def shadow_label(entry: Any) -> str:
 # -- the verdict ---------------------------------------------------------------------
 
 
-def decide(
+def verdict(
     spec: ToolSpec | None,
     tool: str,
     *,

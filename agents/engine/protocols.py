@@ -77,7 +77,7 @@ class ModelRequest:
 
 
 class ModelClient(Protocol):
-    def decide(self, request: ModelRequest) -> Decision | None:
+    def propose(self, request: ModelRequest) -> Decision | None:
         """The model's decision. None only from a client whose decisions come from
         outside Airlock (an external agent's proposed call, given through the API) and
         that has none yet: the run rests in `planning` until one arrives."""

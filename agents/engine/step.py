@@ -284,7 +284,7 @@ def expire(state: RunState) -> Outcome:
     return _move(new, PLANNING, t)
 
 
-def decide(
+def apply_decision(
     state: RunState,
     decision: str,
     note: str = "",
@@ -491,7 +491,7 @@ def _call_model(state: RunState, deps: Deps) -> Outcome | None:
     prompt = context.prompt(state.messages, state.folded_before or 0)
     request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs)
     try:
-        decision = deps.model.decide(request)
+        decision = deps.model.propose(request)
     except ModelError as exc:
         return fail(state, f"model error: {exc}")
     if decision is None:
@@ -698,7 +698,7 @@ def _already_ran(
 def verdict_for(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
     """The run's policy on one call: what the model proposed, a reviewer's edit, or a
     recorded call a backtest judges again (agents/runs/backtest.py): the one judge."""
-    return policy.decide(
+    return policy.verdict(
         spec,
         tool,
         denied=state.denied_tools,

@@ -58,7 +58,8 @@ _OPEN_SESSION = rows.Joined(
 def authenticate(header: str | None, profile_name: str) -> Caller:
     """The token's user and the external profile, or the refusal: 401 (with
     `WWW-Authenticate: Bearer`) for a missing or bad token, 404 for a profile that does
-    not exist or is not external, 403 for a user who may not launch runs."""
+    not exist, is not external or is of a project where the caller holds no role, 403
+    for a user who may not launch runs there."""
     challenge = {"WWW-Authenticate": 'Bearer realm="airlock"'}
     if not header:
         raise Refused(401, "unauthenticated", "send 'Authorization: Bearer <API token>'", challenge)
@@ -71,10 +72,11 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
         raise Refused(401, "unauthenticated", "unknown or revoked API token",
                       {"WWW-Authenticate": 'Bearer realm="airlock", error="invalid_token"'})
     found = _EXTERNAL_PROFILE.fetch([profile_name, "external"])
-    if not found:
+    profile = found[0] if found else None
+    if profile is None or not access.is_member(user, profile.project_id):
+        # Another project's profile is answered exactly like one that does not exist.
         raise Refused(404, "not_found", f"no external agent profile {profile_name!r}")
-    profile = found[0]
-    if not access.can_launch(user):
+    if not access.can_launch(user, profile.project_id):
         raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role")
     return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
 
@@ -166,6 +168,7 @@ def session_run(caller: Caller, session_pk: int, client_name: str = "") -> int:
                 agent=caller.profile or AgentProfile.objects.get(pk=caller.profile_id),
                 task=f"MCP session of {session.client_name or 'an MCP client'} through the gateway",
                 user=caller.user,
+                by_launcher=True,
             )
             session.run, session.launched_run = run, True
             session.save(update_fields=["run", "launched_run"])

@@ -37,6 +37,6 @@ class Unusable:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         raise ModelError(self.reason)
 

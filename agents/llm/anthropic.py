@@ -193,7 +193,7 @@ class AnthropicClient:
     def __repr__(self) -> str:  # never show the key, even in a traceback's locals
         return f"AnthropicClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         if not self._api_key:
             raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         system, turns = wire_messages(request.messages)

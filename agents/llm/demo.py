@@ -53,7 +53,7 @@ class DemoPlanner:
     # Answers from memory: the driver keeps its database connection (driver.ReleasingModel).
     waits = False
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         decision = self.plan(request)
         return Decision(
             final=decision.final, calls=decision.calls, text=decision.text, usage=self.usage(request, decision)

@@ -19,7 +19,7 @@ class ExternalClient:
     def __init__(self, decision: Decision | None = None) -> None:
         self.decision = decision
 
-    def decide(self, request: ModelRequest) -> Decision | None:
+    def propose(self, request: ModelRequest) -> Decision | None:
         decision, self.decision = self.decision, None
         return decision
 

@@ -158,7 +158,7 @@ class OpenAIClient:
     def __repr__(self) -> str:  # never show the key, even in a traceback's locals
         return f"OpenAIClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         if not self._api_key and self.base_url == DEFAULT_BASE_URL:
             raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         body: dict[str, Any] = {"model": self.model, "messages": wire_messages(request.messages)}

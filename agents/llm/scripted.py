@@ -62,7 +62,7 @@ class ScriptedClient:
     def __init__(self, script: list[Any]) -> None:
         self.script = script
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         if request.turn >= len(self.script):
             raise ModelError("script exhausted")
         try:

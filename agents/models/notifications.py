@@ -34,7 +34,7 @@ class Webhook(models.Model):
     events = models.JSONField(default=list, help_text=f"event types, of {', '.join(EVENT_TYPES)}")
     format = models.CharField(max_length=10, choices=FORMATS, default="json")
     active = models.BooleanField(default=True)
-    # The project whose events it receives (`add_webhook ... --project SLUG`).
+    # The project whose events it receives (`add_webhook ... --project SLUG`); null: every project's.
     project = models.ForeignKey(
         "agents.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks"
     )
@@ -43,7 +43,12 @@ class Webhook(models.Model):
     def __str__(self) -> str:
         return f"webhook {self.pk} ({self.format}: {', '.join(self.events)})"
 
-    def wants(self, event_type: str) -> bool:
+    def wants(self, event_type: str, project_id: int | None = None) -> bool:
+        """Whether this webhook receives the event: subscribed to its type and, for an
+        event of a run in `project_id`, the project's own webhook or one of every
+        project (`project` null, which only a superuser makes)."""
+        if self.project_id is not None and self.project_id != project_id:
+            return False
         return self.active and event_type in self.events
 
     def clean(self) -> None:

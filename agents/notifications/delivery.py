@@ -241,9 +241,14 @@ def fan_out(*, now: dt.datetime | None = None) -> int:
         if not events:
             return 0
         hooks = list(Webhook.objects.filter(active=True))
+        # A project's webhooks receive its runs' events only (Webhook.wants): one query
+        # names the batch's projects.
+        projects = dict(
+            Run.objects.filter(pk__in={e.run_id for e in events}).values_list("pk", "profile__project_id")
+        ) if hooks else {}
         deliveries: list[Delivery] = []
         for event in events:
-            wanted = [h for h in hooks if h.wants(event.type)]
+            wanted = [h for h in hooks if h.wants(event.type, projects.get(event.run_id))]
             if wanted:  # rendering costs queries; an event nobody subscribed to needs none
                 event.data = render(event)
             event.dispatched_at = now
@@ -388,6 +393,7 @@ def digest_for(user: Any) -> list[Approval]:
     other reviewers' votes after theirs), not yet mailed to them, oldest first. At most
     DIGEST_MAX; the rest follow in the next one."""
     calls = list(
+        # The calls they may decide (their projects', their groups'), nothing of the others'.
         access.reviewable_approvals(user)
         .pending()
         .exclude(digest_entries__user=user)

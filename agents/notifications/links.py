@@ -170,6 +170,7 @@ def link_decide(*, token: str, user: Any, decision: str, note: str = "") -> Deci
             note=note,
             args_hash=link.args_hash,
             via="email",
+            by_reviewer=True,
         )
         done = {"approve": "approved", "reject": "rejected"}[decision]
         outcome = {"decided": done, "voted": f"voted to {decision}"}.get(

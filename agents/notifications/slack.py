@@ -148,7 +148,7 @@ def handle(click: Click, *, retry: str = "") -> threading.Thread:
                     click.action_ts,
                 )
                 return
-            decide(click, row)
+            decide_click(click, row)
         except Exception:  # noqa: BLE001 - a click must never take the web process down
             log.exception("slack click member=%s approval=%s failed", click.member_id, click.approval_id)
         finally:
@@ -171,7 +171,7 @@ def wait_idle(timeout: float = 60.0) -> None:
         t.join(timeout)
 
 
-def decide(click: Click, row: SlackAction) -> str:
+def decide_click(click: Click, row: SlackAction) -> str:
     """Decide as the linked reviewer, log the outcome on the click's row and tell Slack."""
     close_old_connections()
     user = linked_user(click.member_id)
@@ -200,7 +200,8 @@ def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
         )
     try:
         result = approval_decide(
-            approval_id=click.approval_id, user=user, decision=click.decision, args_hash=click.args_hash, via="slack"
+            approval_id=click.approval_id, user=user, decision=click.decision, args_hash=click.args_hash, via="slack",
+            by_reviewer=True,
         )
     except ActionError as exc:
         if exc.code == "call_changed":

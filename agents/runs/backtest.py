@@ -4,7 +4,7 @@ Every call a run proposed is in its history: the transition that judged it (its
 payload's `verdict`, and a JSON merge patch from which the engine state before it is
 rebuilt, taint and grants included), the arguments (the assistant message that proposed
 them) and, when it asked, how reviewers answered (the approval). A backtest judges each
-such call again with `engine.policy.decide`, the one judge the engine uses, under the
+such call again with `engine.policy.verdict`, the one judge the engine uses, under the
 proposed policy and the state the run had then, and compares. It reads history only.
 
 Shadow rules' agreement with what happened is read from the same transitions.

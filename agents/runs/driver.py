@@ -157,9 +157,9 @@ class ReleasingModel:
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
 
-    def decide(self, request: ModelRequest) -> Decision | None:
+    def propose(self, request: ModelRequest) -> Decision | None:
         release_connection()
-        return self.inner.decide(request)
+        return self.inner.propose(request)
 
 
 def deps_for(run: Run, tools: list[str] | None = None) -> Deps:

@@ -5,6 +5,7 @@ from typing import Any
 from django.http import HttpRequest
 
 from agents import access
+from agents.web import projects
 
 # The navigation's sections by path prefix, longest first (/runs/new/ before /runs/).
 SECTIONS = (("/runs/new/", "launch"), ("/reviews/stats/", "stats"), ("/reviews/", "reviews"), ("/runs/", "runs"))
@@ -26,7 +27,11 @@ def roles(request: HttpRequest) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         return {}
     section, current = navigation(request.path)
+    # The switcher shows when a person belongs to more than one project.
+    mine = access.projects_of(user) if not request.path.startswith(projects.UNSWITCHED) else []
     return {
+        "projects": mine if len(mine) > 1 else [],
+        "project": projects.current(request),
         "can_launch": access.can_launch(user),
         "can_decide": access.can_decide(user),
         "can_cancel": access.can_cancel(user),

@@ -26,10 +26,10 @@ from agents.actions import run_hold as hold_action
 from agents.actions import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
-from agents.models import AgentProfile, Approval, NotificationPreference, Run
+from agents.models import NotificationPreference, Run
 from agents.notifications import slack
 from agents.runs.export import export_run, save_eval_case
-from agents.web import timeline
+from agents.web import projects, timeline
 from agents.web.forms import LaunchForm, RunFilterForm
 
 LIST_PAGE = 50
@@ -42,16 +42,17 @@ LIVE_POLL = "every 1s"
 @require_GET
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    runs = access.visible_runs(request.user)
+    project = projects.current_id(request)
+    runs = access.visible_runs(request.user, project=project)
     now = timezone.now()
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     by_state = dict(runs.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
     ordered = {s: by_state[s] for s in states.STATES if s in by_state}
-    # Approvals are about every run: shown to those who read every run.
-    reads_all = access.reads_all_runs(request.user)
-    open_approvals = Approval.objects.pending()
-    pending = open_approvals.count() if reads_all else None
-    waiting = list(open_approvals.select_related("run__profile").order_by("created_at")[:5]) if reads_all else []
+    # Approvals are about every run of a project: shown to those who read its runs.
+    readers = access.can_decide(request.user) or access.can_cancel(request.user)
+    open_approvals = access.visible_approvals(request.user, project=project).pending()
+    pending = open_approvals.count() if readers else None
+    waiting = list(open_approvals.select_related("run__profile").order_by("created_at")[:5]) if readers else []
     failed = list(
         runs.filter(state="failed", finished_at__gte=now - dt.timedelta(hours=24))
         .select_related("profile")
@@ -71,6 +72,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "cost_today": cost_today["c"] or 0,
             "runs_today": cost_today["n"],
             "newest": newest,
+            # Not an error: a person nobody has given a role yet is told so.
+            "no_project": access.in_no_project(request.user),
         },
     )
 
@@ -97,7 +100,8 @@ def _parse_cursor(value: str | None) -> tuple[dt.datetime, int] | None:
 def runs(request: HttpRequest) -> HttpResponse:
     """Newest first, keyset-paginated: no COUNT, one query for the page whatever the total."""
     form = RunFilterForm(request.GET)
-    qs = access.visible_runs(request.user).filter(**form.filters()).select_related("profile").defer("engine", "script")
+    project = projects.current_id(request)
+    qs = access.visible_runs(request.user, project=project).filter(**form.filters()).select_related("profile").defer("engine", "script")
     before, after = _parse_cursor(request.GET.get("before")), _parse_cursor(request.GET.get("after"))
     if after is not None:
         # Going back towards newer runs: walk upwards from the cursor, then flip.
@@ -124,7 +128,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         older = f"?{base}&before={_cursor(rows[-1])}" if base else f"?before={_cursor(rows[-1])}"
     if rows and has_newer:
         newer = f"?{base}&after={_cursor(rows[0])}" if base else f"?after={_cursor(rows[0])}"
-    agents = list(AgentProfile.objects.order_by("name").values_list("name", flat=True))
+    agents = list(access.visible_profiles(request.user, project=project).order_by("name").values_list("name", flat=True))
     # A wrong filter is the visitor's mistake, named on the page: not "No runs match".
     problems = form.problems()
     if problems:
@@ -206,7 +210,9 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
         "pending": next((a for a in approvals if a.is_pending), None),
         # Most runs grant nothing, and the run row says so: no query for them.
         "grants": list(run.grants.select_related("by", "revoked_by").order_by("number")) if run.has_grants else [],
-        "can_revoke": access.can_decide(request.user) and not run.is_terminal,
+        "can_revoke": access.can_decide(request.user, access.project_of(run)) and not run.is_terminal,
+        # Per project: an operator elsewhere who reads this run as its launcher may not.
+        "can_cancel": access.can_cancel(request.user, access.project_of(run)),
         "can_fork": access.can_fork(request.user, run),
         # Forks are rare: the partial index on forked_from answers "none" without a scan.
         "forks": list(run.forks.order_by("pk").only("pk", "state", "fork_seq")),
@@ -259,7 +265,7 @@ def _int(value: str | None) -> int | None:
 @login_required
 def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
-    if not access.can_cancel(request.user):
+    if not access.can_cancel(request.user, access.project_of(run)):
         raise PermissionDenied("only operators cancel runs")
     reason = request.POST.get("reason", "").strip()[:2000]
     try:
@@ -291,7 +297,7 @@ def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_hold(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
-    if not access.can_cancel(request.user):
+    if not access.can_cancel(request.user, access.project_of(run)):
         raise PermissionDenied("only operators hold runs")
     try:
         hold_action(run_id=run.pk, user=request.user, reason=request.POST.get("reason", ""))
@@ -306,7 +312,7 @@ def run_hold(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_release(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
-    if not access.can_cancel(request.user):
+    if not access.can_cancel(request.user, access.project_of(run)):
         raise PermissionDenied("only operators release held runs")
     release_action(run_id=run.pk, user=request.user)
     messages.success(request, f"Run {run.pk}'s hold is released.")
@@ -317,7 +323,7 @@ def run_release(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
-    if not access.can_decide(request.user):
+    if not access.can_decide(request.user, access.project_of(run)):
         raise PermissionDenied("only reviewers revoke grants")
     try:
         grant = grant_revoke(run_id=run.pk, grant_id=grant_id, user=request.user)
@@ -376,7 +382,7 @@ def run_save_eval_case(request: HttpRequest, run_id: int) -> HttpResponse:
     """"Save as eval case": the run's export, with its recorded tool results, written
     where run_evals reads cases (AIRLOCK_EVALS_DIR)."""
     run = access.readable_run(request.user, run_id)
-    if not access.can_cancel(request.user):
+    if not access.can_cancel(request.user, access.project_of(run)):
         raise PermissionDenied("only operators save eval cases")
     try:
         path = save_eval_case(run, settings.AIRLOCK_EVALS_DIR)
@@ -395,11 +401,13 @@ def run_save_eval_case(request: HttpRequest, run_id: int) -> HttpResponse:
 def run_new(request: HttpRequest) -> HttpResponse:
     if not access.can_launch(request.user):
         raise PermissionDenied("only launchers start runs")
-    profiles = list(AgentProfile.objects.launchable())
+    launchable = access.launchable_profiles(request.user)
+    project = projects.current_id(request)
+    profiles = list(launchable if project is None else launchable.filter(project_id=project))
     form = LaunchForm(request.POST or None, profiles=profiles)
     if request.method == "POST" and form.is_valid():
         try:
-            run = run_launch(user=request.user, **form.launch_kwargs())
+            run = run_launch(user=request.user, by_launcher=True, **form.launch_kwargs())
         except ActionError as exc:
             form.add_action_error(exc.code, exc.detail)
         else:

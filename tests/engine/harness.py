@@ -16,7 +16,7 @@ from typing import Any
 from agents.engine.limits import Limits
 from agents.engine.protocols import Deps, JournalEntry, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import Move, RunState, decide, new_run, step
+from agents.engine.step import Move, RunState, apply_decision, new_run, step
 from agents.llm.scripted import ScriptedClient
 from agents.tools.diagnostic import TOOLS
 
@@ -118,7 +118,7 @@ class Run:
 
     def decide(self, decision: str, note: str = "", by: str = "rita") -> Run:
         """A reviewer's answer, committed as approval_decide commits it."""
-        after, t = self.untouched(lambda: decide(self.state, decision, note, by=by))
+        after, t = self.untouched(lambda: apply_decision(self.state, decision, note, by=by))
         self.commit(t, after)
         return self
 

@@ -63,7 +63,7 @@ class ReadingModel:
     def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         self.requests.append(request)
         usage = Usage(true_tokens(request), 20)
         if request.turn == TURNS - 1:

@@ -49,7 +49,7 @@ class Model:
         self.replies = list(replies)
         self.seen: list[ModelRequest] = []
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         self.seen.append(request)
         return self.replies.pop(0)
 
@@ -152,7 +152,7 @@ def test_an_edited_call_runs_with_the_reviewers_arguments_under_a_new_key() -> N
     verdict = engine.check_edit(state, d.registry.get("transfer"), edited)
     assert verdict.action == "ask" and verdict.required == 2
 
-    after, t = engine.decide(state, "approve", "ok", by="rob", edit={"args": edited, "by": "rita", "note": "typo"})
+    after, t = engine.apply_decision(state, "approve", "ok", by="rob", edit={"args": edited, "by": "rita", "note": "typo"})
     new_key = idempotency_key("7", state.steps, "transfer", edited)
     assert new_key != original_key and t.intent is not None
     assert (t.intent["key"], t.intent["args"]) == (new_key, edited)
@@ -202,12 +202,12 @@ def test_an_edit_that_needs_more_votes_says_so() -> None:
 def test_only_an_approval_can_carry_an_edit() -> None:
     state, _d, _t = waiting(100)
     with pytest.raises(ValueError):
-        engine.decide(state, "reject", edit={"args": {"to": "x", "amount": 1}})
+        engine.apply_decision(state, "reject", edit={"args": {"to": "x", "amount": 1}})
 
 
 def test_an_unchanged_edit_runs_the_original_call() -> None:
     state, _d, _t = waiting(100)
-    _after, t = engine.decide(state, "approve", edit={"args": {"amount": 100, "to": "ACME"}, "by": "rita"})
+    _after, t = engine.apply_decision(state, "approve", edit={"args": {"amount": 100, "to": "ACME"}, "by": "rita"})
     assert t.intent is not None and t.intent["key"] == state.current_call["key"] and "edit" not in t.detail
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from agents.engine.fingerprints import fingerprint
 from agents.engine.protocols import JournalEntry
-from agents.engine.step import decide
+from agents.engine.step import apply_decision
 from tests.engine.harness import MemoryJournal, Run, launch
 from tests.helpers import call, final
 
@@ -77,7 +77,7 @@ def test_an_unsafe_call_whose_outcome_is_unknown_cannot_be_reused() -> None:
     run = forked([call("ledger_write_unsafe", entry="paid"), final("done")], "ledger_write_unsafe", "started").drive()
     assert run.approvals[0]["reason"].endswith("outcome unknown: it may or may not have taken effect")
     with pytest.raises(ValueError, match="no recorded result to reuse"):
-        decide(run.state, "reuse")
+        apply_decision(run.state, "reuse")
     run.decide("approve").drive()
     assert run.state.state == "done" and len(run.ledger) == 1
 
@@ -87,4 +87,4 @@ def test_reuse_is_no_answer_to_a_policy_question() -> None:
     run.drive()
     assert run.approvals[0]["kind"] == "policy"
     with pytest.raises(ValueError, match="takes approve or reject"):
-        decide(run.state, "reuse")
+        apply_decision(run.state, "reuse")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agents.engine.policy import decide
+from agents.engine.policy import verdict as policy_verdict
 from agents.engine.registry import ToolSpec
 
 
@@ -10,7 +10,7 @@ def spec(risk: str, returns: str = "internal") -> ToolSpec:
 
 def verdict(s: ToolSpec | None, **kw: object) -> str:
     args = {"denied": [], "always_ask": [], "tainted": False, "approver": "human", **kw}
-    return decide(s, "t", **args).action  # type: ignore[arg-type]
+    return policy_verdict(s, "t", **args).action  # type: ignore[arg-type]
 
 
 def test_verdicts_follow_the_designs_order() -> None:
@@ -29,5 +29,5 @@ def test_unknown_tool_counts_as_irreversible() -> None:
 
 
 def test_ask_becomes_deny_without_an_approver() -> None:
-    v = decide(spec("irreversible"), "t", denied=[], always_ask=[], tainted=False, approver="none")
+    v = policy_verdict(spec("irreversible"), "t", denied=[], always_ask=[], tainted=False, approver="none")
     assert v.action == "deny" and v.no_approver and "no approver" in v.reason

@@ -11,11 +11,11 @@ import pytest
 from agents.engine import policy
 from agents.engine.fingerprints import fingerprint
 from agents.engine.limits import Limits
-from agents.engine.policy import PolicyError, decide, first_match, holds, snapshot, validate_rules
+from agents.engine.policy import PolicyError, first_match, holds, snapshot, validate_rules
+from agents.engine.policy import verdict as policy_verdict
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, new_run, revoke_grant, step
-from agents.engine.step import decide as engine_decide
+from agents.engine.step import RunState, apply_decision, new_run, revoke_grant, step
 
 ARGS = {
     "amount": 150,
@@ -120,7 +120,7 @@ def rule(then: str, when: dict[str, Any] | None = None, tool: str = "refund", **
 def verdict(rules: list[dict[str, Any]], args: Any = ARGS, *, risk: str = "write", **kw: Any) -> policy.Verdict:
     pol = snapshot({"rules": rules, **kw.pop("profile", {})}, kw.pop("launch", None))
     options = {"denied": [], "always_ask": [], "tainted": False, "approver": "human", **kw}
-    return decide(spec(risk=risk), "refund", args=args, policy=pol, **options)
+    return policy_verdict(spec(risk=risk), "refund", args=args, policy=pol, **options)
 
 
 def test_the_first_matching_rule_decides_with_its_reason_and_position() -> None:
@@ -279,7 +279,7 @@ def test_a_launch_policy_tightens_every_field() -> None:
 class Script:
     decisions: list[Decision]
 
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         return self.decisions[request.turn]
 
 
@@ -345,7 +345,7 @@ def test_a_call_grant_lets_the_identical_calls_through() -> None:
     same = {"amount": 50}
     state, deps = start(calls(same, same, same), [rule("ask", reason="every refund asks")])
     state, _ = drive(state, deps)
-    state, t = engine_decide(state, "approve", by="rita", remember="call")
+    state, t = apply_decision(state, "approve", by="rita", remember="call")
     assert t.grant == {"n": 1, "tool": "refund", "fp": fingerprint("refund", same), "by": "rita", "args": same}
     state, ts = drive(state, deps)
     allowed = [x for x in ts if x.detail.get("verdict", {}).get("grant") == 1]
@@ -357,7 +357,7 @@ def test_a_grant_asks_again_once_revoked() -> None:
     same = {"amount": 50}
     state, deps = start(calls(same, same, same), [rule("ask", reason="every refund asks")])
     state, _ = drive(state, deps)
-    state, _t = engine_decide(state, "approve", by="rita", remember="call")
+    state, _t = apply_decision(state, "approve", by="rita", remember="call")
     state, t = step(state, deps)  # type: ignore[misc]  # acting -> planning: the approved call runs
     state, t = step(state, deps)  # type: ignore[misc]  # the model proposes the same call again
     assert t.to_state == "acting" and t.detail["verdict"]["grant"] == 1
@@ -375,14 +375,14 @@ def test_a_tool_grant_covers_other_arguments_but_never_taint_or_a_deny_rule() ->
     rules = [rule("deny", c("amount", "gt", 1000), reason="never over 1000"), rule("ask", reason="refunds ask")]
     state, deps = start(calls({"amount": 50}, {"amount": 70}, {"amount": 5000}), rules)
     state, _ = drive(state, deps)
-    state, _t = engine_decide(state, "approve", by="rita", remember="tool")
+    state, _t = apply_decision(state, "approve", by="rita", remember="tool")
     state, ts = drive(state, deps)
     verdicts = [t.detail["verdict"] for t in ts if "verdict" in t.detail]
     assert [(v["action"], v.get("grant")) for v in verdicts] == [("allow", 1), ("deny", None)]
     assert state.state == "done"
     pol = snapshot({"rules": [rule("ask")]})
     g = [{"n": 1, "tool": "refund", "by": "rita"}]
-    tainted = decide(spec(), "refund", denied=[], always_ask=[], tainted=True, approver="human", args=ARGS,
+    tainted = policy_verdict(spec(), "refund", denied=[], always_ask=[], tainted=True, approver="human", args=ARGS,
                      policy=pol, grants=g)
     assert tainted.action == "ask" and tainted.grant is None
 

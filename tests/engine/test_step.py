@@ -213,4 +213,4 @@ def test_an_interrupted_unsafe_call_asks_a_human_and_each_answer_does_what_it_sa
     assert failed.state.state == "failed" and "outcome unknown" in failed.state.error
 
     with pytest.raises(ValueError, match="takes happened or retry or fail"):
-        engine.decide(interrupted().state, "approve")
+        engine.apply_decision(interrupted().state, "approve")

@@ -13,7 +13,7 @@ from tests.engine.harness import BlankJournal
 
 
 class OneCall:
-    def decide(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> Decision:
         return Decision(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
 
 

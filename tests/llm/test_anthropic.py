@@ -30,7 +30,7 @@ def request(messages=None) -> ModelRequest:
 
 def test_text_answer_is_final_and_headers_and_body_follow_the_api(provider, sleeps) -> None:
     provider.add(Reply(body=anthropic_message(text="Done.", usage=(410, 57))))
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.final == "Done."
     assert (decision.usage.input_tokens, decision.usage.output_tokens) == (410, 57)
     sent = provider.requests[0]
@@ -48,7 +48,7 @@ def test_several_tool_uses_keep_ids_and_order(provider, sleeps) -> None:
     provider.add(Reply(body=anthropic_message(text="Let me look.", tool_uses=[
         ("toolu_01A", "kb_search", {"query": "refund"}), ("toolu_01B", "refund", {"order_id": "1042", "reason": "broken"}),
     ])))
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.text == "Let me look."
     assert [(c.id, c.tool, c.args) for c in decision.calls] == [
         ("toolu_01A", "kb_search", {"query": "refund"}),
@@ -84,21 +84,21 @@ def test_tool_results_of_one_turn_go_back_in_one_user_turn() -> None:
 def test_overloaded_529_with_retry_after_then_success(provider, sleeps) -> None:
     provider.add(Reply(529, anthropic_error("overloaded_error", "Overloaded"), headers={"retry-after": "3"}),
                  Reply(body=anthropic_message(text="ok")))
-    assert client(provider, sleeps).decide(request()).final == "ok"
+    assert client(provider, sleeps).propose(request()).final == "ok"
     assert sleeps == [3.0]
 
 
 def test_repeated_500s_are_bounded(provider, sleeps) -> None:
     provider.add(*[Reply(500, anthropic_error("api_error", "Internal server error"))] * 4)
     with pytest.raises(ModelError, match=r"gave up after 2 attempt\(s\)"):
-        client(provider, sleeps, retries=1).decide(request())
+        client(provider, sleeps, retries=1).propose(request())
     assert len(provider.requests) == 2
 
 
 def test_prompt_too_long_is_a_context_length_error(provider, sleeps) -> None:
     provider.add(Reply(400, anthropic_error("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")))
     with pytest.raises(ModelError, match="context length exceeded"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
     assert len(provider.requests) == 1
 
 
@@ -107,22 +107,22 @@ def test_malformed_and_empty_and_refusal(provider, sleeps) -> None:
                  Reply(body=anthropic_message(text="", stop_reason="refusal")))
     c = client(provider, sleeps)
     with pytest.raises(ModelError, match="malformed response"):
-        c.decide(request())
+        c.propose(request())
     with pytest.raises(ModelError, match="empty reply"):
-        c.decide(request())
+        c.propose(request())
     with pytest.raises(ModelError, match="refused"):
-        c.decide(request())
+        c.propose(request())
 
 
 def test_non_object_input_is_passed_on_for_the_engine_to_reject(provider, sleeps) -> None:
     provider.add(Reply(body=anthropic_message(tool_uses=[("toolu_9", "kb_search", "shipping")])))
-    assert client(provider, sleeps).decide(request()).calls[0].args == "shipping"
+    assert client(provider, sleeps).propose(request()).calls[0].args == "shipping"
 
 
 def test_read_timeout_is_a_model_error(provider, sleeps) -> None:
     provider.add(Reply(delay=2, body=anthropic_message(text="late")))
     with pytest.raises(ModelError, match="timed out"):
-        client(provider, sleeps, timeout=0.2, retries=0).decide(request())
+        client(provider, sleeps, timeout=0.2, retries=0).propose(request())
 
 
 @pytest.mark.django_db(transaction=True)

@@ -30,11 +30,11 @@ def test_a_reply_with_a_non_finite_number_is_a_model_error(provider, sleeps, num
     provider.add(Reply(body=body.replace("12345", number)))
     client = AnthropicClient(model="claude-sonnet-4-20250514", api_key=KEY, base_url=provider.url, options=options(sleeps))
     with pytest.raises(ModelError, match=f"malformed response \\({number} at .*n is not a finite number"):
-        client.decide(REQUEST)
+        client.propose(REQUEST)
 
 
 @pytest.mark.parametrize("arguments", ['{"query": NaN}', '{"query": 1e400}', '{"\\ud800": "x"}', "[" * 100 + "]" * 100])
 def test_openai_arguments_that_do_not_parse_safely_are_passed_on_as_text(provider, sleeps, arguments) -> None:
     provider.add(Reply(body=openai_completion(tool_calls=[("call_x", "kb_search", arguments)])))
     client = OpenAIClient(model="gpt-4o-mini", api_key=KEY, base_url=f"{provider.url}/v1", options=options(sleeps))
-    assert client.decide(REQUEST).calls[0].args == arguments
+    assert client.propose(REQUEST).calls[0].args == arguments

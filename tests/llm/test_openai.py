@@ -32,7 +32,7 @@ def request(messages=None, turn: int = 0) -> ModelRequest:
 
 def test_text_answer_is_a_final_decision_with_usage(provider, sleeps) -> None:
     provider.add(Reply(body=openai_completion(content="6-9 business days.", usage=(120, 9))))
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.final == "6-9 business days." and not decision.calls
     assert (decision.usage.input_tokens, decision.usage.output_tokens) == (120, 9)
     sent = provider.requests[0]
@@ -51,7 +51,7 @@ def test_several_calls_in_one_reply_keep_ids_and_order(provider, sleeps) -> None
         ("call_abc", "kb_search", {"query": "shipping"}),
         ("call_def", "http_get", {"url": "https://demo.airlock.internal/shipping"}),
     ])))
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.final is None and decision.text == "Checking two things."
     assert [(c.id, c.tool, c.args) for c in decision.calls] == [
         ("call_abc", "kb_search", {"query": "shipping"}),
@@ -84,7 +84,7 @@ def test_429_with_retry_after_is_retried_after_the_asked_delay(provider, sleeps)
               headers={"Retry-After": "2"}),
         Reply(body=openai_completion(content="ok")),
     )
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.final == "ok"
     assert sleeps == [2.0] and len(provider.requests) == 2
 
@@ -92,14 +92,14 @@ def test_429_with_retry_after_is_retried_after_the_asked_delay(provider, sleeps)
 def test_retry_after_is_capped(provider, sleeps) -> None:
     provider.add(Reply(429, openai_error("slow down"), headers={"Retry-After": "3600"}),
                  Reply(body=openai_completion(content="ok")))
-    client(provider, sleeps, max_sleep=4.0).decide(request())
+    client(provider, sleeps, max_sleep=4.0).propose(request())
     assert sleeps == [4.0]
 
 
 def test_repeated_500s_give_up_after_bounded_retries(provider, sleeps) -> None:
     provider.add(*[Reply(500, openai_error("The server had an error", type_="server_error"))] * 5)
     with pytest.raises(ModelError, match=r"gave up after 3 attempt\(s\): HTTP 500"):
-        client(provider, sleeps, retries=2, backoff=0.5).decide(request())
+        client(provider, sleeps, retries=2, backoff=0.5).propose(request())
     assert len(provider.requests) == 3
     assert sleeps == [0.5, 1.0]  # exponential back-off between the tries
 
@@ -107,38 +107,38 @@ def test_repeated_500s_give_up_after_bounded_retries(provider, sleeps) -> None:
 def test_malformed_body_is_a_clear_model_error(provider, sleeps) -> None:
     provider.add(Reply(body="<html>502 Bad Gateway</html>"))
     with pytest.raises(ModelError, match="malformed response"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
 
 
 def test_body_without_choices_is_malformed(provider, sleeps) -> None:
     provider.add(Reply(body={"id": "x", "object": "chat.completion"}))
     with pytest.raises(ModelError, match="malformed response"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
 
 
 def test_empty_choices_is_a_model_error(provider, sleeps) -> None:
     provider.add(Reply(body={**openai_completion(content="x"), "choices": []}))
     with pytest.raises(ModelError, match="empty response"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
 
 
 def test_invalid_json_arguments_are_passed_through_as_text(provider, sleeps) -> None:
     provider.add(Reply(body=openai_completion(tool_calls=[("call_x", "kb_search", '{"query": "ship')])))
-    decision = client(provider, sleeps).decide(request())
+    decision = client(provider, sleeps).propose(request())
     assert decision.calls[0].args == '{"query": "ship'
 
 
 def test_read_timeout_is_retried_then_reported(provider, sleeps) -> None:
     provider.add(Reply(delay=2, body=openai_completion(content="late")), Reply(delay=2, body=openai_completion(content="late")))
     with pytest.raises(ModelError, match="timed out"):
-        client(provider, sleeps, timeout=0.2, retries=1).decide(request())
+        client(provider, sleeps, timeout=0.2, retries=1).propose(request())
     assert len(provider.requests) == 2 and len(sleeps) == 1
 
 
 def test_refusal_is_a_model_error(provider, sleeps) -> None:
     provider.add(Reply(body=openai_completion(refusal="I can't help with that.")))
     with pytest.raises(ModelError, match="refused: I can't help with that"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
 
 
 def test_context_length_error_is_named_and_not_retried(provider, sleeps) -> None:
@@ -146,14 +146,14 @@ def test_context_length_error_is_named_and_not_retried(provider, sleeps) -> None
         "This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens.",
         code="context_length_exceeded", param="messages")))
     with pytest.raises(ModelError, match="context length exceeded"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
     assert len(provider.requests) == 1 and sleeps == []
 
 
 def test_reply_cut_off_at_the_token_limit_is_a_model_error(provider, sleeps) -> None:
     provider.add(Reply(body=openai_completion(content="Shipping takes", finish_reason="length")))
     with pytest.raises(ModelError, match="cut off"):
-        client(provider, sleeps).decide(request())
+        client(provider, sleeps).propose(request())
 
 
 # -- a whole run through the store --------------------------------------------------
@@ -204,9 +204,9 @@ def test_model_error_fails_the_run_with_the_reason(gpt_profile, provider, launch
 def test_bad_base_url_or_key_is_a_model_error_not_a_crash(provider, sleeps) -> None:
     opts = HttpOptions(retries=3, sleep=sleeps)
     with pytest.raises(ModelError, match="cannot send the request"):
-        OpenAIClient(model="m", api_key=KEY, base_url="localhost:8000/v1", options=opts).decide(request())
+        OpenAIClient(model="m", api_key=KEY, base_url="localhost:8000/v1", options=opts).propose(request())
     with pytest.raises(ModelError, match="cannot send the request") as caught:
-        OpenAIClient(model="m", api_key="sk-bad\nkey-0123456789", base_url=f"{provider.url}/v1", options=opts).decide(request())
+        OpenAIClient(model="m", api_key="sk-bad\nkey-0123456789", base_url=f"{provider.url}/v1", options=opts).propose(request())
     assert "0123456789" not in str(caught.value)
     assert sleeps == []
 

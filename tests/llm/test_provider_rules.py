@@ -99,14 +99,14 @@ def test_whitespace_only_text_is_not_replayed_to_anthropic(sonnet, provider, lau
 def test_context_window_exceeded_stop_is_a_cut_off_reply_not_an_answer(provider, sleeps) -> None:
     provider.add(Reply(body=anthropic_message(text="Shipping to Canada takes", stop_reason="model_context_window_exceeded")))
     with pytest.raises(ModelError, match="context window"):
-        claude(provider, sleeps).decide(request())
+        claude(provider, sleeps).propose(request())
 
 
 def test_pause_turn_is_continued_not_taken_as_the_answer(provider, sleeps) -> None:
     provider.check = anthropic_check
     paused = anthropic_message(text="Let me keep looking.", stop_reason="pause_turn", usage=(400, 20))
     provider.add(Reply(body=paused), Reply(body=anthropic_message(text="6-9 business days.", usage=(450, 10))))
-    decision = claude(provider, sleeps).decide(request())
+    decision = claude(provider, sleeps).propose(request())
     assert decision.final == "6-9 business days."
     assert (decision.usage.input_tokens, decision.usage.output_tokens) == (850, 30)
     # The paused turn goes back as the assistant's last turn, as the API asks.
@@ -117,7 +117,7 @@ def test_pause_turn_is_continued_not_taken_as_the_answer(provider, sleeps) -> No
 def test_a_turn_that_stays_paused_is_a_model_error(provider, sleeps) -> None:
     provider.add(*[Reply(body=anthropic_message(text="Still looking.", stop_reason="pause_turn"))] * 5)
     with pytest.raises(ModelError, match="pause_turn"):
-        claude(provider, sleeps).decide(request())
+        claude(provider, sleeps).propose(request())
     assert len(provider.requests) == 4
 
 
@@ -150,18 +150,18 @@ def test_duplicate_call_ids_in_one_reply_run_both_calls(ollama, provider, launch
 def test_retry_after_ms_is_honoured(provider, sleeps) -> None:
     provider.add(Reply(429, openai_error("Rate limit reached"), headers={"retry-after-ms": "1500", "retry-after": "2"}),
                  Reply(body=openai_completion(content="ok")))
-    assert gpt(provider, sleeps).decide(request()).final == "ok"
+    assert gpt(provider, sleeps).propose(request()).final == "ok"
     assert sleeps == [1.5]
 
 
 def test_x_should_retry_overrides_the_status(provider, sleeps) -> None:
     provider.add(Reply(500, openai_error("do not repeat", type_="server_error"), headers={"x-should-retry": "false"}))
     with pytest.raises(ModelError, match="HTTP 500"):
-        gpt(provider, sleeps).decide(request())
+        gpt(provider, sleeps).propose(request())
     assert len(provider.requests) == 1
     provider.add(Reply(400, openai_error("try me again"), headers={"x-should-retry": "true"}),
                  Reply(body=openai_completion(content="ok")))
-    assert gpt(provider, sleeps).decide(request()).final == "ok"
+    assert gpt(provider, sleeps).propose(request()).final == "ok"
     assert len(provider.requests) == 3
 
 
@@ -169,13 +169,13 @@ def test_insufficient_quota_is_not_retried(provider, sleeps) -> None:
     provider.add(*[Reply(429, openai_error("You exceeded your current quota, please check your plan and billing details.",
                                            type_="insufficient_quota", code="insufficient_quota"))] * 4)
     with pytest.raises(ModelError, match="quota"):
-        gpt(provider, sleeps).decide(request())
+        gpt(provider, sleeps).propose(request())
     assert len(provider.requests) == 1 and sleeps == []
 
 
 def test_409_is_retried_like_the_official_sdks(provider, sleeps) -> None:
     provider.add(Reply(409, anthropic_error("invalid_request_error", "conflict")), Reply(body=anthropic_message(text="ok")))
-    assert claude(provider, sleeps).decide(request()).final == "ok"
+    assert claude(provider, sleeps).propose(request()).final == "ok"
     assert len(provider.requests) == 2
 
 
@@ -188,7 +188,7 @@ def test_default_timeout_covers_a_full_non_streamed_reply() -> None:
 def test_llama_cpp_context_error_is_named(provider, sleeps) -> None:
     provider.add(Reply(400, llama_cpp_context_error()))
     with pytest.raises(ModelError, match="context length exceeded"):
-        gpt(provider, sleeps).decide(request())
+        gpt(provider, sleeps).propose(request())
     assert len(provider.requests) == 1
 
 
@@ -198,4 +198,4 @@ def test_anthropic_input_plus_max_tokens_error_is_named(provider, sleeps) -> Non
         "input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, "
         "decrease input length or `max_tokens` and try again")))
     with pytest.raises(ModelError, match="context length exceeded"):
-        claude(provider, sleeps).decide(request())
+        claude(provider, sleeps).propose(request())

@@ -27,7 +27,7 @@ def form(profile: AgentProfile, rules: Any) -> dict[str, Any]:
         "irreversible_approvals": "1", "separate_duties": "on", "approval_timeout_seconds": "",
         "on_expiry": "reject", "limits": "{}", "price_input_micros": "0", "price_output_micros": "0",
         "price_cached_input_micros": "", "price_cache_write_micros": "", "base_url": "", "api_key_env": "",
-        "context_tokens": "", "client_tools": "[]",
+        "context_tokens": "", "client_tools": "[]", "project": str(profile.project_id),
     }
 
 

@@ -1,0 +1,56 @@
+"""The project switcher in a real browser: a reviewer of two projects narrows the queue,
+the badge and the runs list to one, a link to the other project's run still opens, and
+"All projects" brings both back."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from agents.models import Membership
+from tests.helpers import PASSWORD, member
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_reviewer_of_two_projects_switches_between_them(new_page, login, teams, pending) -> None:
+    robin = member("robin", teams["support"].project, "reviewer")
+    Membership.objects.create(project=teams["finance"].project, user=robin, role="reviewer")
+    support = pending(user=teams["support"]["launcher"], agent="support-bot")
+    finance = pending(user=teams["finance"]["launcher"], agent="finance-bot")
+    page, watch = new_page()
+    login(page, "robin", PASSWORD)
+    page.goto("/reviews/")
+    cards = page.locator("article.card")
+    expect(cards).to_have_count(2)
+
+    page.get_by_label("Project").select_option(label="Support")
+    page.get_by_role("button", name="Switch").click()
+    page.wait_for_url(re.compile(r"/reviews/\?project=support$"))
+    expect(cards).to_have_count(1)
+    expect(page.locator(f'[data-approval-id="{support.pk}"]')).to_be_visible()
+    expect(page.locator("#nav-badge")).to_have_attribute("data-count", "1")
+
+    # The switch is remembered: the runs list shows support's run alone.
+    page.get_by_role("link", name="Runs", exact=True).click()
+    expect(page.locator(f'a[href="/runs/{support.run_id}/"]').first).to_be_visible()
+    expect(page.locator(f'a[href="/runs/{finance.run_id}/"]')).to_have_count(0)
+    expect(page.get_by_label("Project")).to_have_value("support")
+
+    # A link to the other project's run keeps working across the switch.
+    page.goto(f"/runs/{finance.run_id}/")
+    expect(page.locator("h1")).to_contain_text(f"{finance.run_id}")
+
+    page.get_by_label("Project").select_option(label="All projects")
+    page.get_by_role("button", name="Switch").click()
+    page.goto("/reviews/")
+    expect(cards).to_have_count(2)
+
+    assert not watch.console_errors, watch.console_errors
+    # A slug of no project of robin's is answered clearly (the browser logs the 404).
+    response = page.goto("/runs/?project=payroll")
+    assert response is not None and response.status == 404
+    expect(page.locator("main")).to_contain_text("You are not a member of a project named payroll")
+    expect(page.get_by_role("link", name="Support")).to_have_attribute("href", "/runs/?project=support")

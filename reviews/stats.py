@@ -19,8 +19,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models import Aggregate, Count, F, FloatField, Func, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models import Aggregate, Count, F, FloatField, Func, OuterRef, Q, QuerySet, Subquery, Sum, Window
 from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 from django.urls import reverse
@@ -29,7 +30,8 @@ from django.utils import timezone
 from agents import access
 from agents.engine import decisions, drafts
 from agents.engine import policy as engine_policy
-from agents.models import AgentProfile, Approval, ApprovalClaim, Run
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming, Run
+from agents.ops import review_tally
 from agents.runs import backtest
 from agents.web import formatting
 
@@ -315,6 +317,11 @@ class Stats:
     shadow: list[tuple[AgentProfile, list[backtest.Agreement]]]
     fatigue: list[Streak]
     streak_needed: int
+    bucketed: bool = False  # percentiles from the tallies' buckets, not exact
+
+    @property
+    def bucket_error_percent(self) -> float:
+        return round(review_tally.MAX_ERROR * 100, 1)
 
     @property
     def oldest_age(self) -> float:
@@ -437,6 +444,103 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
+def _tally_scope(user: Any) -> Q | None:
+    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
+    launcher also sees their own runs' calls, which no tally key tells apart."""
+    if access.reads_all_runs(user):
+        return Q()
+    scope = access.review_scope(user)
+    if scope.empty or access.in_group(user, access.LAUNCHER):
+        return None
+    if scope.everything:
+        return Q()
+    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True)
+
+
+def _day_start(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime) -> WindowFigures | None:
+    """The window's figures from the daily tallies for its whole UTC days and from the
+    approvals themselves for its two partial days and for calls not yet folded; the
+    percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
+    tallies hold nothing for those days or cannot answer for `user`."""
+    scope = _tally_scope(user)
+    first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
+    end = now.astimezone(dt.UTC).date()
+    if scope is None or first >= end:
+        return None
+    whole = Q(day__gte=first, day__lt=end) & scope
+    if not ReviewTally.objects.filter(whole).exists():
+        return None
+    counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
+    rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
+    day_hist: dict[dt.datetime, dict[int, int]] = {}
+    for r in ReviewTally.objects.filter(whole).values_list("profile_id", "origin", "index", "reviewer", "status").annotate(
+        s=Sum("n")
+    ).order_by():
+        counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
+    for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
+        "profile_id", "origin", "index", "bucket"
+    ).annotate(s=Sum("n")).order_by():
+        h = rule_hist.setdefault((pid, origin, index), {})
+        h[b] = h.get(b, 0) + n
+    for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
+        h = day_hist.setdefault(_day_start(day), {})
+        h[b] = h.get(b, 0) + n
+    # The exact part: the partial days at both ends, and whatever is not folded yet.
+    closed = window.filter(status__in=CLOSED).annotate(s_agent_id=AGENT_ID)
+    edges = Q(decided_at__lt=_day_start(first)) | Q(decided_at__gte=_day_start(end))
+    fields = ("s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_by_id", "status", "created_at", "decided_at")
+    rows = [*closed.filter(edges).values_list(*fields), *closed.filter(~edges, tallied=False).values_list(*fields)]
+    for pid, origin, index, by, status, created, decided in rows:
+        rule = (pid, origin or "", int(index) if index is not None else 0)
+        key = (*rule, by or 0, status)
+        counts[key] = counts.get(key, 0) + 1
+        if status in PEOPLE:
+            b = review_tally.bucket_of((decided - created).total_seconds())
+            h = rule_hist.setdefault(rule, {})
+            h[b] = h.get(b, 0) + 1
+            d = day_hist.setdefault(_day_start(decided.astimezone(dt.UTC).date()), {})
+            d[b] = d.get(b, 0) + 1
+    names = dict(AgentProfile.objects.values_list("pk", "name"))
+    people = dict(
+        get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
+    )
+    rules: dict[tuple[Any, ...], RuleRow] = {}
+    reviewers: dict[str, ReviewerRow] = {}
+    agent_hist: dict[str, dict[int, int]] = {}
+    for (pid, origin, index, by, status), n in counts.items():
+        row = rules.setdefault((pid, origin, index), _rule_row(names[pid], origin or None, index if origin else None, 0, 0, 0, Timing()))
+        setattr(row, status, getattr(row, status) + n)
+        if status in PEOPLE:
+            who = people.get(by) or "(deleted user)"
+            rr = reviewers.setdefault(who, ReviewerRow(who, 0, 0))
+            setattr(rr, status, getattr(rr, status) + n)
+    overall: dict[int, int] = {}
+    for (pid, origin, index), h in rule_hist.items():
+        rules[(pid, origin, index)].timing = _hist_timing(h)
+        a = agent_hist.setdefault(names[pid], {})
+        for b, n in h.items():
+            a[b] = a.get(b, 0) + n
+            overall[b] = overall.get(b, 0) + n
+    return _sorted(WindowFigures(
+        overall=_hist_timing(overall),
+        agents=[(name, _hist_timing(h)) for name, h in agent_hist.items()],
+        rules=list(rules.values()),
+        reviewers=list(reviewers.values()),
+        buckets={at: _hist_timing(h) for at, h in day_hist.items()},
+    ))
+
+
+def _hist_timing(hist: dict[int, int]) -> Timing:
+    n = sum(hist.values())
+    if not n:
+        return Timing()
+    return Timing(n, review_tally.percentile(hist, 0.5), review_tally.percentile(hist, 0.95))
+
+
 def window_figures(window: QuerySet[Approval], *, days: int, in_database: bool | None = None) -> WindowFigures:
     bucket = Trunc("decided_at", "hour" if days == 1 else "day", tzinfo=dt.UTC)
     agent = AGENT if days <= SHORT_WINDOW_DAYS else AGENT_JOINED
@@ -543,7 +647,10 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     )
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
     hourly = days == 1
-    figures = window_figures(window, days=days, in_database=in_database)
+    # Over whole days the tallies answer (a day's figures are folded once); the hourly
+    # chart of one day and a window nothing was folded for are computed exactly.
+    tallied = None if hourly or in_database is not None else _window_tallied(window, user, since=since, now=now)
+    figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
     escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
     claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
@@ -572,4 +679,5 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         shadow=_shadow(profiles, days, now),
         fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
         streak_needed=needed,
+        bucketed=tallied is not None,
     )

@@ -10,10 +10,11 @@ import itertools
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 from django.db.models import Sum
 from django.utils import timezone
 
-from agents.models import Approval, ReviewTally, ReviewTiming
+from agents.models import AgentProfile, Approval, ReviewTally, ReviewTiming
 from agents.ops import review_tally
 from reviews import stats
 from tests.helpers import at_once, client_for, person, requires_postgres
@@ -138,9 +139,6 @@ def test_the_page_says_its_percentiles_come_from_buckets(rita: Any, rob: Any) ->
 
 @pytest.mark.django_db
 def test_a_reviewer_of_one_agent_reads_only_its_tallies(rita: Any, rob: Any) -> None:
-    from agents.models import AgentProfile
-    from django.contrib.auth.models import Group
-
     Group.objects.get_or_create(name="demo-reviewers")
     AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
     dora = person("dora", "demo-reviewers")

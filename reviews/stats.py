@@ -499,9 +499,10 @@ def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime
     ).annotate(s=Sum("n")).order_by():
         h = rule_hist.setdefault((pid, origin, index), {})
         h[b] = h.get(b, 0) + n
+    by_day: dict[dt.date, dict[int, int]] = {}
     for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
-        h = day_hist.setdefault(_day_start(day), {})
-        h[b] = h.get(b, 0) + n
+        by_day.setdefault(day, {})[b] = n
+    day_hist.update((_day_start(day), h) for day, h in by_day.items())
     # The exact part: the partial days at both ends, and whatever is not folded yet.
     closed = window.filter(status__in=CLOSED)
     # Three ranges, each its own statement: one statement with an OR over them read the

@@ -19,8 +19,22 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models import Aggregate, Count, F, FloatField, Func, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models import (
+    Aggregate,
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Window,
+)
 from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 from django.urls import reverse
@@ -29,7 +43,8 @@ from django.utils import timezone
 from agents import access
 from agents.engine import decisions, drafts
 from agents.engine import policy as engine_policy
-from agents.models import AgentProfile, Approval, ApprovalClaim, Run
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming, Run
+from agents.ops import review_tally
 from agents.runs import backtest
 from agents.web import formatting
 
@@ -315,6 +330,11 @@ class Stats:
     shadow: list[tuple[AgentProfile, list[backtest.Agreement]]]
     fatigue: list[Streak]
     streak_needed: int
+    bucketed: bool = False  # percentiles from the tallies' buckets, not exact
+
+    @property
+    def bucket_error_percent(self) -> float:
+        return round(review_tally.MAX_ERROR * 100, 1)
 
     @property
     def oldest_age(self) -> float:
@@ -437,6 +457,142 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
+def _tally_scope(user: Any) -> Q | None:
+    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
+    launcher also sees their own runs' calls, which no tally key tells apart."""
+    if access.reads_all_runs(user):
+        return Q()
+    scope = access.review_scope(user)
+    if scope.empty or access.in_group(user, access.LAUNCHER):
+        return None
+    if scope.everything:
+        return Q()
+    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True)
+
+
+def _day_start(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime) -> WindowFigures | None:
+    """The window's figures from the daily tallies for its whole UTC days and from the
+    approvals themselves for its two partial days and for calls not yet folded; the
+    percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
+    tallies hold nothing for those days or cannot answer for `user`."""
+    scope = _tally_scope(user)
+    first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
+    end = now.astimezone(dt.UTC).date()
+    if scope is None or first >= end:
+        return None
+    whole = Q(day__gte=first, day__lt=end) & scope
+    if not ReviewTally.objects.filter(whole).exists():
+        return None
+    counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
+    rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
+    day_hist: dict[dt.datetime, dict[int, int]] = {}
+    for r in ReviewTally.objects.filter(whole).values_list("profile_id", "origin", "index", "reviewer", "status").annotate(
+        s=Sum("n")
+    ).order_by():
+        counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
+    for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
+        "profile_id", "origin", "index", "bucket"
+    ).annotate(s=Sum("n")).order_by():
+        h = rule_hist.setdefault((pid, origin, index), {})
+        h[b] = h.get(b, 0) + n
+    by_day: dict[dt.date, dict[int, int]] = {}
+    for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
+        by_day.setdefault(day, {})[b] = n
+    day_hist.update((_day_start(day), h) for day, h in by_day.items())
+    # The exact part: the partial days at both ends, and whatever is not folded yet.
+    closed = window.filter(status__in=CLOSED)
+    # Three ranges, each its own statement: one statement with an OR over them read the
+    # whole window through the index and was costed high enough to be JIT-compiled (37
+    # of its 60 ms over a week in bench/stats.py).
+    parts = (
+        closed.filter(decided_at__lt=_day_start(first)),
+        closed.filter(decided_at__gte=_day_start(end)),
+        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(end), tallied=False),
+    )
+    groups: list[Any] = []
+    for part in parts:
+        groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    for pid, origin, index, by, status, day, b, n in groups:
+        rule = (pid, origin or "", int(index) if index is not None else 0)
+        key = (*rule, by or 0, status)
+        counts[key] = counts.get(key, 0) + n
+        if status in PEOPLE:
+            h = rule_hist.setdefault(rule, {})
+            h[b] = h.get(b, 0) + n
+            d = day_hist.setdefault(day.astimezone(dt.UTC), {})
+            d[b] = d.get(b, 0) + n
+    names = dict(AgentProfile.objects.values_list("pk", "name"))
+    people = dict(
+        get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
+    )
+    rules: dict[tuple[Any, ...], RuleRow] = {}
+    reviewers: dict[str, ReviewerRow] = {}
+    agent_hist: dict[str, dict[int, int]] = {}
+    for (pid, origin, index, by, status), n in counts.items():
+        row = rules.setdefault((pid, origin, index), _rule_row(names[pid], origin or None, index if origin else None, 0, 0, 0, Timing()))
+        setattr(row, status, getattr(row, status) + n)
+        if status in PEOPLE:
+            who = people.get(by) or "(deleted user)"
+            rr = reviewers.setdefault(who, ReviewerRow(who, 0, 0))
+            setattr(rr, status, getattr(rr, status) + n)
+    overall: dict[int, int] = {}
+    for (pid, origin, index), h in rule_hist.items():
+        rules[(pid, origin, index)].timing = _hist_timing(h)
+        a = agent_hist.setdefault(names[pid], {})
+        for b, n in h.items():
+            a[b] = a.get(b, 0) + n
+            overall[b] = overall.get(b, 0) + n
+    return _sorted(WindowFigures(
+        overall=_hist_timing(overall),
+        agents=[(name, _hist_timing(h)) for name, h in agent_hist.items()],
+        rules=list(rules.values()),
+        reviewers=list(reviewers.values()),
+        buckets={at: _hist_timing(h) for at, h in day_hist.items()},
+    ))
+
+
+class BucketOf(Func):
+    """review_tally.bucket_of in PostgreSQL: floor(8 * log2(seconds waited))."""
+
+    output_field = IntegerField()
+    template = (
+        f"floor({review_tally.PER_DOUBLING} * ln(greatest(EXTRACT(EPOCH FROM (%(expressions)s)), "
+        f"{review_tally.MIN_SECONDS})) / ln(2))::integer"
+    )
+    arg_joiner = " - "
+
+    def __init__(self) -> None:
+        super().__init__(F("decided_at"), F("created_at"))
+
+
+def _exact_groups(exact: QuerySet[Approval]) -> list[tuple[Any, ...]]:
+    """The calls of `exact` counted per rule, reviewer, status, UTC day and bucket: in
+    PostgreSQL (a partial day is thousands of calls, their groups far fewer); on SQLite,
+    which may have no logarithm, from the rows read back."""
+    rule_fields = ("s_agent_id", "s_origin", "s_index", "decided_by_id", "status")
+    if connections[exact.db].vendor == "postgresql":
+        # The bucket of an expiry is ignored: it has no time to decision.
+        day = Trunc("decided_at", "day", tzinfo=dt.UTC)
+        return list(exact.values_list(*rule_fields, day, BucketOf()).annotate(n=Count("pk")).order_by())
+    groups: dict[tuple[Any, ...], int] = {}
+    for *key, created, decided in exact.values_list(*rule_fields, "created_at", "decided_at"):
+        start = _day_start(decided.astimezone(dt.UTC).date())
+        k = (*key, start, review_tally.bucket_of((decided - created).total_seconds()))
+        groups[k] = groups.get(k, 0) + 1
+    return [(*k, n) for k, n in groups.items()]
+
+
+def _hist_timing(hist: dict[int, int]) -> Timing:
+    n = sum(hist.values())
+    if not n:
+        return Timing()
+    return Timing(n, review_tally.percentile(hist, 0.5), review_tally.percentile(hist, 0.95))
+
+
 def window_figures(window: QuerySet[Approval], *, days: int, in_database: bool | None = None) -> WindowFigures:
     bucket = Trunc("decided_at", "hour" if days == 1 else "day", tzinfo=dt.UTC)
     agent = AGENT if days <= SHORT_WINDOW_DAYS else AGENT_JOINED
@@ -543,7 +699,10 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     )
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
     hourly = days == 1
-    figures = window_figures(window, days=days, in_database=in_database)
+    # Over whole days the tallies answer (a day's figures are folded once); the hourly
+    # chart of one day and a window nothing was folded for are computed exactly.
+    tallied = None if hourly or in_database is not None else _window_tallied(window, user, since=since, now=now)
+    figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
     escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
     claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
@@ -572,4 +731,5 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         shadow=_shadow(profiles, days, now),
         fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
         streak_needed=needed,
+        bucketed=tallied is not None,
     )

@@ -145,6 +145,9 @@ class Approval(models.Model):
     # An "already ran" approval of a fork (docs/retry.md): the parent's call, {"run",
     # "seq", "step", "status", "key"}; its result is read from the parent's journal.
     prior = models.JSONField(null=True, blank=True)
+    # Folded into the review statistics' daily tallies (agents/ops/review_tally.py): a
+    # closed call is counted there once, whenever its decision was committed.
+    tallied = models.BooleanField(default=False, db_default=False)
 
     objects = ApprovalQuerySet.as_manager()
 
@@ -164,6 +167,11 @@ class Approval(models.Model):
             # (reviews/stats.py): without it each read scanned every approval (bench/stats.py).
             models.Index(fields=["decided_at"], condition=models.Q(decided_at__isnull=False), name="approval_decided"),
             models.Index(fields=["escalated_at"], condition=models.Q(escalated_at__isnull=False), name="approval_escalated"),
+            # The closed calls not yet folded into the tallies: the fold's work and the
+            # stats page's exact tail (few, however long the history).
+            models.Index(
+                fields=["decided_at"], condition=models.Q(decided_at__isnull=False, tallied=False), name="approval_untallied"
+            ),
         ]
         constraints = [
             # At most one open question per run: the engine waits on one call at a time.

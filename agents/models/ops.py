@@ -25,6 +25,49 @@ class MetricTally(models.Model):
         constraints = [models.UniqueConstraint(fields=["name", "labels", "bucket"], name="tally_name_labels_bucket")]
 
 
+class ReviewTally(models.Model):
+    """How many closed calls, per UTC day of their decision, agent, rule that asked,
+    escalated or not, reviewer and status (agents/ops/review_tally.py folds them)."""
+
+    day = models.DateField()
+    profile = models.ForeignKey("agents.AgentProfile", on_delete=models.CASCADE, related_name="+")
+    origin = models.CharField(max_length=20, blank=True, help_text="the rule's origin; '' for no rule")
+    index = models.IntegerField(default=0, help_text="the rule's index; 0 for no rule")
+    escalated = models.BooleanField(default=False)
+    # The deciding user's id, 0 for none; not a foreign key: a deleted user's calls stay
+    # counted, shown as "(deleted user)" as the exact figures show them.
+    reviewer = models.IntegerField(default=0)
+    status = models.CharField(max_length=10)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "profile", "origin", "index", "escalated", "reviewer", "status"], name="reviewtally_key",
+            )
+        ]
+
+
+class ReviewTiming(models.Model):
+    """Time to decision of the calls a person answered, as counts per log-spaced bucket
+    (`bucket` = floor(8 * log2(seconds))), per UTC day, agent, rule and escalated."""
+
+    day = models.DateField()
+    profile = models.ForeignKey("agents.AgentProfile", on_delete=models.CASCADE, related_name="+")
+    origin = models.CharField(max_length=20, blank=True)
+    index = models.IntegerField(default=0)
+    escalated = models.BooleanField(default=False)
+    bucket = models.SmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "profile", "origin", "index", "escalated", "bucket"], name="reviewtiming_key"
+            )
+        ]
+
+
 class PurgeRecord(models.Model):
     """One purge (agents/runs/retention.py): when, by whom or by the schedule, the
     cut-off, what it removed. Never any content of the runs it purged."""

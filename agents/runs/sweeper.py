@@ -18,6 +18,7 @@ from agents.engine import limits, states
 from agents.engine import step as engine
 from agents.models import AgentProfile, Approval, OutboxEvent, Run
 from agents.notifications import events as outbox
+from agents.ops import review_tally
 from agents.runs import driver
 
 log = logging.getLogger("airlock.tasks")
@@ -34,7 +35,8 @@ def sweep() -> dict[str, int]:
     2. Expire approvals past their `expires_at` (`actions.approval_expire`), warn of
        those about to (`approval.expiring`), escalate those waiting longer than their
        profile's `escalate_after_seconds` (`actions.approval_escalate`), and record the
-       reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`).
+       reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`), and fold
+       the calls closed since into the review statistics' tallies.
     3. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
        that nobody holds and that have had no transition for AIRLOCK_IDLE_SECONDS (a
        lost wake-up, a broker that was down). A conditional update stamping the wake-up
@@ -63,6 +65,8 @@ def sweep() -> dict[str, int]:
     expiring = _warn_expiring(now)
     lapsed = claims.claims_lapse(now=now)
     escalated = _escalate(now)
+    # The review statistics' tallies: the calls closed since the last pass.
+    tallied = review_tally.approvals_tally()
     woken = 0
     for pk in driver.unattended_runs(now, SWEEP_BATCH):
         if not driver.stamp_wakeup(pk, now):
@@ -76,7 +80,7 @@ def sweep() -> dict[str, int]:
         )
     return {
         "failed": failed, "expired": expired, "expiring": expiring, "escalated": escalated, "woken": woken,
-        "lapsed_claims": lapsed,
+        "lapsed_claims": lapsed, "tallied": tallied,
     }
 
 

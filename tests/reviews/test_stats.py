@@ -223,6 +223,12 @@ for wait in (10, 20, 30, 40, 200):
     rows.approval(run, by=rita, wait=wait, rule=rows.profile_rule(1))
 rows.streak(run, 20, by=rita, rule=rows.profile_rule(2), start_ago=20000)
 figures = stats.stats(rita, days=7)
+# Folded into the daily tallies (the sweeper's upsert on SQLite), with one more call
+# three days ago: the page then reads those days from the tallies.
+from agents.ops import review_tally
+rows.approval(run, by=rita, wait=90, closed_ago=3 * 86400)
+folded = review_tally.approvals_tally()
+again = stats.stats(rita, days=7)
 client = Client()
 client.force_login(rita)
 page = client.get("/reviews/stats/")
@@ -230,6 +236,8 @@ print(json.dumps({
     "n": figures.overall.n, "p50": figures.overall.p50, "p95": figures.overall.p95,
     "buckets": sum(b.timing.n for b in figures.chart.buckets), "status": page.status_code,
     "chart": 'id="decision-chart"' in page.content.decode(), "streaks": [s.length for s in figures.fatigue],
+    "folded": folded, "again": again.overall.n, "bucketed": again.bucketed,
+    "again_page": 'id="bucketed"' in client.get("/reviews/stats/").content.decode(),
 }))
 """
 
@@ -252,3 +260,4 @@ def test_the_page_works_on_sqlite(tmp_path: Path) -> None:
     assert found["p50"] == pytest.approx(60.0)
     assert found["status"] == 200 and found["chart"]
     assert found["streaks"] == [20]
+    assert found["folded"] == 26 and found["again"] == 26 and found["bucketed"] and found["again_page"]

@@ -43,10 +43,10 @@ def test_idle_runs_and_dead_leases_are_woken_and_live_ones_left_alone(launch, wo
     Run.objects.filter(pk=live.pk).update(lease_owner="worker:busy:2", lease_expires=future)
     before = Run.objects.get(pk=idle.pk).updated_at
     woken.clear()
-    assert tasks.sweep() == {"failed": 0, "expired": 0, "expiring": 0, "escalated": 0, "woken": 2, "lapsed_claims": 0}
+    assert tasks.sweep() == {"failed": 0, "expired": 0, "expiring": 0, "escalated": 0, "woken": 2, "lapsed_claims": 0, "tallied": 0}
     assert sorted(woken) == sorted([idle.pk, expired.pk])
     # Stamped: the next sweep waits another idle period before sending them again.
-    assert tasks.sweep() == {"failed": 0, "expired": 0, "expiring": 0, "escalated": 0, "woken": 0, "lapsed_claims": 0}
+    assert tasks.sweep() == {"failed": 0, "expired": 0, "expiring": 0, "escalated": 0, "woken": 0, "lapsed_claims": 0, "tallied": 0}
     # The stamp is no lease: a worker takes the run at once, and the run's own
     # updated_at still says when it last moved.
     assert Run.objects.get(pk=idle.pk).updated_at == before

@@ -1,0 +1,161 @@
+"""The review statistics' daily tallies (agents/ops/review_tally.py): the page read from
+them agrees with the exact computation on a varied history (counts equal, percentiles
+within the buckets' stated error), a fold counts each call once however often or
+concurrently it runs, and a call closed after a fold still shows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+from django.db.models import Sum
+from django.utils import timezone
+
+from agents.models import AgentProfile, Approval, ReviewTally, ReviewTiming
+from agents.ops import review_tally
+from reviews import stats
+from tests.helpers import at_once, client_for, person, requires_postgres
+from tests.reviews import rows
+
+DAY = 86400.0
+
+
+def varied(rita: Any, rob: Any, *, now: dt.datetime) -> list[Approval]:
+    """Two agents, three rules and none, two reviewers, approvals, rejections and
+    expiries, some escalated, waits from 0.2 s to 3 h, closed over the last 40 days
+    (today and both edges of each window included)."""
+    runs = {"scripted": rows.a_run("scripted"), "demo": rows.a_run("demo")}
+    out = []
+    waits = [0.2, 3, 7.5, 12, 45, 60, 61, 300, 900, 3600, 10800]
+    for i, (agent, rule, who, status) in enumerate(itertools.islice(itertools.cycle(itertools.product(
+        ("scripted", "demo"), (None, 1, 2, 3), (rita, rob), ("approved", "approved", "rejected", "expired")
+    )), 260)):
+        out.append(rows.approval(
+            runs[agent], status=status, by=who, wait=waits[i % len(waits)] * (1 + (i % 5) / 10),
+            closed_ago=(i * 15_551) % int(40 * DAY) + 30, rule=None if rule is None else rows.profile_rule(rule),
+            escalated_ago=5 * DAY if i % 9 == 0 else None, now=now,
+        ))
+    return out
+
+
+def _counts(figures: stats.Stats) -> Any:
+    return (
+        figures.overall.n,
+        sorted((a, t.n) for a, t in figures.agents),
+        [(r.agent, r.origin, r.index, r.approved, r.rejected, r.expired, r.timing.n) for r in figures.rules],
+        [(r.name, r.approved, r.rejected) for r in figures.reviewers],
+        [(b.start, b.timing.n) for b in figures.chart.buckets],
+    )
+
+
+def _timings(figures: stats.Stats) -> list[stats.Timing]:
+    return [
+        figures.overall, *(t for _, t in figures.agents), *(r.timing for r in figures.rules),
+        *(b.timing for b in figures.chart.buckets),
+    ]
+
+
+def _close(bucketed: stats.Timing, exact: stats.Timing) -> bool:
+    rel = review_tally.MAX_ERROR + 1e-9
+    return all(
+        (b is None and e is None) or (b is not None and e is not None and b == pytest.approx(e, rel=rel))
+        for b, e in ((bucketed.p50, exact.p50), (bucketed.p95, exact.p95))
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 30, 90])
+def test_the_tallies_and_the_exact_figures_agree_on_a_varied_history(rita: Any, rob: Any, days: int) -> None:
+    now = timezone.now()
+    history = varied(rita, rob, now=now)
+    assert review_tally.approvals_tally(batch=37) == len(history)
+    tallied = stats.stats(rita, days=days, now=now)
+    exact = stats.stats(rita, days=days, now=now, in_database=True)
+    assert tallied.bucketed and not exact.bucketed
+    assert _counts(tallied) == _counts(exact)
+    assert exact.overall.n > 20
+    pairs = list(zip(_timings(tallied), _timings(exact), strict=True))
+    assert all(_close(b, e) for b, e in pairs), [(b, e) for b, e in pairs if not _close(b, e)]
+    # The error is really there to state: the buckets do not answer exactly.
+    assert any(b.p50 != e.p50 for b, e in pairs if e.p50 is not None)
+
+
+@pytest.mark.django_db
+def test_folding_twice_counts_nothing_twice(rita: Any, rob: Any) -> None:
+    history = varied(rita, rob, now=timezone.now())
+    rows.approval(rows.a_run("scripted"), status="pending")  # never folded
+    assert review_tally.approvals_tally() == len(history)
+    assert review_tally.approvals_tally() == 0
+    assert ReviewTally.objects.aggregate(n=Sum("n"))["n"] == len(history)
+    people = sum(1 for a in history if a.status in ("approved", "rejected"))
+    assert ReviewTiming.objects.aggregate(n=Sum("n"))["n"] == people
+    assert not Approval.objects.exclude(status="pending").filter(tallied=False).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@requires_postgres()
+def test_concurrent_folds_count_each_call_once(defaults: None) -> None:
+    rita, rob = person("rita", "reviewer"), person("rob", "reviewer")
+    history = varied(rita, rob, now=timezone.now())
+    folded = at_once(lambda _: review_tally.approvals_tally(batch=11), range(4))
+    assert sum(folded) == len(history)
+    assert ReviewTally.objects.aggregate(n=Sum("n"))["n"] == len(history)
+    people = sum(1 for a in history if a.status in ("approved", "rejected"))
+    assert ReviewTiming.objects.aggregate(n=Sum("n"))["n"] == people
+
+
+@pytest.mark.django_db
+def test_a_call_closed_after_the_fold_shows_before_the_next(rita: Any, rob: Any) -> None:
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    review_tally.approvals_tally()
+    before = stats.stats(rita, days=30, now=now)
+    run = rows.a_run("demo")
+    # One decided today, one committed late into a day already folded.
+    rows.approval(run, by=rob, wait=5, closed_ago=60, now=now)
+    rows.approval(run, by=rob, wait=5, closed_ago=3 * DAY, now=now, status="rejected")
+    after = stats.stats(rita, days=30, now=now)
+    assert after.bucketed and after.overall.n == before.overall.n + 2
+    rob_before = next(r for r in before.reviewers if r.name == "rob")
+    rob_after = next(r for r in after.reviewers if r.name == "rob")
+    assert (rob_after.approved, rob_after.rejected) == (rob_before.approved + 1, rob_before.rejected + 1)
+    assert review_tally.approvals_tally() == 2
+    assert _counts(stats.stats(rita, days=30, now=now)) == _counts(after)
+
+
+@pytest.mark.django_db
+def test_the_page_says_its_percentiles_come_from_buckets(rita: Any, rob: Any) -> None:
+    varied(rita, rob, now=timezone.now())
+    assert 'id="bucketed"' not in client_for(rita).get("/reviews/stats/?days=30").content.decode()
+    review_tally.approvals_tally()
+    html = client_for(rita).get("/reviews/stats/?days=30").content.decode()
+    assert "each within 4.4% of the exact value" in html
+    # One day is charted by the hour: exact.
+    assert 'id="bucketed"' not in client_for(rita).get("/reviews/stats/?days=1").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_reviewer_of_one_agent_reads_only_its_tallies(rita: Any, rob: Any) -> None:
+    Group.objects.get_or_create(name="demo-reviewers")
+    AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
+    dora = person("dora", "demo-reviewers")
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    review_tally.approvals_tally()
+    tallied = stats.stats(dora, days=30, now=now)
+    exact = stats.stats(dora, days=30, now=now, in_database=True)
+    assert tallied.bucketed and _counts(tallied) == _counts(exact)
+    assert [a for a, _ in tallied.agents] == ["demo"]
+
+
+def test_a_percentile_from_buckets_interpolates_between_ranks() -> None:
+    assert review_tally.percentile({}, 0.5) is None
+    b = review_tally.bucket_of(10.0)
+    assert review_tally.percentile({b: 3}, 0.5) == review_tally.bucket_seconds(b)
+    assert review_tally.bucket_seconds(b) == pytest.approx(10.0, rel=review_tally.MAX_ERROR)
+    low, high = review_tally.bucket_of(10.0), review_tally.bucket_of(40.0)
+    mid = review_tally.percentile({low: 1, high: 1}, 0.5)
+    assert mid == pytest.approx((review_tally.bucket_seconds(low) + review_tally.bucket_seconds(high)) / 2)

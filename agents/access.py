@@ -219,6 +219,8 @@ def review_scope(user: Any) -> ReviewScope:
         scope = ReviewScope(False, frozenset(), frozenset())
     elif user.is_superuser and token_project(user) is None:
         scope = ReviewScope(True, frozenset(), frozenset())
+    elif not _may_review_anything(user):
+        scope = ReviewScope(False, frozenset(), frozenset())
     else:
         profiles = list(AgentProfile.objects.only("pk", "project_id", "reviewer_group", "backup_group"))
         primary = frozenset(p.pk for p in profiles if may_review(user, p, escalated=False))
@@ -228,6 +230,16 @@ def review_scope(user: Any) -> ReviewScope:
         scope = ReviewScope(everything, primary, backup)
     user._airlock_review_scope = scope
     return scope
+
+
+def _may_review_anything(user: Any) -> bool:
+    """False when no profile can name a group that makes `user` a reviewer: no reviewer
+    role anywhere, and no Django group but the role groups. Operators and launchers are
+    answered without reading the profiles (every page asks, for the navigation)."""
+    if project_ids(user, REVIEWER) != set():
+        return True
+    in_group(user, REVIEWER)  # fills the cache of the user's groups
+    return bool(set(getattr(user, "_airlock_groups", ())) - set(GLOBAL_ROLES))
 
 
 def may_decide(user: Any, approval: Approval) -> bool:
@@ -358,8 +370,10 @@ def _run_scope(user: Any, project: int | None, *, approvals: bool = False) -> Q 
     their projects."""
     prefix = "run__" if approvals else ""
     operators = _narrow(project_ids(user, OPERATOR), project)
+    if operators is None:
+        return None
     scope = review_scope(user)
-    if operators is None or (scope.everything and project is None):
+    if scope.everything and project is None:
         return None
     q = Q(**{f"{prefix}profile_id__in": _profiles_in(user, operators)}) if operators else Q(pk__in=[])
     if approvals:

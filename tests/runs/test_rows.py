@@ -29,7 +29,7 @@ def test_rows_hold_the_orm_values_json_and_times_included(launch, drive) -> None
 
 def test_rows_limit_and_an_in_list(launch, drive) -> None:
     run = drive(launch([call("echo", text="a"), call("echo", text="b"), final("ok")]))
-    ids = list(ToolCall.objects.filter(run=run).values_list("call_id", flat=True))
+    ids = list(ToolCall.objects.filter(run=run).order_by("id").values_list("call_id", flat=True))
     journal = Rows(ToolCall, timeline.JOURNAL_FIELDS)
     rows = journal.fetch(f"run_id = %s AND call_id IN ({placeholders(ids)})", [run.pk, *ids], order_by="id", limit=1)
     assert len(ids) == 2 and [r.call_id for r in rows] == ids[:1]

@@ -24,6 +24,7 @@ from agents.runs import driver, retention
 from agents.runs.export import check_archive
 from agents.runs.verify import verify_run
 from agents.tokens import token_create
+from reviews import stats
 from tests.helpers import Api, call, client_for, csrf_post, final, requires_postgres, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -385,3 +386,22 @@ def test_a_purge_batch_left_open_blocks_no_live_commit(launch, drive) -> None:
     assert not isinstance(report, BaseException), report
     assert finished.pk in report.run_ids and live.pk not in report.run_ids
     assert Run.objects.get(pk=finished.pk).purged_at is not None
+
+
+@pytest.mark.parametrize("days", [7, 30])
+def test_a_purge_leaves_the_review_statistics_of_past_windows_unchanged(launch, drive, rita, days: int) -> None:
+    """The stats page reads the decision chain a purge keeps (who, when, decision, rule),
+    so its figures for a window are the same after the purge as before (issue 31)."""
+    for _ in range(3):
+        decided_run(launch, drive, rita)
+    now = timezone.now()
+
+    def figures() -> tuple[Any, ...]:
+        s = stats.stats(rita, days=days, now=now)
+        return (s.overall, s.reviewers, s.agents, s.rules, [b.timing for b in s.chart.buckets], s.escalations)
+
+    before = figures()
+    assert before[0].n == 3  # three decided calls in the window
+    assert retention.purge(actor="test", older_than_days=0).runs == 3
+    assert Run.objects.filter(purged_at__isnull=False).count() == 3
+    assert figures() == before

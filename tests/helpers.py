@@ -7,8 +7,12 @@ imports comes from here or from such a module, never from a conftest.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -247,3 +251,23 @@ CRM_UPDATE = {
     "returns": "internal",
     "retry_safety": "unsafe",
 }
+
+
+def on_fresh_sqlite(tmp_path: Path, scenario: str, *args: str) -> Any:
+    """Run `scenario` (a Python script) in a subprocess against a fresh, migrated SQLite
+    database under `tmp_path` (the embedded default), and return the JSON its last line
+    prints. A subprocess, as the suite's own process is bound to its database."""
+    database = tmp_path / "airlock.sqlite3"
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "AIRLOCK_VAR_DIR": str(tmp_path / "var")}
+    env.pop("REDIS_URL", None)
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    base = Path(__file__).resolve().parent.parent
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(argv, cwd=base, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    run(sys.executable, "manage.py", "migrate", "--noinput", "-v0")
+    return json.loads(run(sys.executable, "-c", scenario, *args).strip().splitlines()[-1])
+

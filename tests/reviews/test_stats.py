@@ -4,10 +4,6 @@ on the same rows, and the page is rendered once on SQLite itself (a subprocess).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +12,11 @@ from django.test import Client
 
 from agents.models import Approval
 from reviews import stats
-from tests.helpers import client_for, person
+from tests.helpers import client_for, on_fresh_sqlite, person
 from tests.reviews import rows
 
 pytestmark = pytest.mark.django_db
 
-BASE = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -243,18 +238,7 @@ print(json.dumps({
 
 
 def test_the_page_works_on_sqlite(tmp_path: Path) -> None:
-    database = tmp_path / "airlock.sqlite3"
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "AIRLOCK_VAR_DIR": str(tmp_path / "var")}
-    env.pop("REDIS_URL", None)
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-
-    def run(*argv: str) -> str:
-        done = subprocess.run(argv, cwd=BASE, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
-
-    run(sys.executable, "manage.py", "migrate", "--noinput", "-v0")
-    found = json.loads(run(sys.executable, "-c", SCENARIO).strip().splitlines()[-1])
+    found = on_fresh_sqlite(tmp_path, SCENARIO)
     # 10..200 s and the streak's 20 decisions of 60 s each.
     assert found["n"] == 25 and found["buckets"] == 25
     assert found["p50"] == pytest.approx(60.0)

@@ -3,13 +3,9 @@ fresh database of its own (a subprocess: the suite's own database is PostgreSQL)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-BASE = Path(__file__).resolve().parents[2]
+from tests.helpers import on_fresh_sqlite
 
 SCENARIO = """
 import django, io, json, sqlite3, sys
@@ -64,18 +60,7 @@ print(json.dumps({
 
 
 def test_purge_then_verify_on_sqlite(tmp_path: Path) -> None:
-    database = tmp_path / "airlock.sqlite3"
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "AIRLOCK_VAR_DIR": str(tmp_path / "var")}
-    env.pop("REDIS_URL", None)
-    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
-
-    def run(*argv: str) -> str:
-        done = subprocess.run(argv, cwd=BASE, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
-
-    run(sys.executable, "manage.py", "migrate", "--noinput", "-v0")
-    found = json.loads(run(sys.executable, "-c", SCENARIO, str(database)).strip().splitlines()[-1])
+    found = on_fresh_sqlite(tmp_path, SCENARIO, str(tmp_path / "airlock.sqlite3"))
     assert "purged 1 run(s)" in found["out"]
     assert "2 run(s) checked, 0 inconsistent" in found["verified"]
     assert found["holding"] == []

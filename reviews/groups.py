@@ -31,10 +31,13 @@ GROUP_ROWS = 50  # a group's rows shown (and selectable); the rest are counted
 VALUE_CHARS = 80  # a value longer than this is cut in the table, in full behind a toggle
 REASON = "why asked"  # the pseudo-field for the policy's reason, when it differs
 # What a group reads of a call and its run: not the task (a card's), nor the run's engine
-# state, counters or script, which 50 rows a group would otherwise carry.
+# state, counters or script, which 50 rows a group would otherwise carry. Every field
+# cards._load() looks at must be here (claimed_by: whether to read a claimant's name),
+# or each row pays a query for it.
 ROW_FIELDS = (
     "pk", "run_id", "kind", "tool", "risk", "args", "edited_args", "args_sha256", "reason", "rule", "required",
-    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "run__created_by", "run__profile",
+    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "claimed_by", "run__created_by",
+    "run__profile",
 )
 
 

@@ -11,6 +11,7 @@ embedded default, which has none) the same interpolation over the durations read
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -41,17 +42,18 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import access
-from agents.engine import decisions, drafts
+from agents.engine import decisions, drafts, streaks
 from agents.engine import policy as engine_policy
-from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming, Run
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
 DEFAULT_DAYS = 7
-# A streak is read among the newest FATIGUE_SCAN calls closed in the last FATIGUE_DAYS:
-# the scan stays bounded however much history there is.
+# A streak is shown while its newest call closed in the last FATIGUE_DAYS. The folded
+# streaks count every call; where the calls are walked instead (_walked), the newest
+# FATIGUE_SCAN are read, so the walk stays bounded however much history there is.
 FATIGUE_DAYS = max(WINDOWS)
 FATIGUE_SCAN = 5000
 DRAFT_SAMPLE = 1000  # the newest approved calls of a streak a draft is derived from
@@ -613,9 +615,93 @@ def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.date
     return Chart(buckets, hourly)
 
 
-def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
+def _streak_scope(user: Any) -> Q | None:
+    """Which folded streaks `user` may read, by profile, or None when only the calls
+    themselves can answer: a launcher (who sees their own runs' calls) and a backup
+    reviewer (who sees a profile's escalated calls only) walk them."""
+    if access.reads_all_runs(user):
+        return Q()
+    scope = access.review_scope(user)
+    if scope.empty or scope.backup or access.in_group(user, access.LAUNCHER):
+        return None
+    return Q() if scope.everything else Q(profile_id__in=scope.primary)
+
+
+def _fatigue(
+    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int
+) -> list[Streak]:
     """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
-    approved as proposed, longest first (a reject, an edit or an expiry ends a streak).
+    approved as proposed, longest first (a reject, an edit or an expiry ends a streak),
+    its newest call closed in the last FATIGUE_DAYS.
+
+    1. The streaks folded ahead (ReviewStreak, by the sweeper's fold), with the calls
+       closed since the last fold folded onto them here (agents/engine/streaks.py).
+       As the tallies, the two are separate statements: a fold committed between them
+       can make one page count a call twice or not at all; the next one is right.
+    2. One statement per streak long enough for the arguments it is drafted from.
+
+    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet), and a
+    viewer the folded streaks cannot answer for, walk the calls instead (_walked)."""
+    scope = _streak_scope(user)
+    if scope is None:
+        return _walked(approvals, profiles, now=now, needed=needed)
+    fresh = list(
+        approvals.filter(kind=decisions.POLICY, status__in=CLOSED, tallied=False, decided_at__isnull=False,
+                         decided_at__lte=now)
+        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
+                     "risk", "required", "status")[: FATIGUE_SCAN + 1]
+    )
+    if len(fresh) > FATIGUE_SCAN:
+        return _walked(approvals, profiles, now=now, needed=needed)
+    folded = {
+        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
+    }
+    calls: dict[review_tally.StreakKey, list[streaks.Call]] = {}
+    for row in fresh:
+        found = review_tally.streak_call(*row)
+        if found is not None:
+            calls.setdefault(found[0], []).append(found[1])
+    for key, more in calls.items():
+        recount = functools.partial(review_tally.recount, key)
+        folded[key] = streaks.fold(folded.get(key, streaks.Streak()), more, recount)
+    recent = now - dt.timedelta(days=FATIGUE_DAYS)
+    by_id = {p.pk: p for p in profiles}
+    out = []
+    for key, s in folded.items():
+        if s.length < needed or s.last is None or s.last[0] < recent or key[0] not in by_id:
+            continue
+        args: list[Any] = []
+        if not s.irreversible and s.votes <= 1:
+            args = list(
+                review_tally.streak_calls(key, s.broken, approvals).filter(decided_at__lte=now)
+                .order_by("-decided_at", "-pk").values_list("args", flat=True)[:DRAFT_SAMPLE]
+            )
+        profile_id, tool, origin, index = key
+        out.append(_shown(by_id[profile_id], tool, origin or None, index if origin else None, s, args))
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool, s.origin or "", s.index or 0))
+
+
+def _shown(
+    agent: AgentProfile, tool: str, origin: str | None, index: int | None, s: streaks.Streak, args: list[Any]
+) -> Streak:
+    """The page's streak, with its draft or why none is offered (`args`: the newest
+    calls' arguments, for a streak that may have a draft)."""
+    streak = Streak(agent, tool, origin, index, s.length)
+    if s.irreversible:
+        streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
+    elif s.votes > 1:
+        streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
+    else:
+        reason = f"drafted from {s.length} calls approved unchanged in a row; review before use"
+        streak.draft = drafts.narrower_allow(tool, args, reason=reason)
+        if streak.draft is None:
+            streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
+    return streak
+
+
+def _walked(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
+    """_fatigue's answer from the calls themselves, without the folded streaks:
 
     1. The newest FATIGUE_SCAN closed policy calls, newest first (the `approval_decided`
        index): walking them, each key's streak grows until its first call that breaks it.
@@ -651,20 +737,12 @@ def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now
     wanted = [pk for w in long_enough.values() if not w.irreversible and w.votes <= 1 for pk in w.ids]
     args = dict(Approval.objects.filter(pk__in=wanted).values_list("pk", "args")) if wanted else {}
     by_id = {p.pk: p for p in profiles}
-    out = []
-    for (agent_id, tool, origin, index), w in long_enough.items():
-        streak = Streak(by_id[agent_id], tool, origin, index, w.length)
-        if w.irreversible:
-            streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
-        elif w.votes > 1:
-            streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
-        else:
-            reason = f"drafted from {w.length} calls approved unchanged in a row; review before use"
-            streak.draft = drafts.narrower_allow(tool, [args[pk] for pk in w.ids], reason=reason)
-            if streak.draft is None:
-                streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
-        out.append(streak)
-    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool))
+    out = [
+        _shown(by_id[agent_id], tool, origin, index, streaks.Streak(w.length, w.irreversible, w.votes),
+               [args[pk] for pk in w.ids if pk in args])
+        for (agent_id, tool, origin, index), w in long_enough.items()
+    ]
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool, s.origin or "", s.index or 0))
 
 
 @dataclass
@@ -729,7 +807,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         lapsed=lapsed,
         chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
         shadow=_shadow(profiles, days, now),
-        fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
+        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed),
         streak_needed=needed,
         bucketed=tallied is not None,
     )

@@ -476,19 +476,23 @@ def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
-def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime) -> WindowFigures | None:
+def _window_tallied(
+    window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime, present: bool = False
+) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
     percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
-    tallies hold nothing for those days or cannot answer for `user`."""
+    tallies hold nothing for those days or cannot answer for `user`.
+
+    `present`: `now` is the present, so today's tally holds only calls closed before it
+    and reads today too (a `now` in the past reads today exactly)."""
     scope = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
     if scope is None or first >= end:
         return None
-    whole = Q(day__gte=first, day__lt=end) & scope
-    if not ReviewTally.objects.filter(whole).exists():
-        return None
+    until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
+    whole = Q(day__gte=first, day__lt=until) & scope
     counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
     rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
     day_hist: dict[dt.datetime, dict[int, int]] = {}
@@ -496,6 +500,8 @@ def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime
         s=Sum("n")
     ).order_by():
         counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
+    if not counts:
+        return None  # nothing folded for those days: the exact figures
     for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
         "profile_id", "origin", "index", "bucket"
     ).annotate(s=Sum("n")).order_by():
@@ -505,16 +511,18 @@ def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime
     for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
         by_day.setdefault(day, {})[b] = n
     day_hist.update((_day_start(day), h) for day, h in by_day.items())
-    # The exact part: the partial days at both ends, and whatever is not folded yet.
+    # The exact part: the partial days (the first; today unless `present`), and whatever
+    # is not folded yet.
     closed = window.filter(status__in=CLOSED)
-    # Three ranges, each its own statement: one statement with an OR over them read the
-    # whole window through the index and was costed high enough to be JIT-compiled (37
-    # of its 60 ms over a week in bench/stats.py).
-    parts = (
+    # Each range its own statement: one statement with an OR over them read the whole
+    # window through the index and was costed high enough to be JIT-compiled (37 of its
+    # 60 ms over a week in bench/stats.py).
+    parts = [
         closed.filter(decided_at__lt=_day_start(first)),
-        closed.filter(decided_at__gte=_day_start(end)),
-        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(end), tallied=False),
-    )
+        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(until), tallied=False),
+    ]
+    if not present:
+        parts.append(closed.filter(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
     for part in parts:
         groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
@@ -766,7 +774,9 @@ def _shadow(
 
 
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
-    """Every figure of the page, for what `user` may see, over the last `days`."""
+    """Every figure of the page, for what `user` may see, over the last `days` (until
+    `now`, by default the present)."""
+    present = now is None
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
     approvals = access.visible_approvals(user)
@@ -779,10 +789,18 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly
     # chart of one day and a window nothing was folded for are computed exactly.
-    tallied = None if hourly or in_database is not None else _window_tallied(window, user, since=since, now=now)
+    tallied = None if hourly or in_database is not None else _window_tallied(
+        window, user, since=since, now=now, present=present
+    )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
+    profiles = list(AgentProfile.objects.order_by("name"))
+    # Counted by the run's profile id, named from the profiles: naming each call's agent
+    # in the database was a join a call (1,000 calls escalated over 90 days).
     escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
-    escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
+    names = {p.pk: p.name for p in profiles}
+    escalations = sorted(
+        (names.get(r["pid"], "(deleted agent)"), r["n"]) for r in escalated.values(pid=AGENT_ID).annotate(n=Count("pk")).order_by()
+    )
     claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
     lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
         ended_at__isnull=True, until__gte=since, until__lt=now
@@ -792,7 +810,6 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
     ]
     needed = settings.AIRLOCK_FATIGUE_STREAK
-    profiles = list(AgentProfile.objects.order_by("name"))
     return Stats(
         days=days,
         since=since,

@@ -183,8 +183,8 @@ def main() -> None:
     base.truncate()
     from django.db import connection
 
-    with connection.cursor() as cur:  # the tallies hang off profiles, which truncate() keeps
-        cur.execute("truncate agents_reviewtally, agents_reviewtiming")
+    with connection.cursor() as cur:  # the tallies and streaks hang off profiles, which truncate() keeps
+        cur.execute("truncate agents_reviewtally, agents_reviewtiming, agents_reviewstreak")
     r = stats_bench(approvals)
     print_stats(r)
     out = ROOT / "bench" / "results.json"

@@ -12,10 +12,11 @@ shows to `reviews:decisions`, which decides each through `approval_decide`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, Min, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet
 from django.utils import timezone
 
 from agents import access
@@ -31,10 +32,13 @@ GROUP_ROWS = 50  # a group's rows shown (and selectable); the rest are counted
 VALUE_CHARS = 80  # a value longer than this is cut in the table, in full behind a toggle
 REASON = "why asked"  # the pseudo-field for the policy's reason, when it differs
 # What a group reads of a call and its run: not the task (a card's), nor the run's engine
-# state, counters or script, which 50 rows a group would otherwise carry.
+# state, counters or script, which 50 rows a group would otherwise carry. Every field
+# cards._load() looks at must be here (claimed_by: whether to read a claimant's name),
+# or each row pays a query for it.
 ROW_FIELDS = (
     "pk", "run_id", "kind", "tool", "risk", "args", "edited_args", "args_sha256", "reason", "rule", "required",
-    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "run__created_by", "run__profile",
+    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "claimed_by", "run__created_by",
+    "run__profile",
 )
 
 
@@ -145,23 +149,32 @@ def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any)
     return Group(key=key, count=count, rows=rows, same=same, differ=differ)
 
 
-def _rows(pending: QuerySet[Approval], counts: dict[str, int]) -> dict[str, list[Approval]]:
-    """The first GROUP_ROWS calls of each group (`counts`: key -> calls), oldest first.
-    The groups that fit are read in one query; each bigger one by its own LIMITed query
+def _rows(
+    pending: QuerySet[Approval], counts: dict[str, int], lone: Sequence[int] = ()
+) -> tuple[dict[str, list[Approval]], dict[int, Approval]]:
+    """The first GROUP_ROWS calls of each group (`counts`: key -> calls), oldest first,
+    and the calls `lone` (by id) shown as cards. The groups that fit are read in one
+    query with the lone calls (as cards read them: a query less a page, which cost more
+    than the fields the rows carry along); each bigger group by its own LIMITed query
     along approval_pending_group (few a page: a window over every call of the page's
     groups sorted 5,000 rows to keep 50, and a UNION of one part a group cost more to
     compile than to run)."""
-    rows = pending.select_related("run").only(*ROW_FIELDS).annotate(agent_name=F("run__profile__name"))
     small = [k for k, n in counts.items() if n <= GROUP_ROWS]
-    parts = [rows.filter(group_key__in=small)] if small else []
+    parts = [cards._select(pending.filter(Q(group_key__in=small) | Q(pk__in=lone)))] if small or lone else []
+    rows = pending.select_related("run").only(*ROW_FIELDS).annotate(agent_name=F("run__profile__name"))
     parts += [rows.filter(group_key=k).order_by("created_at", "pk")[:GROUP_ROWS] for k, n in counts.items() if n > GROUP_ROWS]
     by_key: dict[str, list[Approval]] = {k: [] for k in counts}
+    alone: dict[int, Approval] = {}
+    wanted = set(lone)
     for part in parts:
         for a in cards._load(part):
-            by_key[a.group_key].append(a)
+            if a.pk in wanted:
+                alone[a.pk] = a
+            elif a.group_key in by_key:
+                by_key[a.group_key].append(a)
     for found in by_key.values():
         found.sort(key=lambda a: (a.created_at, a.pk))
-    return by_key
+    return by_key, alone
 
 
 def pending_calls(user: Any, filters: Filters) -> QuerySet[Approval]:
@@ -216,11 +229,10 @@ def group_page(user: Any, filters: Filters, *, page: int = 1, matching: int | No
     entries = _entries(pending, (page - 1) * PAGE, PAGE + 1)
     has_next = len(entries) > PAGE
     entries = entries[:PAGE]
-    rows = _rows(pending, {e["entry"]: e["n"] for e in entries if e["n"] > 1})
-    lone_ids = [e["one"] for e in entries if e["n"] == 1]
-    lone = {c.approval.pk: c for c in cards.build(
-        cards._load(cards._select(pending.filter(pk__in=lone_ids))), viewer=user
-    )} if lone_ids else {}
+    rows, alone = _rows(
+        pending, {e["entry"]: e["n"] for e in entries if e["n"] > 1}, [e["one"] for e in entries if e["n"] == 1]
+    )
+    lone = {c.approval.pk: c for c in cards.build(alone.values(), viewer=user)}
     items: list[Group | Card] = []
     for e in entries:
         if e["n"] > 1 and rows.get(e["entry"]):
@@ -239,7 +251,7 @@ def group_of(user: Any, key: str, filters: Filters) -> Group | Card | None:
         return None
     pending = pending_calls(user, filters).filter(group_key=key)
     count = pending.count()
-    approvals = _rows(pending, {key: count}).get(key, []) if count else []
+    approvals = _rows(pending, {key: count})[0].get(key, []) if count else []
     if not approvals:
         return None
     if count == 1:

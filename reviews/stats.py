@@ -11,6 +11,7 @@ embedded default, which has none) the same interpolation over the durations read
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -41,17 +42,18 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import access
-from agents.engine import decisions, drafts
+from agents.engine import decisions, drafts, streaks
 from agents.engine import policy as engine_policy
-from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming, Run
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
 DEFAULT_DAYS = 7
-# A streak is read among the newest FATIGUE_SCAN calls closed in the last FATIGUE_DAYS:
-# the scan stays bounded however much history there is.
+# A streak is shown while its newest call closed in the last FATIGUE_DAYS. The folded
+# streaks count every call; where the calls are walked instead (_walked), the newest
+# FATIGUE_SCAN are read, so the walk stays bounded however much history there is.
 FATIGUE_DAYS = max(WINDOWS)
 FATIGUE_SCAN = 5000
 DRAFT_SAMPLE = 1000  # the newest approved calls of a streak a draft is derived from
@@ -213,8 +215,9 @@ class Chart:
     BOTTOM = 24
     TOP = 12
 
-    @property
+    @functools.cached_property
     def top_seconds(self) -> float:
+        # Cached: every point of the chart is placed against it (91 days, 4 uses a day).
         highest = max((b.timing.p95 or 0.0 for b in self.buckets), default=0.0)
         return highest or 1.0
 
@@ -474,19 +477,23 @@ def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
-def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime) -> WindowFigures | None:
+def _window_tallied(
+    window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime, present: bool = False
+) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
     percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
-    tallies hold nothing for those days or cannot answer for `user`."""
+    tallies hold nothing for those days or cannot answer for `user`.
+
+    `present`: `now` is the present, so today's tally holds only calls closed before it
+    and reads today too (a `now` in the past reads today exactly)."""
     scope = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
     if scope is None or first >= end:
         return None
-    whole = Q(day__gte=first, day__lt=end) & scope
-    if not ReviewTally.objects.filter(whole).exists():
-        return None
+    until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
+    whole = Q(day__gte=first, day__lt=until) & scope
     counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
     rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
     day_hist: dict[dt.datetime, dict[int, int]] = {}
@@ -494,6 +501,8 @@ def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime
         s=Sum("n")
     ).order_by():
         counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
+    if not counts:
+        return None  # nothing folded for those days: the exact figures
     for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
         "profile_id", "origin", "index", "bucket"
     ).annotate(s=Sum("n")).order_by():
@@ -503,16 +512,18 @@ def _window_tallied(window: QuerySet[Approval], user: Any, *, since: dt.datetime
     for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
         by_day.setdefault(day, {})[b] = n
     day_hist.update((_day_start(day), h) for day, h in by_day.items())
-    # The exact part: the partial days at both ends, and whatever is not folded yet.
+    # The exact part: the partial days (the first; today unless `present`), and whatever
+    # is not folded yet.
     closed = window.filter(status__in=CLOSED)
-    # Three ranges, each its own statement: one statement with an OR over them read the
-    # whole window through the index and was costed high enough to be JIT-compiled (37
-    # of its 60 ms over a week in bench/stats.py).
-    parts = (
+    # Each range its own statement: one statement with an OR over them read the whole
+    # window through the index and was costed high enough to be JIT-compiled (37 of its
+    # 60 ms over a week in bench/stats.py).
+    parts = [
         closed.filter(decided_at__lt=_day_start(first)),
-        closed.filter(decided_at__gte=_day_start(end)),
-        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(end), tallied=False),
-    )
+        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(until), tallied=False),
+    ]
+    if not present:
+        parts.append(closed.filter(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
     for part in parts:
         groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
@@ -590,7 +601,8 @@ def _hist_timing(hist: dict[int, int]) -> Timing:
     n = sum(hist.values())
     if not n:
         return Timing()
-    return Timing(n, review_tally.percentile(hist, 0.5), review_tally.percentile(hist, 0.95))
+    p50, p95 = review_tally.percentiles(hist, (0.5, 0.95))
+    return Timing(n, p50, p95)
 
 
 def window_figures(window: QuerySet[Approval], *, days: int, in_database: bool | None = None) -> WindowFigures:
@@ -613,9 +625,93 @@ def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.date
     return Chart(buckets, hourly)
 
 
-def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
+def _streak_scope(user: Any) -> Q | None:
+    """Which folded streaks `user` may read, by profile, or None when only the calls
+    themselves can answer: a launcher (who sees their own runs' calls) and a backup
+    reviewer (who sees a profile's escalated calls only) walk them."""
+    if access.reads_all_runs(user):
+        return Q()
+    scope = access.review_scope(user)
+    if scope.empty or scope.backup or access.in_group(user, access.LAUNCHER):
+        return None
+    return Q() if scope.everything else Q(profile_id__in=scope.primary)
+
+
+def _fatigue(
+    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int
+) -> list[Streak]:
     """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
-    approved as proposed, longest first (a reject, an edit or an expiry ends a streak).
+    approved as proposed, longest first (a reject, an edit or an expiry ends a streak),
+    its newest call closed in the last FATIGUE_DAYS.
+
+    1. The streaks folded ahead (ReviewStreak, by the sweeper's fold), with the calls
+       closed since the last fold folded onto them here (agents/engine/streaks.py).
+       As the tallies, the two are separate statements: a fold committed between them
+       can make one page count a call twice or not at all; the next one is right.
+    2. One statement per streak long enough for the arguments it is drafted from.
+
+    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet), and a
+    viewer the folded streaks cannot answer for, walk the calls instead (_walked)."""
+    scope = _streak_scope(user)
+    if scope is None:
+        return _walked(approvals, profiles, now=now, needed=needed)
+    fresh = list(
+        approvals.filter(kind=decisions.POLICY, status__in=CLOSED, tallied=False, decided_at__isnull=False,
+                         decided_at__lte=now)
+        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
+                     "risk", "required", "status")[: FATIGUE_SCAN + 1]
+    )
+    if len(fresh) > FATIGUE_SCAN:
+        return _walked(approvals, profiles, now=now, needed=needed)
+    folded = {
+        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
+    }
+    calls: dict[review_tally.StreakKey, list[streaks.Call]] = {}
+    for row in fresh:
+        found = review_tally.streak_call(*row)
+        if found is not None:
+            calls.setdefault(found[0], []).append(found[1])
+    for key, more in calls.items():
+        recount = functools.partial(review_tally.recount, key)
+        folded[key] = streaks.fold(folded.get(key, streaks.Streak()), more, recount)
+    recent = now - dt.timedelta(days=FATIGUE_DAYS)
+    by_id = {p.pk: p for p in profiles}
+    out = []
+    for key, s in folded.items():
+        if s.length < needed or s.last is None or s.last[0] < recent or key[0] not in by_id:
+            continue
+        args: list[Any] = []
+        if not s.irreversible and s.votes <= 1:
+            args = list(
+                review_tally.streak_calls(key, s.broken, approvals).filter(decided_at__lte=now)
+                .order_by("-decided_at", "-pk").values_list("args", flat=True)[:DRAFT_SAMPLE]
+            )
+        profile_id, tool, origin, index = key
+        out.append(_shown(by_id[profile_id], tool, origin or None, index if origin else None, s, args))
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool, s.origin or "", s.index or 0))
+
+
+def _shown(
+    agent: AgentProfile, tool: str, origin: str | None, index: int | None, s: streaks.Streak, args: list[Any]
+) -> Streak:
+    """The page's streak, with its draft or why none is offered (`args`: the newest
+    calls' arguments, for a streak that may have a draft)."""
+    streak = Streak(agent, tool, origin, index, s.length)
+    if s.irreversible:
+        streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
+    elif s.votes > 1:
+        streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
+    else:
+        reason = f"drafted from {s.length} calls approved unchanged in a row; review before use"
+        streak.draft = drafts.narrower_allow(tool, args, reason=reason)
+        if streak.draft is None:
+            streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
+    return streak
+
+
+def _walked(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now: dt.datetime, needed: int) -> list[Streak]:
+    """_fatigue's answer from the calls themselves, without the folded streaks:
 
     1. The newest FATIGUE_SCAN closed policy calls, newest first (the `approval_decided`
        index): walking them, each key's streak grows until its first call that breaks it.
@@ -651,20 +747,12 @@ def _fatigue(approvals: QuerySet[Approval], profiles: list[AgentProfile], *, now
     wanted = [pk for w in long_enough.values() if not w.irreversible and w.votes <= 1 for pk in w.ids]
     args = dict(Approval.objects.filter(pk__in=wanted).values_list("pk", "args")) if wanted else {}
     by_id = {p.pk: p for p in profiles}
-    out = []
-    for (agent_id, tool, origin, index), w in long_enough.items():
-        streak = Streak(by_id[agent_id], tool, origin, index, w.length)
-        if w.irreversible:
-            streak.refusal = "irreversible calls are approved one at a time: no draft is offered"
-        elif w.votes > 1:
-            streak.refusal = "these calls need several votes: a rule that lets them through is not drafted"
-        else:
-            reason = f"drafted from {w.length} calls approved unchanged in a row; review before use"
-            streak.draft = drafts.narrower_allow(tool, [args[pk] for pk in w.ids], reason=reason)
-            if streak.draft is None:
-                streak.refusal = "no argument of these calls can be bounded by the values seen: no draft"
-        out.append(streak)
-    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool))
+    out = [
+        _shown(by_id[agent_id], tool, origin, index, streaks.Streak(w.length, w.irreversible, w.votes),
+               [args[pk] for pk in w.ids if pk in args])
+        for (agent_id, tool, origin, index), w in long_enough.items()
+    ]
+    return sorted(out, key=lambda s: (-s.length, s.agent.name, s.tool, s.origin or "", s.index or 0))
 
 
 @dataclass
@@ -688,7 +776,9 @@ def _shadow(
 
 
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
-    """Every figure of the page, for what `user` may see, over the last `days`."""
+    """Every figure of the page, for what `user` may see, over the last `days` (until
+    `now`, by default the present)."""
+    present = now is None
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
     approvals = access.visible_approvals(user)
@@ -701,10 +791,18 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly
     # chart of one day and a window nothing was folded for are computed exactly.
-    tallied = None if hourly or in_database is not None else _window_tallied(window, user, since=since, now=now)
+    tallied = None if hourly or in_database is not None else _window_tallied(
+        window, user, since=since, now=now, present=present
+    )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
+    profiles = list(AgentProfile.objects.order_by("name"))
+    # Counted by the run's profile id, named from the profiles: naming each call's agent
+    # in the database was a join a call (1,000 calls escalated over 90 days).
     escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
-    escalations = [(r["agent"], r["n"]) for r in escalated.values(agent=AGENT).annotate(n=Count("pk")).order_by("agent")]
+    names = {p.pk: p.name for p in profiles}
+    escalations = sorted(
+        (names.get(r["pid"], "(deleted agent)"), r["n"]) for r in escalated.values(pid=AGENT_ID).annotate(n=Count("pk")).order_by()
+    )
     claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
     lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
         ended_at__isnull=True, until__gte=since, until__lt=now
@@ -714,7 +812,6 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
     ]
     needed = settings.AIRLOCK_FATIGUE_STREAK
-    profiles = list(AgentProfile.objects.order_by("name"))
     return Stats(
         days=days,
         since=since,
@@ -729,7 +826,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         lapsed=lapsed,
         chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
         shadow=_shadow(profiles, days, now),
-        fatigue=_fatigue(approvals, profiles, now=now, needed=needed),
+        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed),
         streak_needed=needed,
         bucketed=tallied is not None,
     )

@@ -29,7 +29,7 @@ from agents.models.notifications import (
     SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally, PurgeRecord, ReviewTally, ReviewTiming
+from agents.models.ops import MetricTally, PurgeRecord, ReviewStreak, ReviewTally, ReviewTiming
 from agents.models.projects import Membership, Project
 from agents.models.runs import (
     AgentProfile,
@@ -72,6 +72,7 @@ __all__ = [
     "OutboxEvent",
     "Project",
     "PurgeRecord",
+    "ReviewStreak",
     "ReviewTally",
     "ReviewTiming",
     "Run",

@@ -48,6 +48,31 @@ class ReviewTally(models.Model):
         ]
 
 
+class ReviewStreak(models.Model):
+    """Approval fatigue folded ahead: per agent, tool and rule that asked, the calls
+    approved unchanged in a row since the newest that was not (a reject, an expiry, an
+    edit), as agents/engine/streaks.py folds them (agents/ops/review_tally.py). A purged
+    run's calls stay counted."""
+
+    profile = models.ForeignKey("agents.AgentProfile", on_delete=models.CASCADE, related_name="+")
+    tool = models.CharField(max_length=100)
+    origin = models.CharField(max_length=20, blank=True, help_text="the rule's origin; '' for no rule")
+    index = models.IntegerField(default=0, help_text="the rule's index; 0 for no rule")
+    length = models.IntegerField(default=0)
+    irreversible = models.BooleanField(default=False, help_text="one call of the streak was an irreversible tool's")
+    votes = models.PositiveSmallIntegerField(default=1, help_text="the most votes a call of the streak needed")
+    # The newest call that broke the streak, and the newest call folded: (decided_at, id).
+    broken_at = models.DateTimeField(null=True, blank=True)
+    broken_id = models.BigIntegerField(default=0)
+    last_at = models.DateTimeField(null=True, blank=True)
+    last_id = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["profile", "tool", "origin", "index"], name="reviewstreak_key")
+        ]
+
+
 class ReviewTiming(models.Model):
     """Time to decision of the calls a person answered, as counts per log-spaced bucket
     (`bucket` = floor(8 * log2(seconds))), per UTC day, agent, rule and escalated."""

@@ -92,6 +92,7 @@ def environment(**options: Any) -> Environment:
         since=formatting.since,
         number=formatting.number,
         short_duration=formatting.short_duration,
+        duration=formatting.duration,  # a time to decision, `—` for none
         pretty_json=formatting.pretty_json,
         truncatechars=truncatechars,
         localtime=timezone.localtime,  # |localtime(tz): pass the page's zone, looked up once

@@ -9,9 +9,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from django.conf import settings as conf
+from django.utils import timezone
 
+from agents import access
 from agents.engine import drafts, policy
-from agents.models import AgentProfile
+from agents.models import AgentProfile, Approval, ReviewStreak
+from agents.ops import review_tally
 from reviews import stats
 from tests.helpers import client_for
 from tests.reviews import rows
@@ -191,3 +195,78 @@ def test_backtesting_the_draft_reports_how_it_agrees_with_reviewers(defaults: No
     # Matched: 5 and 9 approved (agreed), 7 rejected (disagreed); 40 is outside the draft.
     assert [(a.rule, a.agreed, a.disagreed, a.undecided) for a in report.shadow] == [(1, 2, 1, 0)]
     assert report.to_dict()["shadow"] == [{"rule": 1, "agreed": 2, "disagreed": 1, "undecided": 0}]
+
+
+# -- the streaks folded ahead (the sweeper's fold) ---------------------------------------
+
+
+def shown(user: Any) -> list[tuple[Any, ...]]:
+    return [(s.agent.name, s.tool, s.origin, s.index, s.length, s.draft, s.refusal) for s in streaks(user)]
+
+
+def walked(user: Any) -> list[tuple[Any, ...]]:
+    """The streaks walked from the calls themselves, as before the fold."""
+    found = stats._walked(access.visible_approvals(user), list(AgentProfile.objects.order_by("name")),
+                          now=timezone.now(), needed=conf.AIRLOCK_FATIGUE_STREAK)
+    return [(s.agent.name, s.tool, s.origin, s.index, s.length, s.draft, s.refusal) for s in found]
+
+
+def test_folded_in_small_batches_the_streaks_shown_are_the_walked_ones(defaults: None, rita: Any, settings: Any) -> None:
+    settings.AIRLOCK_FATIGUE_STREAK = 5
+    run, other = rows.a_run(), rows.a_run("scripted")
+    rows.streak(run, 8, by=rita, rule=RULE, start_ago=40000)
+    rows.approval(run, by=rita, rule=RULE, status="rejected", closed_ago=39000)
+    rows.streak(run, 7, by=rita, rule=RULE, start_ago=38000)  # rule 1: 7 after the reject
+    rows.streak(run, 6, by=rita, rule=rows.profile_rule(2), start_ago=37000)
+    rows.approval(run, by=rita, rule=rows.profile_rule(2), edited=True, closed_ago=30000)  # rule 2: broken
+    rows.streak(other, 9, by=rita, tool="wire_money", risk="irreversible", start_ago=36000)  # no rule
+    rows.streak(other, 3, by=rita, tool="echo", start_ago=20000)  # too short
+    expected = walked(rita)
+    assert [x[4] for x in expected] == [9, 7]
+    assert shown(rita) == expected  # nothing folded yet: the calls since the fold are all of them
+    assert review_tally.approvals_tally(batch=4) == 35
+    assert shown(rita) == expected
+    assert ReviewStreak.objects.get(tool="ledger_write", index=1).length == 7
+    assert ReviewStreak.objects.get(tool="ledger_write", index=2).length == 0
+    assert not ReviewStreak.objects.filter(tool="echo", length__gt=3).exists()
+
+
+def test_an_edit_closed_after_the_fold_ends_the_streak_at_once(defaults: None, rita: Any) -> None:
+    run = rows.a_run()
+    rows.streak(run, 20, by=rita, rule=RULE, start_ago=20000)
+    review_tally.approvals_tally()
+    assert [s.length for s in streaks(rita)] == [20]
+    rows.approval(run, by=rita, rule=RULE, edited=True, closed_ago=60)
+    assert streaks(rita) == []  # not folded yet, read with the folded streak
+    review_tally.approvals_tally()
+    assert streaks(rita) == []
+    rows.streak(run, 20, by=rita, rule=RULE, start_ago=50)
+    review_tally.approvals_tally()
+    assert [s.length for s in streaks(rita)] == [20]
+
+
+def test_a_reject_closed_late_leaves_only_the_calls_after_it(defaults: None, rita: Any, settings: Any) -> None:
+    """A decision committed after newer ones were folded: placed by when it was decided."""
+    settings.AIRLOCK_FATIGUE_STREAK = 5
+    run = rows.a_run()
+    calls = rows.streak(run, 25, by=rita, rule=RULE, start_ago=20000)
+    review_tally.approvals_tally()
+    late = rows.approval(run, by=rita, rule=RULE, status="rejected", closed_ago=20000 - 60 * 9.5)
+    assert [s.length for s in streaks(rita)] == [15] == [x[4] for x in walked(rita)]
+    review_tally.approvals_tally()
+    assert ReviewStreak.objects.get().length == 15 and ReviewStreak.objects.get().broken_id == late.pk
+    [s] = streaks(rita)
+    # The draft is made from the calls after the reject only.
+    assert s.draft is not None and {"arg": "amount", "op": "gte", "value": 20} in s.draft["when"]["all"]
+    assert Approval.objects.filter(pk__in=[c.pk for c in calls], tallied=True).count() == 25
+
+
+def test_a_folded_streak_stays_after_its_runs_are_purged(defaults: None, rita: Any, settings: Any) -> None:
+    settings.AIRLOCK_FATIGUE_STREAK = 5
+    old, new = rows.a_run(), rows.a_run()
+    rows.streak(old, 10, by=rita, rule=RULE, start_ago=20000)
+    rows.streak(new, 5, by=rita, rule=RULE, start_ago=10000)
+    review_tally.approvals_tally()
+    Approval.objects.filter(run=old).delete()  # what a purge leaves of the older run
+    [s] = streaks(rita)
+    assert s.length == 15

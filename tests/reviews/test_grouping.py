@@ -173,6 +173,26 @@ def test_groups_are_paginated_and_each_page_reads_a_constant_number_of_queries(
     assert set(re.findall(r'id="group-(\w+)"', first)).isdisjoint(re.findall(r'id="group-(\w+)"', second))
 
 
+def test_a_group_page_reads_as_many_queries_whatever_the_number_of_rows_its_groups_show(defaults, rita, as_user) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    refunds(2)
+    waiting({"alone": 1})
+    client = as_user(rita)
+
+    def queries() -> int:
+        grouped(client)  # warm: the session and the user's caches as on any later visit
+        with CaptureQueriesContext(connection) as captured:
+            html = grouped(client)
+        assert len(group_html(html)) == 1
+        return len(captured)
+
+    few = queries()
+    refunds(6)  # the same group, now eight rows
+    assert queries() == few
+
+
 def test_the_launchers_own_calls_are_not_selectable_where_duties_are_separated(defaults, lena, as_user) -> None:
     from django.contrib.auth.models import Group
 

@@ -4,6 +4,7 @@ on the same rows, and the page is rendered once on SQLite itself (a subprocess).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,15 @@ def test_the_page_shows_the_figures_with_the_chart_and_its_table(history: dict[s
     assert '<tr class="reviewer"><th scope="row">rob</th><td>1</td><td>1</td><td>2</td></tr>' in html
     assert "scripted: 2" in html  # escalations
     assert "<script" not in html.split("<main", 1)[1]  # the chart needs no script
+
+
+def test_the_charts_table_has_a_row_a_day_with_its_counts_and_times(history: dict[str, Any], rita: Any) -> None:
+    html = client_for(rita).get("/reviews/stats/").content.decode()
+    table = html.split('id="chart-table"', 1)[1].split("</table>", 1)[0]
+    days = re.findall(r'<tr><th scope="row">(\d{4}-\d\d-\d\d)</th><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td></tr>', table)
+    assert len(days) == 8 and sum(int(n) for _, n, _, _ in days) == 5  # the partial first day through today
+    assert [(p50, p95) for _, n, p50, p95 in days if n == "0"] == [("—", "—")] * 7
+    assert html.count('<circle class="p50"') == 1 and "up to 2 min 48 s" in html
 
 
 def test_an_empty_window_says_so(defaults: None, rita: Any) -> None:

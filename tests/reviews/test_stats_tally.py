@@ -84,6 +84,25 @@ def test_the_tallies_and_the_exact_figures_agree_on_a_varied_history(rita: Any, 
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 90])
+def test_read_at_the_present_todays_tally_and_the_exact_figures_agree(rita: Any, rob: Any, days: int) -> None:
+    """With no `now` given, today is read from its tally too (it holds only calls closed
+    before now) and from the calls closed since the fold."""
+    history = varied(rita, rob, now=timezone.now())
+    assert review_tally.approvals_tally(batch=37) == len(history)
+    run = rows.a_run("demo")
+    rows.approval(run, by=rob, wait=5, closed_ago=60)  # today, after the fold
+    today = timezone.now().astimezone(dt.UTC).date()
+    assert ReviewTally.objects.filter(day=today).exists()
+    tallied = stats.stats(rita, days=days)
+    exact = stats.stats(rita, days=days, in_database=True)
+    assert tallied.bucketed and not exact.bucketed
+    assert _counts(tallied) == _counts(exact)
+    pairs = list(zip(_timings(tallied), _timings(exact), strict=True))
+    assert all(_close(b, e) for b, e in pairs), [(b, e) for b, e in pairs if not _close(b, e)]
+
+
+@pytest.mark.django_db
 def test_folding_twice_counts_nothing_twice(rita: Any, rob: Any) -> None:
     history = varied(rita, rob, now=timezone.now())
     rows.approval(rows.a_run("scripted"), status="pending")  # never folded

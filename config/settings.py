@@ -496,6 +496,11 @@ AIRLOCK_RETENTION_DAYS: int | None = int(_retention) if _retention else None
 AIRLOCK_PURGE_BATCH = env_int("AIRLOCK_PURGE_BATCH", 200)
 if AIRLOCK_PURGE_BATCH < 1:
     raise EnvError("AIRLOCK_PURGE_BATCH must be at least 1")
+# A pause between two purge batches, holding nothing, so live runs' commits get the disk
+# and the CPU between them (the daily purge is background work; 0: batch after batch).
+AIRLOCK_PURGE_PAUSE_MS = env_int("AIRLOCK_PURGE_PAUSE_MS", 250)
+if AIRLOCK_PURGE_PAUSE_MS < 0:
+    raise EnvError("AIRLOCK_PURGE_PAUSE_MS must be 0 or more")
 
 CELERY_BEAT_SCHEDULE = {
     # The daily purge of runs past their retention (nothing when none is set).

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,7 @@ def purge(
     exported_to: str = "",
     now: dt.datetime | None = None,
     batch: int | None = None,
+    pause_ms: int | None = None,
 ) -> PurgeReport:
     """Purge the runs due now (or those of `only` still due), in batches.
 
@@ -174,7 +176,9 @@ def purge(
     3. Otherwise write the audit record first, then purge AIRLOCK_PURGE_BATCH runs per
        transaction (`_purge_batch`), updating the record's counts after each: a purge
        never holds locks or grows the WAL for longer than one batch, and one that dies
-       half-way has a record of what it did.
+       half-way has a record of what it did. Between two batches it waits
+       AIRLOCK_PURGE_PAUSE_MS (`pause_ms`), holding nothing, so live runs' commits get
+       the disk and the CPU.
     """
     now = now or timezone.now()
     if older_than_days is None and not retention_set():
@@ -197,7 +201,10 @@ def purge(
         agent=agent or "", exported_to=exported_to,
     )  # fmt: skip
     report.record = record
+    pause = (settings.AIRLOCK_PURGE_PAUSE_MS if pause_ms is None else pause_ms) / 1000
     for i in range(0, len(ids), size):
+        if i and pause:
+            time.sleep(pause)  # outside any transaction of ours: no lock is held meanwhile
         report.add(_purge_batch({pk: picked[pk] for pk in ids[i : i + size]}, now))
         record.runs, record.rows, record.bytes = report.runs, report.rows, report.bytes
         record.save(update_fields=["runs", "rows", "bytes"])
@@ -228,9 +235,10 @@ def _purge_batch(picked: dict[int, int], now: dt.datetime) -> PurgeReport:
         _rewrite(Run, runs, ["task", "answer", "script", "error", "engine", "purged_at", "purge_retention_days"])
         Message.objects.filter(run_id__in=ids).delete()
         emptied = []
-        for t in Transition.objects.filter(run_id__in=ids).only("pk", "payload").iterator(chunk_size=2000):
-            t.payload = skeleton(t.payload)
-            emptied.append(t)
+        for pk, payload in Transition.objects.filter(run_id__in=ids).values_list("pk", "payload").iterator(2000):
+            kept = skeleton(payload)
+            if kept != payload:  # already a skeleton: rewriting it would only add WAL
+                emptied.append(Transition(pk=pk, payload=kept))
         # bulk_update bypasses Transition.save's immutability guard on purpose: the
         # skeleton is the one rewrite a transition ever gets.
         _rewrite(Transition, emptied, ["payload"])

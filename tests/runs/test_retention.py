@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,55 @@ def test_a_purge_while_runs_are_driven_loses_no_live_run(launch, drive, settings
             assert run.messages_count == Message.objects.filter(run=run).count()
     for run in Run.objects.all():
         assert verify_run(run) == [], run.pk
+
+
+def test_a_purge_pauses_between_batches_holding_nothing_and_still_purges_everything(
+    launch, drive, settings, monkeypatch
+) -> None:
+    """AIRLOCK_PURGE_PAUSE_MS: each pause comes after a batch has committed (its runs are
+    tombstones for everyone) and outside any transaction; the purge still takes every
+    due run and writes one record of them all."""
+    settings.AIRLOCK_PURGE_BATCH = 2
+    settings.AIRLOCK_PURGE_PAUSE_MS = 5
+    finished = [drive(launch([call("echo", text=f"old {i} {SECRET}"), final("old")])) for i in range(5)]
+    pauses: list[tuple[float, bool, int]] = []
+    sleep, purging = time.sleep, threading.get_ident()
+
+    def pause(seconds: float) -> None:
+        if threading.get_ident() == purging:  # not another thread's sleep (the driver's pools)
+            pauses.append((seconds, connection.in_atomic_block, Run.objects.filter(purged_at__isnull=False).count()))
+        sleep(seconds)
+
+    monkeypatch.setattr(retention.time, "sleep", pause)
+    report = retention.purge(actor="test", older_than_days=0)
+    monkeypatch.undo()
+    assert pauses == [(0.005, False, 2), (0.005, False, 4)]
+    assert sorted(report.run_ids) == sorted(r.pk for r in finished)
+    record = PurgeRecord.objects.get()
+    assert (record.runs, record.finished_at is not None) == (5, True)
+    assert tables_holding(SECRET) == []
+    for run in Run.objects.all():
+        assert verify_run(run) == [], run.pk
+
+
+@requires_postgres()
+def test_a_transition_already_a_skeleton_is_not_rewritten(launch, drive) -> None:
+    """A purge rewrites only the payloads it changes: a row it would write back as it
+    is costs WAL and a dead tuple for nothing."""
+    run = drive(launch([call("echo", text=f"old {SECRET}"), final("old")]))
+    first, *rest = Transition.objects.filter(run=run).order_by("seq")
+    Transition.objects.filter(pk=first.pk).update(payload=retention.skeleton(first.payload))
+
+    def xmin(pk: int) -> str:
+        with connection.cursor() as cur:
+            cur.execute("select xmin::text from agents_transition where id = %s", [pk])
+            return str(cur.fetchone()[0])
+
+    before = {t.pk: xmin(t.pk) for t in (first, *rest)}
+    assert retention.purge(actor="test", older_than_days=0).run_ids == [run.pk]
+    assert xmin(first.pk) == before[first.pk]
+    assert all(xmin(t.pk) != before[t.pk] for t in rest)
+    assert tables_holding(SECRET) == [] and verify_run(Run.objects.get(pk=run.pk)) == []
 
 
 @requires_postgres()

@@ -28,7 +28,7 @@ from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
-from agents.runs import driver, rows, sanitize, store
+from agents.runs import driver, rows, sanitize, statement, store
 
 # What a call can be, as `call_status` answers:
 PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
@@ -46,6 +46,8 @@ MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.2
 # How long a proposal waits for Airlock's tool running another call of the run.
 RUNNING_WAIT_SECONDS = 10.0
+# How many times a report reads the run again when another move of it came first.
+REPORT_ATTEMPTS = 5
 
 
 @dataclass
@@ -111,22 +113,29 @@ def _drivable(run: Run, user: Any) -> Run:
     return run
 
 
+_DRIVEN = "a.id = %s AND (a.created_by_id = %s OR %s)"
+
+
 @functools.cache
 def _lock_query() -> rows.Joined:
     # Only a run the user launched (or any, for a superuser) is locked: nobody can hold
     # up another's run by asking for it. SQLite has no row locks (nor needs them: it
     # takes one writer at a time).
     lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    return rows.Joined(Run, ["profile", "created_by"], f"a.id = %s AND (a.created_by_id = %s OR %s){lock}",
-                       defer=["script"])
+    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"])
 
 
-def _locked(run_id: int, user: Any) -> Run:
+_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"])
+
+
+def _locked(run_id: int, user: Any, *, lock: bool = True) -> Run:
     """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
-    the caller's transaction, or the refusal `_driven_run` gives. Every proposal, report
-    and finish of a run queues here, and so does a reviewer's decision
-    (actions.approval_decide locks the same row): each sees the last one's commit."""
-    found = _lock_query().fetch([run_id, user.pk, user.is_superuser]) if 0 < run_id <= access.MAX_ID else []
+    the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
+    finish of a run queues here, and so does a reviewer's decision
+    (actions.approval_decide locks the same row): each sees the last one's commit.
+    `lock=False` reads it only (a report, whose commit checks the version instead)."""
+    query = _lock_query() if lock else _READ
+    found = query.fetch([run_id, user.pk, user.is_superuser]) if 0 < run_id <= access.MAX_ID else []
     if not found:
         _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
@@ -141,11 +150,12 @@ def _ended(run: Run) -> ActionError:
 
 
 def _deps(run: Run, state: engine.RunState, decision: Decision | None) -> tuple[Deps, ExternalClient]:
-    from agents.tools import registry_for
+    from agents.tools import OnDemand
 
     client = ExternalClient(decision)
-    # The run's own tool names, as a worker's drive builds them: no MCP read without MCP tools.
-    registry = registry_for(run.profile, state.tools)
+    # The run's own tool names, read only if the call is of an MCP tool (or an unknown
+    # tool's refusal lists them): a client or built-in tool's proposal reads none.
+    registry = OnDemand(run.profile, state.tools)
     return Deps(model=client, registry=registry, journal=driver.StoreJournal(run)), client
 
 
@@ -275,6 +285,10 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.
             broker.wake_run(run.pk)
+    elif after.state == states.ACTING:
+        # A client tool allowed: our commit wrote its journal intent, which the client's
+        # report is the next thing to change (and it needs the key this answer gives).
+        return _answer(proposed, run, journal={"status": "intended", "result": None})
     return _answer(proposed, run)
 
 
@@ -309,17 +323,20 @@ def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
     return detail
 
 
-def _answer(call: ClientCall, run: Run) -> CallAnswer:
+def _answer(call: ClientCall, run: Run, journal: dict[str, Any] | None = None) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
-    for this call) and its journal entry."""
+    for this call) and its journal entry (`journal`, {"status", "result"}, when the
+    caller has just written it)."""
     approval = None
     if not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
         found = _APPROVAL.fetch([call.run_id, call.call_id])
         approval = found[0] if found else None
         if approval is not None:
             prefetch_related_objects([approval], "votes")
-    newest = _journal().fetch("run_id = %s AND call_id = %s", [call.run_id, call.call_id], order_by="id DESC", limit=1)
-    journal = newest[0]._asdict() if newest else None
+    if journal is None:
+        newest = _journal().fetch("run_id = %s AND call_id = %s", [call.run_id, call.call_id], order_by="id DESC",
+                                  limit=1)
+        journal = newest[0]._asdict() if newest else None
     result = None
     if approval is not None and approval.status == Approval.Status.PENDING:
         status = PENDING
@@ -400,13 +417,15 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
     """
     if not isinstance(ok, bool):
         raise ActionError("invalid_result", "ok must be true or false")
-    with transaction.atomic():
-        run = _locked(run_id, user)
+    output = sanitize.clean(output)
+    # No lock: the commit is conditional on the run's version, so a report that meets
+    # another move of the run (a second report of the call, the deadline) reads again.
+    for _ in range(REPORT_ATTEMPTS):
+        run = _locked(run_id, user, lock=False)
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",
                               status=409)
-        output = sanitize.clean(output)
         state = store.load(run)
         current = state.current_call or {}
         if state.state != states.ACTING or current.get("id") != call.call_id:
@@ -422,8 +441,14 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
         # The client tool's own spec (its `returns` taints); no registry needed.
         spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
         after, t = engine.report(state, spec, outcome)
-        store.commit(run, state, after, t, actor=actor_name(user))
-    return _answer(call, run)
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user))
+        except store.StaleRun:
+            continue
+        # What the commit just wrote is the call's journal entry: no need to read it back.
+        written = statement.result_fields(t.journal_result) if t.journal_result is not None else None
+        return _answer(call, run, journal=written)
+    raise ActionError("busy", f"run {run_id} kept moving; report the result again", status=409)
 
 
 def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run:

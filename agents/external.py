@@ -280,11 +280,22 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     if after.state == states.ACTING and not proposed.client:
         # `run` as our commit left it (version, profile): the driver's claim checks that
         # version, so a run that moved since is read again there, not trusted.
-        run = driver.drive(run.pk, run=run, state=after, owner=owner, leased=run.lease_owner == owner)
+        made: list[Deps] = []
+
+        def deps(driven: Run) -> Deps:
+            made.append(driver.deps_for(driven, after.tools))
+            return made[0]
+
+        run = driver.drive(run.pk, run=run, state=after, owner=owner, leased=run.lease_owner == owner, deps=deps)
         if run.state == states.ACTING and run.lease_owner is None:
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.
             broker.wake_run(run.pk)
+        ran = cast(driver.StoreJournal, made[0].journal).known.get(proposed.key) if made else None
+        if ran is not None and ran.status in ("succeeded", "failed") and proposed.verdict == "allow":
+            # This drive ran the call and committed its result: that is the answer (an
+            # allowed call that ran to its end never met a reviewer).
+            return _answer(proposed, run, journal={"status": ran.status, "result": ran.result}, reviewed=False)
     elif after.state == states.ACTING:
         # A client tool allowed: our commit wrote its journal intent, which the client's
         # report is the next thing to change (and it needs the key this answer gives).
@@ -323,12 +334,14 @@ def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
     return detail
 
 
-def _answer(call: ClientCall, run: Run, journal: dict[str, Any] | None = None) -> CallAnswer:
+def _answer(
+    call: ClientCall, run: Run, journal: dict[str, Any] | None = None, *, reviewed: bool = True
+) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
     for this call) and its journal entry (`journal`, {"status", "result"}, when the
-    caller has just written it)."""
+    caller has just written it; `reviewed=False` when it knows no approval exists)."""
     approval = None
-    if not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
+    if reviewed and not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
         found = _APPROVAL.fetch([call.run_id, call.call_id])
         approval = found[0] if found else None
         if approval is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -98,12 +98,12 @@ class StoreJournal:
         return self.counts.get(fingerprint, 0)
 
     def begin(self, key: str) -> bool:
-        # Committed on its own before the tool runs: after a crash, "started" without a
-        # result means the call may have happened.
-        with transaction.atomic():
-            updated = ToolCall.objects.filter(idempotency_key=key, status="intended").update(
-                status="started", attempts=F("attempts") + 1
-            )
+        # Committed on its own before the tool runs (one statement, so no transaction
+        # around it): after a crash, "started" without a result means the call may
+        # have happened.
+        updated = ToolCall.objects.filter(idempotency_key=key, status="intended").update(
+            status="started", attempts=F("attempts") + 1
+        )
         # 0 rows: another worker marked it first and is running it; we leave it be.
         if updated == 1:
             self.known[key] = JournalEntry("started")

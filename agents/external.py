@@ -5,8 +5,9 @@ gateway share: `call_propose`, `call_status`, `call_wait`, `call_report`, `run_f
 A proposed call is a model decision given from outside (`llm.external.ExternalClient`),
 so it takes the engine's own path, `step()`: validation, budgets, repeats, policy with
 rules, taint and grants, approvals, the journal. One call at a time: the run is locked
-(`SELECT ... FOR UPDATE`) while a proposal or a report is judged and committed, and
-no tool runs inside that lock.
+(`SELECT ... FOR UPDATE`) while a proposal or a finish is judged and committed, and
+no tool runs inside that lock; a report's one commit is conditional on the run's
+version instead, as every transition's is.
 """
 
 from __future__ import annotations
@@ -278,8 +279,9 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     if proposed is None:  # the engine took no decision (cannot happen in planning): say so, not 500
         raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
     if after.state == states.ACTING and not proposed.client:
-        # `run` as our commit left it (version, profile): the driver's claim checks that
-        # version, so a run that moved since is read again there, not trusted.
+        # `run` as our commit left it (version, profile), with the lease that commit
+        # took; without it (a worker held it) the driver's claim checks that version,
+        # so a run that moved since is read again there, not trusted.
         made: list[Deps] = []
 
         def deps(driven: Run) -> Deps:

@@ -9,12 +9,15 @@ agents.tokens) narrows every answer below to that project, superusers' included.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, cast
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group
 from django.contrib.auth.views import redirect_to_login
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
@@ -27,6 +30,7 @@ from agents.runs import rows
 REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
 GLOBAL_ROLES = (REVIEWER, OPERATOR, LAUNCHER)  # a Django group of this name: the role in every project
 READERS = (REVIEWER, OPERATOR)  # read every run of their project; launchers read their own
+User = get_user_model()
 MAX_ID = 2**63 - 1  # a bigint: a larger id cannot exist, and PostgreSQL would refuse to compare it
 
 # A set of project ids, or None for "every project".
@@ -39,11 +43,7 @@ def in_group(user: Any, name: str) -> bool:
         return False
     if user.is_superuser:
         return True
-    cache = getattr(user, "_airlock_groups", None)
-    if cache is None:
-        cache = set(user.groups.values_list("name", flat=True))
-        user._airlock_groups = cache
-    return name in cache
+    return name in _roles_of(user)[0]
 
 
 def token_project(user: Any) -> int | None:
@@ -53,14 +53,39 @@ def token_project(user: Any) -> int | None:
 
 
 def _memberships(user: Any) -> dict[str, set[int]]:
-    # Read once per request: the user object lives as long as the request, as in_group's cache.
-    cache = getattr(user, "_airlock_roles", None)
-    if cache is None:
-        cache = {role: set() for role in ROLES}
-        for project_id, role in Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"):
-            cache.setdefault(role, set()).add(project_id)
-        user._airlock_roles = cache
-    return cache
+    return _roles_of(user)[1]
+
+
+def _roles_of(user: Any) -> tuple[set[str], dict[str, set[int]]]:
+    """The user's Django groups and per-project roles, read together once per request
+    (one query: every API call and page asks both): cached on the user object, which
+    lives as long as the request. `forget_roles` drops the cache after a change."""
+    groups = getattr(user, "_airlock_groups", None)
+    roles = getattr(user, "_airlock_roles", None)
+    if groups is None or roles is None:
+        groups, roles = set(), {role: set() for role in ROLES}
+        for kind, name, project_id in rows.fetch(_roles_sql(), [user.pk, user.pk]):
+            if kind == "g":
+                groups.add(name)
+            else:
+                roles.setdefault(name, set()).add(project_id)
+        user._airlock_groups, user._airlock_roles = groups, roles
+    return groups, roles
+
+
+def forget_roles(user: Any) -> None:
+    for name in ("_airlock_groups", "_airlock_roles"):
+        if hasattr(user, name):
+            delattr(user, name)
+
+
+@functools.cache
+def _roles_sql() -> str:  # noqa: N802 (a constant, built once the app registry is ready)
+    groups, links = Group._meta.db_table, cast(Any, User).groups.through._meta.db_table
+    return (
+        f"SELECT 'g', g.name, NULL FROM {groups} g JOIN {links} ug ON ug.group_id = g.id WHERE ug.user_id = %s"  # noqa: S608
+        f" UNION ALL SELECT 'm', m.role, m.project_id FROM {Membership._meta.db_table} m WHERE m.user_id = %s"
+    )
 
 
 def project_ids(user: Any, role: str) -> Projects:

@@ -5,19 +5,21 @@ gateway share: `call_propose`, `call_status`, `call_wait`, `call_report`, `run_f
 A proposed call is a model decision given from outside (`llm.external.ExternalClient`),
 so it takes the engine's own path, `step()`: validation, budgets, repeats, policy with
 rules, taint and grants, approvals, the journal. One call at a time: the run is locked
-(`SELECT ... FOR UPDATE`) while a proposal or a report is judged and committed, and
-no tool runs inside that lock.
+(`SELECT ... FOR UPDATE`) while a proposal or a finish is judged and committed, and
+no tool runs inside that lock; a report's one commit is conditional on the run's
+version instead, as every transition's is.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import prefetch_related_objects
 
 from agents import access, broker
 from agents.actions import ActionError, actor_name
@@ -27,7 +29,7 @@ from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
-from agents.runs import driver, sanitize, store
+from agents.runs import driver, rows, sanitize, statement, store
 
 # What a call can be, as `call_status` answers:
 PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
@@ -45,6 +47,8 @@ MAX_WAIT_SECONDS = 30.0
 POLL_SECONDS = 0.2
 # How long a proposal waits for Airlock's tool running another call of the run.
 RUNNING_WAIT_SECONDS = 10.0
+# How many times a report reads the run again when another move of it came first.
+REPORT_ATTEMPTS = 5
 
 
 @dataclass
@@ -98,47 +102,89 @@ def _driven_run(run_id: int, user: Any) -> Run:
     """The external run `user` may drive: 404 for a run they may not read (as every
     read answers), 403 for one they may read but did not launch, 409 for a run whose
     profile is not external."""
-    run = access.readable_run(user, run_id)
+    return _drivable(access.readable_run(user, run_id), user)
+
+
+def _drivable(run: Run, user: Any) -> Run:
     if not access.can_drive(user, run):
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
     if run.profile.provider != "external":
-        raise ActionError("not_external", f"run {run_id} is driven by its {run.profile.provider} model, not a client",
+        raise ActionError("not_external", f"run {run.pk} is driven by its {run.profile.provider} model, not a client",
                           status=409)
     return run
 
 
-def _locked(run_id: int) -> Run:
-    # Every proposal, report and finish of a run queues here, and so does a reviewer's
-    # decision (actions.approval_decide locks the same row): each sees the last one's commit.
-    return Run.objects.select_for_update().select_related("profile").get(pk=run_id)
+_DRIVEN = "a.id = %s AND (a.created_by_id = %s OR %s)"
+
+
+@functools.cache
+def _lock_query() -> rows.Joined:
+    # Only a run the user launched (or any, for a superuser) is locked: nobody can hold
+    # up another's run by asking for it. SQLite has no row locks (nor needs them: it
+    # takes one writer at a time).
+    lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
+    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"])
+
+
+_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"])
+
+
+def _locked(run_id: int, user: Any, *, lock: bool = True) -> Run:
+    """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
+    the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
+    finish of a run queues here, and so does a reviewer's decision
+    (actions.approval_decide locks the same row): each sees the last one's commit.
+    `lock=False` reads it only (a report, whose commit checks the version instead)."""
+    query = _lock_query() if lock else _READ
+    found = query.fetch([run_id, user.pk, user.is_superuser]) if 0 < run_id <= access.MAX_ID else []
+    if not found:
+        _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
+        raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
+    run = found[0]
+    if not access.can_read_run(user, run):
+        raise access.RunHidden(f"no run {run_id}")
+    return _drivable(run, user)
 
 
 def _ended(run: Run) -> ActionError:
     return ActionError("run_ended", {"state": run.state, "error": run.error, "answer": run.answer}, status=409)
 
 
-def _deps(run: Run, decision: Decision | None) -> tuple[Deps, ExternalClient]:
-    from agents.tools import registry_for
+def _deps(run: Run, state: engine.RunState, decision: Decision | None) -> tuple[Deps, ExternalClient]:
+    from agents.tools import OnDemand
 
     client = ExternalClient(decision)
-    return Deps(model=client, registry=registry_for(run.profile), journal=driver.StoreJournal(run)), client
+    # The run's own tool names, read only if the call is of an MCP tool (or an unknown
+    # tool's refusal lists them): a client or built-in tool's proposal reads none.
+    registry = OnDemand(run.profile, state.tools)
+    return Deps(model=client, registry=registry, journal=driver.StoreJournal(run)), client
 
 
 def _step_decision(
-    run: Run, state: engine.RunState, user: Any, decision: Decision
+    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None
 ) -> tuple[engine.RunState, engine.Move | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
     first. Returns the state after and the transition that took the decision (None if
-    none did)."""
-    deps, client = _deps(run, decision)
+    none did). With `owner`, the commit that leaves a call of Airlock's own tool to run
+    also takes the run's lease for `owner` (free, expired or theirs), so the drive that
+    runs it claims nothing; held by another, the commit goes without it."""
+    deps, client = _deps(run, state, decision)
     for _ in range(4):
         outcome = engine.step(state, deps)
         if outcome is None:
             break
         after, t = outcome
+        runs_here = owner is not None and after.state == states.ACTING and not (after.current_call or {}).get("client")
         try:
-            store.commit(run, state, after, t, actor=actor_name(user))
+            try:
+                store.commit(run, state, after, t, actor=actor_name(user), lease_owner=owner if runs_here else None,
+                             claim=runs_here)
+            except store.StaleRun:
+                if not runs_here:
+                    raise
+                # Someone holds the lease (a woken worker): commit without it, as they may run it.
+                store.commit(run, state, after, t, actor=actor_name(user))
         except store.StaleRun:
             # Cannot happen while we hold the run's lock (every commit of a run updates
             # that row); should a change make it possible, the client retries, no 500.
@@ -180,27 +226,26 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     """Propose one call of an external run; what policy made of it and, for a
     registry tool that was allowed, its result.
 
-    1. Refuse who may not drive the run, bad usage, a tool name that is not text.
-    2. Lock the run. An identical call (same tool, same canonical arguments) proposed
+    1. Lock the run, refusing who may not drive it; then bad usage, a tool name that
+       is not text. An identical call (same tool, same canonical arguments) proposed
        before in this run answers with that call, whatever became of it: a retry never
        runs anything twice. A run that ended: 409 run_ended.
-    3. A different call while one waits (for a reviewer, for the client's report):
+    2. A different call while one waits (for a reviewer, for the client's report):
        409 call_pending, with that call; while Airlock's tool runs: _ToolRunning.
-    4. Step the engine with the call as the model's decision: one transition, the
+    3. Step the engine with the call as the model's decision: one transition, the
        proposal's record (`ClientCall`) in the same commit. Invalid arguments or an
        unknown tool are recorded as a model's bad call would be, then answered 400.
-    5. Outside the lock: an allowed registry tool runs now (the driver, under the
+    4. Outside the lock: an allowed registry tool runs now (the driver, under the
        run's lease, with its journal), and the answer carries its result.
     """
-    run = _driven_run(run_id, user)
-    parsed_usage = parse_usage(usage)
-    if not isinstance(tool, str) or not tool or len(tool) > 100:
-        raise ActionError("invalid_call", "tool must be a tool's name")
-    args = sanitize.clean(args if args is not None else {})
-    fp = fingerprint(tool, args)
     invalid = None
     with transaction.atomic():
-        run = _locked(run.pk)
+        run = _locked(run_id, user)
+        parsed_usage = parse_usage(usage)
+        if not isinstance(tool, str) or not tool or len(tool) > 100:
+            raise ActionError("invalid_call", "tool must be a tool's name")
+        args = sanitize.clean(args if args is not None else {})
+        fp = fingerprint(tool, args)
         same = _identical(run, fp)
         if same is not None:
             return _answer(same, run)
@@ -213,7 +258,8 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
         call_id = f"ext_{state.model_calls}"
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
-        after, t = _step_decision(run, state, user, decision)
+        owner = driver.worker_name()
+        after, t = _step_decision(run, state, user, decision, owner)
         proposed = None
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
@@ -233,25 +279,52 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     if proposed is None:  # the engine took no decision (cannot happen in planning): say so, not 500
         raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
     if after.state == states.ACTING and not proposed.client:
-        # `run` as our commit left it (version, profile): the driver's claim checks that
-        # version, so a run that moved since is read again there, not trusted.
-        run = driver.drive(run.pk, run=run, state=after)
+        # `run` as our commit left it (version, profile), with the lease that commit
+        # took; without it (a worker held it) the driver's claim checks that version,
+        # so a run that moved since is read again there, not trusted.
+        made: list[Deps] = []
+
+        def deps(driven: Run) -> Deps:
+            made.append(driver.deps_for(driven, after.tools))
+            return made[0]
+
+        run = driver.drive(run.pk, run=run, state=after, owner=owner, leased=run.lease_owner == owner, deps=deps)
         if run.state == states.ACTING and run.lease_owner is None:
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.
             broker.wake_run(run.pk)
+        ran = cast(driver.StoreJournal, made[0].journal).known.get(proposed.key) if made else None
+        if ran is not None and ran.status in ("succeeded", "failed") and proposed.verdict == "allow":
+            # This drive ran the call and committed its result: that is the answer (an
+            # allowed call that ran to its end never met a reviewer).
+            return _answer(proposed, run, journal={"status": ran.status, "result": ran.result}, reviewed=False)
+    elif after.state == states.ACTING:
+        # A client tool allowed: our commit wrote its journal intent, which the client's
+        # report is the next thing to change (and it needs the key this answer gives).
+        return _answer(proposed, run, journal={"status": "intended", "result": None})
     return _answer(proposed, run)
+
+
+# The reads every proposal, report and answer makes, written out (agents/runs/rows.py).
+_IDENTICAL = rows.Joined(
+    ClientCall, [],
+    "a.run_id = %s AND (a.fingerprint = %s OR a.call_id IN"
+    " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s)) ORDER BY a.id DESC LIMIT 1",
+)
+_BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1")
+_APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")
+
+
+@functools.cache
+def _journal() -> rows.Rows:
+    return rows.Rows(ToolCall, ["status", "result"])
 
 
 def _identical(run: Run, fp: str) -> ClientCall | None:
     """The run's earlier call identical to this one: proposed as such, or the call a
     reviewer's edit turned into this one (its journal entry has the fingerprint)."""
-    edited_into = ToolCall.objects.filter(run=run, fingerprint=fp).values("call_id")
-    return (
-        ClientCall.objects.filter(run=run)
-        .filter(Q(fingerprint=fp) | Q(call_id__in=edited_into))
-        .order_by("-pk").first()
-    )
+    found = _IDENTICAL.fetch([run.pk, fp, run.pk, fp])
+    return found[0] if found else None
 
 
 def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
@@ -263,19 +336,22 @@ def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
     return detail
 
 
-def _answer(call: ClientCall, run: Run) -> CallAnswer:
+def _answer(
+    call: ClientCall, run: Run, journal: dict[str, Any] | None = None, *, reviewed: bool = True
+) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
-    for this call) and its journal entry."""
+    for this call) and its journal entry (`journal`, {"status", "result"}, when the
+    caller has just written it; `reviewed=False` when it knows no approval exists)."""
     approval = None
-    if not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
-        approval = (
-            Approval.objects.select_related("decided_by").prefetch_related("votes")
-            .filter(run_id=call.run_id, call_id=call.call_id).order_by("-pk").first()
-        )
-    journal = (
-        ToolCall.objects.filter(run_id=call.run_id, call_id=call.call_id)
-        .order_by("-pk").values("status", "result", "args").first()
-    )
+    if reviewed and not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
+        found = _APPROVAL.fetch([call.run_id, call.call_id])
+        approval = found[0] if found else None
+        if approval is not None:
+            prefetch_related_objects([approval], "votes")
+    if journal is None:
+        newest = _journal().fetch("run_id = %s AND call_id = %s", [call.run_id, call.call_id], order_by="id DESC",
+                                  limit=1)
+        journal = newest[0]._asdict() if newest else None
     result = None
     if approval is not None and approval.status == Approval.Status.PENDING:
         status = PENDING
@@ -306,10 +382,10 @@ def _plain(data: Any) -> Any:
 
 
 def _call(run: Run, key: str) -> ClientCall:
-    found = ClientCall.objects.filter(run=run, key=key).first() if isinstance(key, str) and len(key) <= 64 else None
-    if found is None:
+    found = _BY_KEY.fetch([run.pk, key]) if isinstance(key, str) and len(key) <= 64 else []
+    if not found:
         raise ActionError("not_found", f"run {run.pk} has no call {key!r}", status=404)
-    return found
+    return cast(ClientCall, found[0])
 
 
 def call_status(*, run_id: int, key: str, user: Any) -> CallAnswer:
@@ -356,13 +432,15 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
     """
     if not isinstance(ok, bool):
         raise ActionError("invalid_result", "ok must be true or false")
-    run = _driven_run(run_id, user)
-    call = _call(run, key)
-    if not call.client:
-        raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result", status=409)
     output = sanitize.clean(output)
-    with transaction.atomic():
-        run = _locked(run.pk)
+    # No lock: the commit is conditional on the run's version, so a report that meets
+    # another move of the run (a second report of the call, the deadline) reads again.
+    for _ in range(REPORT_ATTEMPTS):
+        run = _locked(run_id, user, lock=False)
+        call = _call(run, key)
+        if not call.client:
+            raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",
+                              status=409)
         state = store.load(run)
         current = state.current_call or {}
         if state.state != states.ACTING or current.get("id") != call.call_id:
@@ -378,8 +456,14 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
         # The client tool's own spec (its `returns` taints); no registry needed.
         spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
         after, t = engine.report(state, spec, outcome)
-        store.commit(run, state, after, t, actor=actor_name(user))
-    return _answer(call, run)
+        try:
+            store.commit(run, state, after, t, actor=actor_name(user))
+        except store.StaleRun:
+            continue
+        # What the commit just wrote is the call's journal entry: no need to read it back.
+        written = statement.result_fields(t.journal_result) if t.journal_result is not None else None
+        return _answer(call, run, journal=written)
+    raise ActionError("busy", f"run {run_id} kept moving; report the result again", status=409)
 
 
 def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run:
@@ -392,7 +476,7 @@ def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run
     parsed_usage = parse_usage(usage)
     answer = sanitize.clean(answer)
     with transaction.atomic():
-        run = _locked(run.pk)
+        run = _locked(run.pk, user)
         if run.state == states.DONE and run.answer == answer:
             return run
         if run.state in states.TERMINAL:

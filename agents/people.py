@@ -13,6 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents import access
 from agents.actions import actor_name
 from agents.engine import decisions
 from agents.engine import step as engine
@@ -58,9 +59,8 @@ def person_roles_sync(*, user: Any, roles: Roles) -> None:
                 user.groups.add(group)
             else:
                 user.groups.remove(group)
-    # access.in_group caches a user's groups on the object: this one is stale now.
-    if hasattr(user, "_airlock_groups"):
-        del user._airlock_groups
+    # access caches a user's groups and roles on the object: this one is stale now.
+    access.forget_roles(user)
 
 
 @dataclass

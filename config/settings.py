@@ -293,6 +293,12 @@ AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
 AIRLOCK_EVALS_DIR = Path(env_str("AIRLOCK_EVALS_DIR", str(BASE_DIR / "evals")))
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
+# Live runs' transcripts a process keeps between a commit and the next load, in
+# messages all told (0: off), and how long one unused is kept (agents/runs/store.py).
+AIRLOCK_TRANSCRIPT_CACHE = env_int("AIRLOCK_TRANSCRIPT_CACHE", 20000)
+AIRLOCK_TRANSCRIPT_CACHE_SECONDS = env_positive_float("AIRLOCK_TRANSCRIPT_CACHE_SECONDS", 600.0)
+if AIRLOCK_TRANSCRIPT_CACHE < 0:
+    raise EnvError("AIRLOCK_TRANSCRIPT_CACHE must be 0 (off) or a number of messages")
 # What one MCP sync pins: the first tools by name (OpenAI takes 128 tools per request),
 # each description cut to this many characters (docs/mcp.md#limits).
 AIRLOCK_MCP_MAX_TOOLS = env_int("AIRLOCK_MCP_MAX_TOOLS", 128)

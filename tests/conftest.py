@@ -44,6 +44,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = 1
 
 
+@pytest.fixture(autouse=True)
+def _no_cached_transcripts() -> None:
+    """Each test starts with an empty transcript cache (agents/runs/store.py): a flush
+    between transactional tests can give a new run an id an earlier test's run had."""
+    from agents.runs.store import transcripts
+
+    transcripts.clear()
+
+
 @pytest.fixture
 def defaults(db: None) -> None:
     """The migration's profiles and groups (a transactional test's flush removes them)."""

@@ -486,10 +486,12 @@ def _compact(state: RunState, deps: Deps) -> Outcome | None:
 
 
 def _call_model(state: RunState, deps: Deps) -> Outcome | None:
-    specs = _offered(state, deps)
+    # A client that decides without being shown the tools (an external agent's, whose
+    # own code has them) is not sent them: listing them all can mean reading them.
+    specs = _offered(state, deps) if getattr(deps.model, "reads_tools", True) else None
     started = time.monotonic()
     prompt = context.prompt(state.messages, state.folded_before or 0)
-    request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs)
+    request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs or [])
     try:
         decision = deps.model.propose(request)
     except ModelError as exc:
@@ -502,6 +504,7 @@ def _call_model(state: RunState, deps: Deps) -> Outcome | None:
     new.model_calls += 1
     cost, tokens = _account(new, decision)
     if new.context_tokens and decision.usage is not None:
+        specs = _offered(state, deps) if specs is None else specs
         new.token_scale = context.corrected_scale(decision.usage.input_tokens, context.raw_tokens(prompt, specs))
     calls, renamed = unique_calls(decision, state.model_calls)
     message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}

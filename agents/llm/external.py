@@ -15,6 +15,8 @@ class ExternalClient:
 
     # Answers from memory: the driver keeps its database connection (driver.ReleasingModel).
     waits = False
+    # The client's own code holds its tools: the engine need not list them for it.
+    reads_tools = False
 
     def __init__(self, decision: Decision | None = None) -> None:
         self.decision = decision

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Count, F, Q
+from django.db import connection
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import faults
@@ -25,8 +25,17 @@ from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
-from agents.runs import statement
-from agents.runs.store import ADVANCING, StaleRun, commit, lease_free, load, read_run, waits_for_client_q
+from agents.runs import rows, statement
+from agents.runs.store import (
+    ADVANCING,
+    StaleRun,
+    commit,
+    lease_free,
+    load,
+    read_run,
+    rests_for_client,
+    waits_for_client_q,
+)
 
 log = logging.getLogger("airlock.store")
 
@@ -81,21 +90,20 @@ class StoreJournal:
 
     def executed(self, fingerprint: str) -> int:
         if self.counts is None:
-            rows = (
-                ToolCall.objects.filter(run=self.run, status__in=("succeeded", "failed"))
-                .values_list("fingerprint")
-                .annotate(n=Count("id"))
-            )
-            self.counts = dict(rows)
+            # Written out (agents/runs/rows.py): every proposal of an external run asks.
+            self.counts = dict(rows.fetch(
+                "SELECT fingerprint, COUNT(*) FROM agents_toolcall WHERE run_id = %s"
+                " AND status IN ('succeeded', 'failed') GROUP BY fingerprint", [self.run.pk],
+            ))
         return self.counts.get(fingerprint, 0)
 
     def begin(self, key: str) -> bool:
-        # Committed on its own before the tool runs: after a crash, "started" without a
-        # result means the call may have happened.
-        with transaction.atomic():
-            updated = ToolCall.objects.filter(idempotency_key=key, status="intended").update(
-                status="started", attempts=F("attempts") + 1
-            )
+        # Committed on its own before the tool runs (one statement, so no transaction
+        # around it): after a crash, "started" without a result means the call may
+        # have happened.
+        updated = ToolCall.objects.filter(idempotency_key=key, status="intended").update(
+            status="started", attempts=F("attempts") + 1
+        )
         # 0 rows: another worker marked it first and is running it; we leave it be.
         if updated == 1:
             self.known[key] = JournalEntry("started")
@@ -321,6 +329,7 @@ def drive(
     deps: Deps | Callable[[Run], Deps] | None = None,
     run: Run | None = None,
     state: RunState | None = None,
+    leased: bool = False,
 ) -> Run:
     """Step and persist until the run rests.
 
@@ -338,6 +347,10 @@ def drive(
     again after the claim. `state` is the state the caller's own commit left `run` in
     (the decision API's proposal), which saves loading the transcript again; it is used
     only when the claim finds `run`'s version unmoved, so it is the state of record.
+    `leased`: the caller's commit that left `run` in `state` also took the lease for
+    `owner` (the decision API's proposal of a call Airlock runs), so there is nothing
+    to claim. A commit after which the run rests for its external client gives the
+    lease back itself, and the drive stops there.
     """
     owner = owner or worker_name()
     if run is None:
@@ -347,8 +360,10 @@ def drive(
     # A queued run's first step is the pickup, which calls nothing: its commit takes
     # the lease (one commit, not two). A claim that died before it is counted the
     # usual way, so the poison count still sees it.
-    claiming = run.state == states.QUEUED and run.claims_without_progress == 0
-    if not claiming:
+    claiming = run.state == states.QUEUED and run.claims_without_progress == 0 and not leased
+    if leased:
+        assert state is not None and run.lease_owner == owner, "a leased drive needs the caller's run and state"
+    elif not claiming:
         claimed = _claimed(run, owner)
         if claimed is None:
             return cast(Run, Run.objects.get(pk=run_id))
@@ -386,8 +401,11 @@ def drive(
                     break
                 claiming = False
                 state = after
-                # The terminal commit released the lease and left `run` current.
-                ended = after.state in states.TERMINAL
+                # The terminal commit (or one after which the run waits for its client)
+                # released the lease and left `run` current.
+                ended = after.state in states.TERMINAL or rests_for_client(run, after)
+                if ended:
+                    break
         clean_exit = True
     finally:
         if not ended and not claiming:

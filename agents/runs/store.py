@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
+import time
+from collections import OrderedDict
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +22,7 @@ from agents import faults
 from agents.engine import patch, states
 from agents.engine.step import Move, RunState
 from agents.models import Approval, ApprovalClaim, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.models.runs import engine_message
 from agents.notifications import events as outbox
 from agents.ops import telemetry
 from agents.runs import rows, statement
@@ -35,11 +39,18 @@ def waits_for_client(run: Run) -> bool:
     """An external agent's run resting while its client thinks (planning) or runs one
     of its client tools (acting): only the client's next request moves it, so no worker
     advances it (the sweeper still fails it at its deadline)."""
+    return _rests(run, run.state, (run.engine or {}).get("current_call"))
+
+
+def rests_for_client(run: Run, state: RunState) -> bool:
+    """`waits_for_client` of the run once in `state`."""
+    return _rests(run, state.state, state.current_call)
+
+
+def _rests(run: Run, state: str, current_call: dict[str, Any] | None) -> bool:
     if run.profile.provider != "external":
         return False
-    return run.state == states.PLANNING or (
-        run.state == states.ACTING and bool(((run.engine or {}).get("current_call") or {}).get("client"))
-    )
+    return state == states.PLANNING or (state == states.ACTING and bool((current_call or {}).get("client")))
 
 
 def waits_for_client_q() -> Q:
@@ -52,8 +63,101 @@ class StaleRun(Exception):
     """Someone else committed a transition of this run first."""
 
 
+class Transcripts:
+    """The transcripts of live runs as this process last committed or read them, each
+    under the run's version it belongs to.
+
+    An external agent's run is loaded on every proposal and every report, and each time
+    its transcript is the one this process's own last commit of the run wrote; read
+    from the database it costs more than the rest of the request, and more as the run
+    grows. An entry answers only for its own version and message count: every
+    transition bumps the version and only transitions append messages, so a commit
+    made anywhere else (another web process, a worker, a reviewer) makes it miss, and
+    the database answers. Finished runs are never kept (a purge then deletes their
+    messages), entries unused for AIRLOCK_TRANSCRIPT_CACHE_SECONDS go, and at most
+    AIRLOCK_TRANSCRIPT_CACHE messages are held in all (0 turns the cache off). The
+    engine never changes a message in place (a step appends new ones), so the cached
+    dicts are shared, and each load gets its own list.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # run id -> (version, the run's created_at, messages, last used)
+        self._entries: OrderedDict[int, tuple[int, Any, list[dict[str, Any]], float]] = OrderedDict()
+        self._held = 0
+
+    def get(self, run: Run) -> list[dict[str, Any]] | None:
+        with self._lock:
+            entry = self._entries.get(run.pk)
+            if entry is None:
+                return None
+            version, created, messages, _used = entry
+            # created_at too: an id used again (a database restored or flushed) is another run.
+            if version != run.version or created != _created(run) or len(messages) != run.messages_count:
+                return None
+            self._entries[run.pk] = (version, created, messages, time.monotonic())
+            self._entries.move_to_end(run.pk)
+            return list(messages)
+
+    def put(self, run: Run, messages: list[dict[str, Any]]) -> None:
+        """Keep `messages` as the transcript of `run` at its version once the caller's
+        transaction commits (none: now); a rollback keeps nothing, since the version
+        would then be written again, maybe with other messages. A run that has
+        finished, or whose message count is not this list's, is dropped instead."""
+        run_id, version, created = int(run.pk), int(run.version), _created(run)
+        keep = created is not None and run.state not in states.TERMINAL and len(messages) == run.messages_count
+        self.forget(run_id)
+        if keep:
+            kept = list(messages)
+            transaction.on_commit(lambda: self._put(run_id, version, created, kept))
+
+    def _put(self, run_id: int, version: int, created: Any, messages: list[dict[str, Any]]) -> None:
+        limit = settings.AIRLOCK_TRANSCRIPT_CACHE
+        with self._lock:
+            self._drop(run_id)
+            if 0 < len(messages) <= limit:
+                self._entries[run_id] = (version, created, messages, time.monotonic())
+                self._held += len(messages)
+            self._trim(limit)
+
+    def forget(self, run_id: int) -> None:
+        with self._lock:
+            self._drop(run_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._held = 0
+
+    def _drop(self, run_id: int) -> None:
+        entry = self._entries.pop(run_id, None)
+        if entry is not None:
+            self._held -= len(entry[2])
+
+    def _trim(self, limit: int) -> None:
+        # Least recently used first: over the bound, or unused for too long.
+        stale = time.monotonic() - settings.AIRLOCK_TRANSCRIPT_CACHE_SECONDS
+        while self._entries:
+            run_id, (_v, _c, _m, used) = next(iter(self._entries.items()))
+            if self._held <= limit and used >= stale:
+                break
+            self._drop(run_id)
+
+
+def _created(run: Run) -> Any:
+    # Not `run.created_at`: on a run read with only() that would be a query.
+    return run.__dict__.get("created_at")
+
+
+transcripts = Transcripts()
+
+
 def load(run: Run) -> RunState:
-    return RunState.from_json(run.engine, Message.engine_transcript(run))
+    messages = transcripts.get(run)
+    if messages is None:
+        messages = Message.engine_transcript(run)
+        transcripts.put(run, messages)
+    return RunState.from_json(run.engine, messages)
 
 
 _RUN = rows.Joined(Run, ["profile"], "a.id = %s")
@@ -127,8 +231,15 @@ def create(run: Run, state: RunState, *, actor: str, kind: str = "launch", detai
             run=run, seq=1, from_state="", to_state=state.state, kind=kind,
             payload={"patch": run.engine, **clean(detail or {})}, actor=actor,
         )
-        Message.objects.bulk_create([Message(run=run, seq=1, **m) for m in _message_rows(0, state.messages)])
+        rows_ = _message_rows(0, state.messages)
+        Message.objects.bulk_create([Message(run=run, seq=1, **m) for m in rows_])
+    transcripts.put(run, [_as_read(m) for m in rows_])
     return run
+
+
+def _as_read(row: dict[str, Any]) -> dict[str, Any]:
+    """A written message row as `Message.engine_transcript` reads it back."""
+    return engine_message(row["role"], row["content"], row["tool_calls"], row["tool_call_id"], row["name"])
 
 
 def commit(
@@ -156,8 +267,9 @@ def commit(
     engine, engine_text = clean_json(after.engine_json())
     cached = cache_fields(after, engine)
     if lease_owner is not None:
-        # A run that ends gives its lease back in the same update: no release commit.
-        ends = after.state in states.TERMINAL
+        # A run that ends, or rests until its client's next request, gives its lease
+        # back in the same update: no release commit.
+        ends = after.state in states.TERMINAL or rests_for_client(run, after)
         cached["lease_owner"] = None if ends else lease_owner
         cached["lease_expires"] = None if ends else now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
     cached["updated_at"] = now
@@ -194,6 +306,9 @@ def commit(
     for name, value in cached.items():
         setattr(run, name, value)
     run.version = seq
+    # `before` is the state of record at the version we moved past (the version check
+    # made sure), so its transcript plus the rows just written is the new one.
+    transcripts.put(run, [*before.messages, *map(_as_read, messages)])
     log.info(
         "committed run=%s seq=%s %s->%s kind=%s actor=%s",
         run.pk, seq, t.from_state, t.to_state, t.kind, actor,

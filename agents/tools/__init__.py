@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -20,22 +20,25 @@ def built_in() -> list[ToolSpec]:
     return [kb_search, *http.TOOLS, *mail.TOOLS, refund]
 
 
+def _local() -> list[ToolSpec]:
+    """The tools that need no database: the built-in ones, and with scripted runs
+    allowed the diagnostic and extra ones."""
+    from . import diagnostic
+
+    specs = built_in()
+    if settings.AIRLOCK_ALLOW_SCRIPTED:
+        specs += diagnostic.TOOLS
+        for name in settings.AIRLOCK_EXTRA_TOOLS:
+            specs += importlib.import_module(name).TOOLS
+    return specs
+
+
 def registry(tools: Collection[str] | None = None) -> Registry:
     """The tools on offer; with `tools` (a run's snapshotted names), the MCP tools among
     them only: the built-in ones cost nothing, an MCP tool costs a row and a spec."""
-    from . import diagnostic
-
-    reg = Registry()
-    for spec in built_in():
-        reg.add(spec)
-    if settings.AIRLOCK_ALLOW_SCRIPTED:
-        for spec in diagnostic.TOOLS:
-            reg.add(spec)
-    for name in settings.AIRLOCK_EXTRA_TOOLS if settings.AIRLOCK_ALLOW_SCRIPTED else []:
-        for spec in importlib.import_module(name).TOOLS:
-            reg.add(spec)
     from . import mcp
 
+    reg = Registry(_local())
     for spec in mcp.specs(tools):
         # `NAME__tool` cannot collide with a built-in name, which has no `__`.
         reg.add(spec)
@@ -51,3 +54,56 @@ def registry_for(profile: Any, tools: Collection[str] | None = None) -> Registry
         if spec.name not in reg:
             reg.add(spec)
     return reg
+
+
+class OnDemand(Registry):
+    """`registry_for(profile, tools)` that reads the MCP tools only once it is asked for
+    one of them (a name with `__`) or for the whole listing: an external run's proposal
+    of a built-in or client tool reads none. Once read, it is `registry_for`'s."""
+
+    def __init__(self, profile: Any, tools: Collection[str] | None = None) -> None:
+        super().__init__(_local())
+        self._pending: tuple[Any, Collection[str] | None] | None = (profile, tools)
+        for spec in profile.client_specs():
+            if spec.name not in self._specs:
+                self.add(spec)
+
+    def _read(self) -> None:
+        if self._pending is None:
+            return
+        from . import mcp
+
+        _profile, tools = self._pending
+        self._pending = None
+        for spec in mcp.specs(tools):
+            self.add(spec)  # over a client tool of that name: the registered tool keeps it
+
+    def get(self, name: str) -> ToolSpec | None:
+        if SEPARATOR in name:
+            self._read()
+        return super().get(name)
+
+    def __contains__(self, name: object) -> bool:
+        if isinstance(name, str) and SEPARATOR in name:
+            self._read()
+        return super().__contains__(name)
+
+    def names(self) -> list[str]:
+        self._read()
+        return super().names()
+
+    def expand(self, names: Iterable[str] | None) -> list[str] | None:
+        self._read()
+        return super().expand(names)
+
+    def subset(self, names: Iterable[str] | None) -> Registry:
+        self._read()
+        return super().subset(names)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._read()
+        return super().__iter__()
+
+
+# Every MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py); no other has `__`.
+SEPARATOR = "__"

@@ -80,7 +80,7 @@ def forget_roles(user: Any) -> None:
 
 
 @functools.cache
-def _roles_sql() -> str:  # noqa: N802 (a constant, built once the app registry is ready)
+def _roles_sql() -> str:
     groups, links = Group._meta.db_table, cast(Any, User).groups.through._meta.db_table
     return (
         f"SELECT 'g', g.name, NULL FROM {groups} g JOIN {links} ug ON ug.group_id = g.id WHERE ug.user_id = %s"  # noqa: S608
@@ -263,8 +263,7 @@ def _may_review_anything(user: Any) -> bool:
     answered without reading the profiles (every page asks, for the navigation)."""
     if project_ids(user, REVIEWER) != set():
         return True
-    in_group(user, REVIEWER)  # fills the cache of the user's groups
-    return bool(set(getattr(user, "_airlock_groups", ())) - set(GLOBAL_ROLES))
+    return bool(_roles_of(user)[0] - set(GLOBAL_ROLES))
 
 
 def may_decide(user: Any, approval: Approval) -> bool:

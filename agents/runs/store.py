@@ -77,7 +77,8 @@ class Transcripts:
     messages), entries unused for AIRLOCK_TRANSCRIPT_CACHE_SECONDS go, and at most
     AIRLOCK_TRANSCRIPT_CACHE messages are held in all (0 turns the cache off). The
     engine never changes a message in place (a step appends new ones), so the cached
-    dicts are shared, and each load gets its own list.
+    dicts are shared; the lists are never changed either (`RunState.from_json` copies
+    the one it is given, and the callers of `put` hand over lists of their own).
     """
 
     def __init__(self) -> None:
@@ -97,7 +98,7 @@ class Transcripts:
                 return None
             self._entries[run.pk] = (version, created, messages, time.monotonic())
             self._entries.move_to_end(run.pk)
-            return list(messages)
+            return messages
 
     def put(self, run: Run, messages: list[dict[str, Any]]) -> None:
         """Keep `messages` as the transcript of `run` at its version once the caller's
@@ -108,8 +109,7 @@ class Transcripts:
         keep = created is not None and run.state not in states.TERMINAL and len(messages) == run.messages_count
         self.forget(run_id)
         if keep:
-            kept = list(messages)
-            transaction.on_commit(lambda: self._put(run_id, version, created, kept))
+            transaction.on_commit(lambda: self._put(run_id, version, created, messages))
 
     def _put(self, run_id: int, version: int, created: Any, messages: list[dict[str, Any]]) -> None:
         limit = settings.AIRLOCK_TRANSCRIPT_CACHE

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from agents.engine.registry import Registry, ToolSpec
+from agents.tools.mcp.mapping import SEPARATOR
 
 
 def built_in() -> list[ToolSpec]:
@@ -49,61 +50,56 @@ def registry_for(profile: Any, tools: Collection[str] | None = None) -> Registry
     """registry(tools) with the profile's client tools (an external profile's
     `client_tools`). A launch refuses a client tool named like a registered one, so a
     name means one tool; were one added since, the registered tool keeps the name."""
-    reg = registry(tools)
-    for spec in profile.client_specs():
-        if spec.name not in reg:
-            reg.add(spec)
+    reg = OnDemand(profile, tools)
+    reg.read()
     return reg
 
 
 class OnDemand(Registry):
     """`registry_for(profile, tools)` that reads the MCP tools only once it is asked for
     one of them (a name with `__`) or for the whole listing: an external run's proposal
-    of a built-in or client tool reads none. Once read, it is `registry_for`'s."""
+    of a built-in or client tool reads none."""
 
     def __init__(self, profile: Any, tools: Collection[str] | None = None) -> None:
         super().__init__(_local())
-        self._pending: tuple[Any, Collection[str] | None] | None = (profile, tools)
+        self._tools, self._read = tools, False
         for spec in profile.client_specs():
             if spec.name not in self._specs:
                 self.add(spec)
 
-    def _read(self) -> None:
-        if self._pending is None:
+    def read(self) -> None:
+        """Read the MCP tools now (once): each over a client tool of its name, since the
+        registered tool keeps the name."""
+        if self._read:
             return
         from . import mcp
 
-        _profile, tools = self._pending
-        self._pending = None
-        for spec in mcp.specs(tools):
-            self.add(spec)  # over a client tool of that name: the registered tool keeps it
+        self._read = True
+        for spec in mcp.specs(self._tools):
+            self.add(spec)
 
     def get(self, name: str) -> ToolSpec | None:
         if SEPARATOR in name:
-            self._read()
+            self.read()
         return super().get(name)
 
     def __contains__(self, name: object) -> bool:
         if isinstance(name, str) and SEPARATOR in name:
-            self._read()
+            self.read()
         return super().__contains__(name)
 
     def names(self) -> list[str]:
-        self._read()
+        self.read()
         return super().names()
 
     def expand(self, names: Iterable[str] | None) -> list[str] | None:
-        self._read()
+        self.read()
         return super().expand(names)
 
     def subset(self, names: Iterable[str] | None) -> Registry:
-        self._read()
+        self.read()
         return super().subset(names)
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        self._read()
+        self.read()
         return super().__iter__()
-
-
-# Every MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py); no other has `__`.
-SEPARATOR = "__"

@@ -520,16 +520,22 @@ def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None
     patterns, nothing fetched, hostile schemas refused). A refusal is an answer from the
     server, not a transport failure: it is not retried."""
     schema = listed.get("outputSchema")
+    # Canonical text: each distinct schema is checked (and its validator built) once per
+    # process, not on every call.
+    text = json.dumps(schema, sort_keys=True) if isinstance(schema, dict) else None
 
     async def check(name: str, result: Any) -> None:
         if schema is None:
             return
         if result.structured_content is None:
             raise ToolError("invalid_output", f"{name} has an output schema but returned no structured content")
-        problem = schemas.schema_problem(schema)
-        if problem is not None:
-            raise ToolError("invalid_output", f"the output schema of {name} is refused: {problem}")
-        found = schemas.errors(json.dumps(schema, sort_keys=True), result.structured_content)
+        try:
+            if text is None:
+                raise schemas.SchemaRefused("the input schema is not an object")
+            schemas.check(text)
+        except schemas.SchemaRefused as problem:
+            raise ToolError("invalid_output", f"the output schema of {name} is refused: {problem}") from None
+        found = schemas.errors(text, result.structured_content)
         if found:
             raise ToolError("invalid_output", f"{name} returned structured content its output schema refuses: "
                             f"{found[0].message}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import connections
 from django.db.models import (
     Aggregate,
@@ -460,21 +462,99 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
-def _tally_scope(user: Any) -> Q | None:
-    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
-    launcher also sees their own runs' calls, which no tally key tells apart."""
+def _tally_scope(user: Any) -> tuple[Q, str] | None:
+    """Which tallies `user` may read, and a name for that scope (for the cache of past
+    days), or None when the tallies cannot answer for them: a launcher also sees their
+    own runs' calls, which no tally key tells apart."""
     if access.reads_all_runs(user):
-        return Q()
+        return Q(), "all"
     scope = access.review_scope(user)
     if scope.empty or access.in_group(user, access.LAUNCHER):
         return None
     if scope.everything:
-        return Q()
-    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True)
+        return Q(), "all"
+    key = f"{sorted(scope.primary)}/{sorted(scope.backup)}"
+    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True), key
 
 
 def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+@dataclass
+class _Sums:
+    """The tallies of some whole days, summed: counts per (profile id, origin, index,
+    reviewer, status); time-to-decision buckets per (profile id, origin, index) and
+    per day."""
+
+    counts: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    rule_hist: dict[tuple[Any, ...], dict[int, int]] = field(default_factory=dict)
+    day_hist: dict[dt.date, dict[int, int]] = field(default_factory=dict)
+
+    def add(self, other: _Sums) -> None:
+        for k, n in other.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+        for rule, h in other.rule_hist.items():
+            _add_hist(self.rule_hist.setdefault(rule, {}), h)
+        for day, h in other.day_hist.items():
+            _add_hist(self.day_hist.setdefault(day, {}), h)
+
+
+def _add_hist(into: dict[int, int], hist: dict[int, int]) -> None:
+    for b, n in hist.items():
+        into[b] = into.get(b, 0) + n
+
+
+def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
+    """The tallies of the days from `first` to before `until` that `scope` covers: one
+    statement for the counts and one for the buckets (on PostgreSQL both groupings of
+    the buckets in one scan, GROUPING SETS; on SQLite one statement each)."""
+    whole = Q(day__gte=first, day__lt=until) & scope
+    sums = _Sums()
+    for *key, n in ReviewTally.objects.filter(whole).values_list(
+        "profile_id", "origin", "index", "reviewer", "status"
+    ).annotate(s=Sum("n")).order_by():
+        sums.counts[tuple(key)] = n
+    timing = ReviewTiming.objects.filter(whole)
+    if connections[timing.db].vendor == "postgresql":
+        sql, params = timing.values("day", "profile_id", "origin", "index", "bucket", "n").query.sql_with_params()
+        grouped = f"""
+            SELECT GROUPING(day), day, profile_id, origin, "index", bucket, SUM(n) FROM ({sql}) t
+            GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
+        """
+        with connections[timing.db].cursor() as cur:
+            cur.execute(grouped, params)
+            for by_rule, day, pid, origin, index, b, n in cur.fetchall():
+                if by_rule:
+                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
+                else:
+                    sums.day_hist.setdefault(day, {})[b] = int(n)
+        return sums
+    for pid, origin, index, b, n in timing.values_list("profile_id", "origin", "index", "bucket").annotate(
+        s=Sum("n")
+    ).order_by():
+        sums.rule_hist.setdefault((pid, origin, index), {})[b] = n
+    for day, b, n in timing.values_list("day", "bucket").annotate(s=Sum("n")).order_by():
+        sums.day_hist.setdefault(day, {})[b] = n
+    return sums
+
+
+PAST_CACHE_SECONDS = 86_400
+
+
+def _past_sums(scope: Q, scope_key: str, profiles: Sequence[int], first: dt.date, until: dt.date) -> _Sums:
+    """_tallied_sums of days before yesterday, through the Django cache, keyed by the
+    tallies' version (which the fold bumps, in its transaction, when it adds to a day
+    before its own; it adds to yesterday without, hence yesterday is read fresh) and
+    read before the tallies, so an entry never holds less than its version. The
+    profiles are in the key: deleting one deletes its tallies."""
+    named = f"{review_tally.version()}:{scope_key}:{list(profiles)}:{first}:{until}"
+    key = "reviews.stats.past:" + hashlib.sha256(named.encode()).hexdigest()
+    found = cache.get(key)
+    if not isinstance(found, _Sums):
+        found = _tallied_sums(scope, first, until)
+        cache.set(key, found, PAST_CACHE_SECONDS)
+    return found
 
 
 def _window_tallied(
@@ -485,33 +565,27 @@ def _window_tallied(
     percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
     tallies hold nothing for those days or cannot answer for `user`.
 
+    The days before yesterday are summed once per version of the tallies (_past_sums);
+    yesterday and today are read fresh.
+
     `present`: `now` is the present, so today's tally holds only calls closed before it
     and reads today too (a `now` in the past reads today exactly)."""
-    scope = _tally_scope(user)
+    found = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
-    if scope is None or first >= end:
+    if found is None or first >= end:
         return None
+    scope, scope_key = found
     until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
-    whole = Q(day__gte=first, day__lt=until) & scope
-    counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
-    rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
-    day_hist: dict[dt.datetime, dict[int, int]] = {}
-    for r in ReviewTally.objects.filter(whole).values_list("profile_id", "origin", "index", "reviewer", "status").annotate(
-        s=Sum("n")
-    ).order_by():
-        counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
-    if not counts:
+    names = dict(AgentProfile.objects.values_list("pk", "name"))
+    cached = min(until, timezone.now().astimezone(dt.UTC).date() - dt.timedelta(days=1))
+    sums = _past_sums(scope, scope_key, sorted(names), first, cached) if cached > first else _Sums()
+    if until > max(first, cached):
+        sums.add(_tallied_sums(scope, max(first, cached), until))
+    if not sums.counts:
         return None  # nothing folded for those days: the exact figures
-    for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
-        "profile_id", "origin", "index", "bucket"
-    ).annotate(s=Sum("n")).order_by():
-        h = rule_hist.setdefault((pid, origin, index), {})
-        h[b] = h.get(b, 0) + n
-    by_day: dict[dt.date, dict[int, int]] = {}
-    for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
-        by_day.setdefault(day, {})[b] = n
-    day_hist.update((_day_start(day), h) for day, h in by_day.items())
+    counts, rule_hist = sums.counts, sums.rule_hist
+    day_hist = {_day_start(day): h for day, h in sums.day_hist.items()}
     # The exact part: the partial days (the first; today unless `present`), and whatever
     # is not folded yet.
     closed = window.filter(status__in=CLOSED)
@@ -536,7 +610,6 @@ def _window_tallied(
             h[b] = h.get(b, 0) + n
             d = day_hist.setdefault(day.astimezone(dt.UTC), {})
             d[b] = d.get(b, 0) + n
-    names = dict(AgentProfile.objects.values_list("pk", "name"))
     people = dict(
         get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
     )

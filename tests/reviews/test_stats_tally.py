@@ -178,3 +178,51 @@ def test_a_percentile_from_buckets_interpolates_between_ranks() -> None:
     low, high = review_tally.bucket_of(10.0), review_tally.bucket_of(40.0)
     mid = review_tally.percentile({low: 1, high: 1}, 0.5)
     assert mid == pytest.approx((review_tally.bucket_seconds(low) + review_tally.bucket_seconds(high)) / 2)
+
+
+@pytest.mark.django_db
+def test_a_decision_after_a_cached_read_shows_on_the_next_load(rita: Any, rob: Any) -> None:
+    """The days before yesterday are read once per version of the tallies and cached:
+    a call decided after that read shows on the next load, whether it closed today or
+    late into a cached day, before the fold and after it, counted once."""
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    first = stats.stats(rita, days=30)
+    assert first.bucketed and _counts(stats.stats(rita, days=30)) == _counts(first)  # the cached read
+    run = rows.a_run("demo")
+    rows.approval(run, by=rob, wait=5, closed_ago=60)
+    rows.approval(run, by=rob, wait=5, closed_ago=5 * DAY, status="rejected")  # into a cached day
+    after = stats.stats(rita, days=30)
+    assert after.overall.n == first.overall.n + 2
+    rob_before = next(r for r in first.reviewers if r.name == "rob")
+    rob_after = next(r for r in after.reviewers if r.name == "rob")
+    assert (rob_after.approved, rob_after.rejected) == (rob_before.approved + 1, rob_before.rejected + 1)
+    before_fold = review_tally.version()
+    assert review_tally.approvals_tally() == 2
+    folded = stats.stats(rita, days=30)
+    assert _counts(folded) == _counts(after)
+    assert _counts(folded) == _counts(stats.stats(rita, days=30, in_database=True))
+    assert review_tally.version() != before_fold  # a past day changed: the cached sums were stale
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 90])
+def test_the_cached_past_days_agree_with_the_exact_figures(rita: Any, rob: Any, days: int) -> None:
+    """Read twice (the second from the cache) and for another scope (its own entry),
+    the figures are the exact ones; folding only today's calls leaves the version."""
+    Group.objects.get_or_create(name="demo-reviewers")
+    AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
+    dora = person("dora", "demo-reviewers")
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    version = review_tally.version()
+    rows.approval(rows.a_run("demo"), by=rob, wait=5, closed_ago=60)
+    assert review_tally.approvals_tally() == 1
+    assert review_tally.version() == version  # today's call: the past days are as cached
+    for user in (rita, rita, dora, dora):
+        tallied = stats.stats(user, days=days)
+        exact = stats.stats(user, days=days, in_database=True)
+        assert tallied.bucketed and _counts(tallied) == _counts(exact)
+        pairs = list(zip(_timings(tallied), _timings(exact), strict=True))
+        assert all(_close(b, e) for b, e in pairs), [(b, e) for b, e in pairs if not _close(b, e)]
+    assert [a for a, _ in stats.stats(dora, days=days).agents] == ["demo"]

@@ -556,13 +556,20 @@ def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
 PAST_CACHE_SECONDS = 86_400
 
 
-def _past_sums(scope: Q, scope_key: str, profiles: Sequence[int], first: dt.date, until: dt.date) -> _Sums:
+def _fresh_from() -> dt.date:
+    """The first UTC day the page reads fresh (yesterday): the days before are cached."""
+    return timezone.now().astimezone(dt.UTC).date() - dt.timedelta(days=1)
+
+
+def _past_sums(
+    scope: Q, scope_key: str, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+) -> _Sums:
     """_tallied_sums of days before yesterday, through the Django cache, keyed by the
-    tallies' version (which the fold bumps, in its transaction, when it adds to a day
-    before its own; it adds to yesterday without, hence yesterday is read fresh) and
-    read before the tallies, so an entry never holds less than its version. The
-    profiles are in the key: deleting one deletes its tallies."""
-    named = f"{review_tally.version()}:{scope_key}:{list(profiles)}:{first}:{until}"
+    tallies' `version` (which the fold bumps, in its transaction, when it adds to a day
+    before its own; it adds to yesterday without, hence yesterday is read fresh), read
+    before the tallies, so an entry never holds less than its version. The profiles
+    are in the key: deleting one deletes its tallies."""
+    named = f"{version}:{scope_key}:{list(profiles)}:{first}:{until}"
     key = "reviews.stats.past:" + hashlib.sha256(named.encode()).hexdigest()
     found = cache.get(key)
     if not isinstance(found, _Sums):
@@ -573,8 +580,8 @@ def _past_sums(scope: Q, scope_key: str, profiles: Sequence[int], first: dt.date
 
 
 def _window_tallied(
-    window: QuerySet[Approval], user: Any, names: dict[int, str], *, since: dt.datetime, now: dt.datetime,
-    present: bool = False,
+    window: QuerySet[Approval], user: Any, names: dict[int, str], version: int, *, since: dt.datetime,
+    now: dt.datetime, present: bool = False,
 ) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
@@ -586,7 +593,7 @@ def _window_tallied(
 
     `present`: `now` is the present, so today's tally holds only calls closed before it
     and reads today too (a `now` in the past reads today exactly). `names`: every
-    profile's, by id."""
+    profile's, by id; `version`: the tallies', read before them (review_tally.version)."""
     found = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
@@ -594,8 +601,8 @@ def _window_tallied(
         return None
     scope, scope_key = found
     until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
-    cached = min(until, timezone.now().astimezone(dt.UTC).date() - dt.timedelta(days=1))
-    sums = _past_sums(scope, scope_key, sorted(names), first, cached) if cached > first else _Sums()
+    cached = min(until, _fresh_from())
+    sums = _past_sums(scope, scope_key, version, sorted(names), first, cached) if cached > first else _Sums()
     if until > max(first, cached):
         sums.add(_tallied_sums(scope, max(first, cached), until))
     if not sums.counts:
@@ -654,6 +661,77 @@ def _window_tallied(
         reviewers=list(reviewers.values()),
         buckets={at: day_timing.get(at.date()) or _hist_timing(h) for at, h in day_hist.items()},
     ))
+
+
+def _events(
+    user: Any, approvals: QuerySet[Approval], names: dict[int, str], version: int, *, since: dt.datetime,
+    now: dt.datetime,
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Escalations per agent and lapsed claims per claimant in the window (escalated_at,
+    and a lapsed claim's end, in it; a claim nothing recorded as lapsed yet by its
+    `until`). Counted by the run's profile id, named from the profiles: naming each
+    call's agent in the database was a join a call (1,000 calls escalated over 90 days).
+
+    For a viewer who sees every call, the whole days before yesterday are counted once
+    (_past_events) and the window's two ends fresh: an escalation is stamped when the
+    sweeper makes it, a claim lapses at its `until`, which is only ever moved forward
+    from the future (agents/claims.py), so no such day changes afterwards."""
+    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
+    first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
+    cutoff = min(now.astimezone(dt.UTC).date(), _fresh_from())
+    # A version exists once the fold has written one: a database emptied since (a test's
+    # flush) has none, so no entry of its earlier contents can be read back.
+    if version and not approvals.query.where and cutoff > first:
+        esc, lapsed = _past_events(version, sorted(names), first, cutoff)
+        ends = [(since, _day_start(first), False), (_day_start(cutoff), now, True)]
+    else:
+        esc, lapsed = {}, {}
+        ends = [(since, now, True)]
+    esc_q, lapsed_q = Q(pk__in=[]), Q(pk__in=[])
+    for start, end, last in ends:
+        esc_q |= _escalated_in(start, end, last=last)
+        lapsed_q |= _lapsed_in(start, end, last=last)
+    for pid, n in approvals.filter(esc_q).values_list(AGENT_ID).annotate(n=Count("pk")).order_by():
+        esc[pid] = esc.get(pid, 0) + n
+    for name, n in claims.filter(lapsed_q).values_list("user__username").annotate(n=Count("pk")).order_by():
+        lapsed[name] = lapsed.get(name, 0) + n
+    return (
+        sorted((names.get(pid, "(deleted agent)"), n) for pid, n in esc.items()),
+        [(name or "(deleted user)", n) for name, n in sorted(lapsed.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))],
+    )
+
+
+def _escalated_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
+    return Q(escalated_at__gte=start, **{"escalated_at__lte" if last else "escalated_at__lt": end})
+
+
+def _lapsed_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
+    ended = Q(end="lapsed", ended_at__gte=start, **{"ended_at__lte" if last else "ended_at__lt": end})
+    return ended | Q(ended_at__isnull=True, until__gte=start, until__lt=end)
+
+
+def _past_events(
+    version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+) -> tuple[dict[int | None, int], dict[str | None, int]]:
+    """Escalations per profile id and lapsed claims per claimant's name, of every call,
+    over the days from `first` to before `until`, through the Django cache (the tallies'
+    `version` and the profiles in the key, as _past_sums)."""
+    named = f"{version}:{list(profiles)}:{first}:{until}"
+    key = "reviews.stats.events:" + hashlib.sha256(named.encode()).hexdigest()
+    found = cache.get(key)
+    if isinstance(found, tuple):
+        return found
+    start, end = _day_start(first), _day_start(until)
+    esc = dict(
+        Approval.objects.filter(_escalated_in(start, end, last=False)).values_list(AGENT_ID)
+        .annotate(n=Count("pk")).order_by()
+    )
+    lapsed = dict(
+        ApprovalClaim.objects.filter(_lapsed_in(start, end, last=False)).values_list("user__username")
+        .annotate(n=Count("pk")).order_by()
+    )
+    cache.set(key, (esc, lapsed), PAST_CACHE_SECONDS)
+    return esc, lapsed
 
 
 class BucketOf(Func):
@@ -884,24 +962,12 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     # chart of one day and a window nothing was folded for are computed exactly.
     profiles = list(AgentProfile.objects.order_by("name"))
     names = {p.pk: p.name for p in profiles}
+    version = review_tally.version()  # before anything it names is read: see _past_sums
     tallied = None if hourly or in_database is not None else _window_tallied(
-        window, user, names, since=since, now=now, present=present
+        window, user, names, version, since=since, now=now, present=present
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
-    # Counted by the run's profile id, named from the profiles: naming each call's agent
-    # in the database was a join a call (1,000 calls escalated over 90 days).
-    escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
-    escalations = sorted(
-        (names.get(r["pid"], "(deleted agent)"), r["n"]) for r in escalated.values(pid=AGENT_ID).annotate(n=Count("pk")).order_by()
-    )
-    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
-    lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
-        ended_at__isnull=True, until__gte=since, until__lt=now
-    )
-    lapsed = [
-        (r["name"] or "(deleted user)", r["n"])
-        for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
-    ]
+    escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)
     needed = settings.AIRLOCK_FATIGUE_STREAK
     return Stats(
         days=days,

@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Sum
 from django.utils import timezone
 
-from agents.models import AgentProfile, Approval, ReviewTally, ReviewTiming
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming
 from agents.ops import review_tally
 from reviews import stats
 from tests.helpers import at_once, client_for, person, requires_postgres
@@ -226,3 +226,46 @@ def test_the_cached_past_days_agree_with_the_exact_figures(rita: Any, rob: Any, 
         pairs = list(zip(_timings(tallied), _timings(exact), strict=True))
         assert all(_close(b, e) for b, e in pairs), [(b, e) for b, e in pairs if not _close(b, e)]
     assert [a for a, _ in stats.stats(dora, days=days).agents] == ["demo"]
+
+
+def _events_exact(days: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Escalations per agent and lapsed claims per claimant over the last `days`, counted
+    here row by row."""
+    now = timezone.now()
+    since = now - dt.timedelta(days=days)
+    esc: dict[str, int] = {}
+    for a in Approval.objects.filter(escalated_at__gte=since, escalated_at__lte=now).select_related("run__profile"):
+        esc[a.run.profile.name] = esc.get(a.run.profile.name, 0) + 1
+    lapsed: dict[str, int] = {}
+    for c in ApprovalClaim.objects.select_related("user"):
+        if (c.end == "lapsed" and c.ended_at is not None and since <= c.ended_at <= now) or (
+            c.ended_at is None and since <= c.until < now
+        ):
+            lapsed[c.user.username] = lapsed.get(c.user.username, 0) + 1
+    return sorted(esc.items()), sorted(lapsed.items())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 90])
+def test_cached_escalations_and_lapsed_claims_are_right_and_new_ones_show(rita: Any, rob: Any, days: int) -> None:
+    """Once the fold has written a version, a viewer who sees every call reads the whole
+    days before yesterday's escalations and lapsed claims from the cache: the same as
+    counted row by row, read twice, and one escalated or lapsing since shows next."""
+    history = varied(rita, rob, now=timezone.now())
+    for i, a in enumerate(history[:60]):
+        ago = (i * 37_811) % int(40 * DAY) + 30
+        if i % 3:
+            rows.claim(a, rita if i % 2 else rob, until_ago=ago, end="lapsed", ended_ago=ago)
+        else:
+            rows.claim(a, rob, until_ago=ago, end="released", ended_ago=ago + 5)
+    review_tally.approvals_tally()
+    assert review_tally.version()  # the late calls folded: the events are cached
+    for _ in range(2):
+        figures = stats.stats(rita, days=days)
+        assert (figures.escalations, figures.lapsed) == _events_exact(days)
+    assert figures.escalated and figures.lapsed_total
+    waiting = rows.approval(rows.a_run("demo"), status="pending", wait=500, escalated_ago=100)
+    rows.claim(waiting, rob, until_ago=30)  # ran out, nothing recorded it yet
+    after = stats.stats(rita, days=days)
+    assert (after.escalations, after.lapsed) == _events_exact(days)
+    assert after.escalated == figures.escalated + 1 and after.lapsed_total == figures.lapsed_total + 1

@@ -15,7 +15,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -581,7 +581,7 @@ def _past_sums(
 
 def _window_tallied(
     window: QuerySet[Approval], user: Any, names: dict[int, str], version: int, *, since: dt.datetime,
-    now: dt.datetime, present: bool = False,
+    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None,
 ) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
@@ -593,7 +593,8 @@ def _window_tallied(
 
     `present`: `now` is the present, so today's tally holds only calls closed before it
     and reads today too (a `now` in the past reads today exactly). `names`: every
-    profile's, by id; `version`: the tallies', read before them (review_tally.version)."""
+    profile's, by id; `version`: the tallies', read before them (review_tally.version);
+    `untallied`: the calls not folded yet, when the page read them (_untallied)."""
     found = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
@@ -615,15 +616,20 @@ def _window_tallied(
     # Each range its own statement: one statement with an OR over them read the whole
     # window through the index and was costed high enough to be JIT-compiled (37 of its
     # 60 ms over a week in bench/stats.py).
-    parts = [
-        closed.filter(decided_at__lt=_day_start(first)),
-        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(until), tallied=False),
-    ]
+    whole_days = (_day_start(first), _day_start(until))
+    parts = [closed.filter(decided_at__lt=whole_days[0])]
+    if untallied is None:
+        parts.append(closed.filter(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
     if not present:
         parts.append(closed.filter(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
     for part in parts:
         groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    if untallied is not None:  # the calls not folded yet, read once for the page
+        groups.extend(_grouped_rows(
+            (u.agent_id, u.origin, u.index, u.decided_by_id, u.status, u.created_at, u.decided_at)
+            for u in untallied if whole_days[0] <= u.decided_at < whole_days[1]
+        ))
     for pid, origin, index, by, status, day, b, n in groups:
         rule = (pid, origin or "", int(index) if index is not None else 0)
         key = (*rule, by or 0, status)
@@ -757,12 +763,51 @@ def _exact_groups(exact: QuerySet[Approval]) -> list[tuple[Any, ...]]:
         # The bucket of an expiry is ignored: it has no time to decision.
         day = Trunc("decided_at", "day", tzinfo=dt.UTC)
         return list(exact.values_list(*rule_fields, day, BucketOf()).annotate(n=Count("pk")).order_by())
+    return _grouped_rows(exact.values_list(*rule_fields, "created_at", "decided_at"))
+
+
+def _grouped_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """_exact_groups from rows (agent id, origin, index, decided by, status, created,
+    decided) read back."""
     groups: dict[tuple[Any, ...], int] = {}
-    for *key, created, decided in exact.values_list(*rule_fields, "created_at", "decided_at"):
+    for *key, created, decided in rows:
         start = _day_start(decided.astimezone(dt.UTC).date())
         k = (*key, start, review_tally.bucket_of((decided - created).total_seconds()))
         groups[k] = groups.get(k, 0) + 1
     return [(*k, n) for k, n in groups.items()]
+
+
+@dataclass(frozen=True)
+class Untallied:
+    """A closed call not folded yet, as the page reads it once for the window's exact
+    part and for the fatigue streaks (both add these to what the fold kept)."""
+
+    pk: int
+    agent_id: int
+    origin: str | None
+    index: str | None
+    decided_at: dt.datetime
+    kind: str
+    tool: str
+    round: int
+    risk: str
+    required: int
+    status: str
+    decided_by_id: int | None
+    created_at: dt.datetime
+
+
+def _untallied(approvals: QuerySet[Approval], now: dt.datetime) -> list[Untallied] | None:
+    """The closed calls among `approvals` not folded yet, newest first; None when there
+    are more than FATIGUE_SCAN (no sweeper yet), which the page's parts then count or
+    walk each their own way."""
+    rows = list(
+        approvals.filter(status__in=CLOSED, tallied=False, decided_at__isnull=False, decided_at__lte=now)
+        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
+                     "risk", "required", "status", "decided_by_id", "created_at")[: FATIGUE_SCAN + 1]
+    )
+    return None if len(rows) > FATIGUE_SCAN else [Untallied(*r) for r in rows]
 
 
 def _hist_timing(hist: dict[int, int]) -> Timing:
@@ -806,7 +851,8 @@ def _streak_scope(user: Any) -> Q | None:
 
 
 def _fatigue(
-    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int
+    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int,
+    untallied: list[Untallied] | None,
 ) -> list[Streak]:
     """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
     approved as proposed, longest first (a reject, an edit or an expiry ends a streak),
@@ -818,20 +864,16 @@ def _fatigue(
        can make one page count a call twice or not at all; the next one is right.
     2. One statement per streak long enough for the arguments it is drafted from.
 
-    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet), and a
-    viewer the folded streaks cannot answer for, walk the calls instead (_walked)."""
+    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet: `untallied`
+    is None), and a viewer the folded streaks cannot answer for, walk the calls instead
+    (_walked)."""
     scope = _streak_scope(user)
-    if scope is None:
+    if scope is None or untallied is None:
         return _walked(approvals, profiles, now=now, needed=needed)
-    fresh = list(
-        approvals.filter(kind=decisions.POLICY, status__in=CLOSED, tallied=False, decided_at__isnull=False,
-                         decided_at__lte=now)
-        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
-        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
-                     "risk", "required", "status")[: FATIGUE_SCAN + 1]
-    )
-    if len(fresh) > FATIGUE_SCAN:
-        return _walked(approvals, profiles, now=now, needed=needed)
+    fresh = [
+        (u.pk, u.agent_id, u.origin, u.index, u.decided_at, u.kind, u.tool, u.round, u.risk, u.required, u.status)
+        for u in untallied if u.kind == decisions.POLICY
+    ]
     folded = {
         (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
     }
@@ -963,8 +1005,9 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     profiles = list(AgentProfile.objects.order_by("name"))
     names = {p.pk: p.name for p in profiles}
     version = review_tally.version()  # before anything it names is read: see _past_sums
+    untallied = _untallied(approvals, now)
     tallied = None if hourly or in_database is not None else _window_tallied(
-        window, user, names, version, since=since, now=now, present=present
+        window, user, names, version, since=since, now=now, present=present, untallied=untallied
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)
@@ -983,7 +1026,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         lapsed=lapsed,
         chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
         shadow=_shadow(profiles, days, now),
-        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed),
+        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed, untallied=untallied),
         streak_needed=needed,
         bucketed=tallied is not None,
     )

@@ -269,3 +269,23 @@ def test_cached_escalations_and_lapsed_claims_are_right_and_new_ones_show(rita: 
     after = stats.stats(rita, days=days)
     assert (after.escalations, after.lapsed) == _events_exact(days)
     assert after.escalated == figures.escalated + 1 and after.lapsed_total == figures.lapsed_total + 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("scan", [stats.FATIGUE_SCAN, 3])
+def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
+    rita: Any, rob: Any, scan: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page reads the calls closed since the fold once, for the window and the
+    fatigue streaks; past FATIGUE_SCAN of them (no sweeper yet) the window counts them
+    in the database instead. Either way the figures are the exact ones."""
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    run = rows.a_run("demo")
+    for i in range(6):
+        rows.approval(run, by=rob if i % 2 else rita, wait=5 + i, closed_ago=60 + i * 2 * DAY,
+                      status="rejected" if i % 3 == 0 else "approved")
+    monkeypatch.setattr(stats, "FATIGUE_SCAN", scan)
+    tallied = stats.stats(rita, days=30)
+    exact = stats.stats(rita, days=30, in_database=True)
+    assert tallied.bucketed and _counts(tallied) == _counts(exact)

@@ -51,7 +51,12 @@ class Cell:
 
     @classmethod
     def of(cls, value: Any) -> Cell:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        if isinstance(value, str):
+            text = value
+        elif type(value) is int:  # json.dumps's spelling of an int, without the encoder
+            text = str(value)
+        else:
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
         if len(text) <= VALUE_CHARS:
             return cls(text)
         return cls(text[: VALUE_CHARS - 1] + "…", text)
@@ -116,9 +121,19 @@ def _shape(rows: list[Approval]) -> tuple[list[str], list[str]]:
     same: list[str] = []
     differ: list[str] = []
     for name in first:
-        values = {json.dumps(r.args.get(name), sort_keys=True, default=str) for r in rows if isinstance(r.args, dict)}
-        (same if len(values) == 1 else differ).append(name)
+        value = first[name]
+        alike = all(_alike(r.args.get(name), value) for r in rows if isinstance(r.args, dict))
+        (same if alike else differ).append(name)
     return same, differ
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """Whether two argument values are the same JSON: strings and numbers of one type
+    compared as they are (most values: 50 rows a field), the rest as their JSON, which
+    tells 1 from 1.0 and true."""
+    if type(a) is type(b) and isinstance(a, (str, int, float)):
+        return bool(a == b)
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any) -> Group:

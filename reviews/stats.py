@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import connections
 from django.db.models import (
     Aggregate,
@@ -245,10 +247,21 @@ class Chart:
         return self._points("p95")
 
     @property
-    def dots(self) -> list[dict[str, Any]]:
+    def dots(self) -> list[tuple[float, float, float]]:
+        """(x, y of p95, y of p50) of each bucket with a p50: as tuples, which the
+        template unpacks without an attribute lookup each (91 over 90 days)."""
         return [
-            {"x": self._x(i), "y50": self._y(b.timing.p50), "y95": self._y(b.timing.p95 or b.timing.p50), "bucket": b}
+            (self._x(i), self._y(b.timing.p95 or b.timing.p50), self._y(b.timing.p50))
             for i, b in enumerate(self.buckets) if b.timing.p50 is not None
+        ]
+
+    @property
+    def rows(self) -> list[tuple[str, int, str, str]]:
+        """The chart's table: (bucket, decisions, p50, p95), formatted."""
+        label = "%Y-%m-%d %H:00" if self.hourly else "%Y-%m-%d"
+        duration = formatting.duration
+        return [
+            (b.start.strftime(label), b.timing.n, duration(b.timing.p50), duration(b.timing.p95)) for b in self.buckets
         ]
 
     @property
@@ -460,73 +473,163 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
-def _tally_scope(user: Any) -> Q | None:
-    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
-    launcher also sees their own runs' calls, which no tally key tells apart."""
+def _tally_scope(user: Any) -> tuple[Q, str] | None:
+    """Which tallies `user` may read, and a name for that scope (for the cache of past
+    days), or None when the tallies cannot answer for them: a launcher also sees their
+    own runs' calls, which no tally key tells apart."""
     if access.reads_all_runs(user):
-        return Q()
+        return Q(), "all"
     scope = access.review_scope(user)
     if scope.empty or access.in_group(user, access.LAUNCHER):
         return None
     if scope.everything:
-        return Q()
-    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True)
+        return Q(), "all"
+    key = f"{sorted(scope.primary)}/{sorted(scope.backup)}"
+    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True), key
 
 
 def _day_start(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
+@dataclass
+class _Sums:
+    """The tallies of some whole days, summed: counts per (profile id, origin, index,
+    reviewer, status); time-to-decision buckets per (profile id, origin, index) and
+    per day."""
+
+    counts: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    rule_hist: dict[tuple[Any, ...], dict[int, int]] = field(default_factory=dict)
+    day_hist: dict[dt.date, dict[int, int]] = field(default_factory=dict)
+    # Each day's percentiles, worked out once with the cached sums (none for the fresh).
+    day_timing: dict[dt.date, Timing] = field(default_factory=dict)
+
+    def add(self, other: _Sums) -> None:
+        for k, n in other.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+        for rule, h in other.rule_hist.items():
+            _add_hist(self.rule_hist.setdefault(rule, {}), h)
+        for day, h in other.day_hist.items():
+            _add_hist(self.day_hist.setdefault(day, {}), h)
+            self.day_timing.pop(day, None)
+
+
+def _add_hist(into: dict[int, int], hist: dict[int, int]) -> None:
+    for b, n in hist.items():
+        into[b] = into.get(b, 0) + n
+
+
+def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
+    """The tallies of the days from `first` to before `until` that `scope` covers: one
+    statement for the counts and one for the buckets (on PostgreSQL both groupings of
+    the buckets in one scan, GROUPING SETS; on SQLite one statement each)."""
+    whole = Q(day__gte=first, day__lt=until) & scope
+    sums = _Sums()
+    for *key, n in ReviewTally.objects.filter(whole).values_list(
+        "profile_id", "origin", "index", "reviewer", "status"
+    ).annotate(s=Sum("n")).order_by():
+        sums.counts[tuple(key)] = n
+    timing = ReviewTiming.objects.filter(whole)
+    if connections[timing.db].vendor == "postgresql":
+        sql, params = timing.values("day", "profile_id", "origin", "index", "bucket", "n").query.sql_with_params()
+        grouped = f"""
+            SELECT GROUPING(day), day, profile_id, origin, "index", bucket, SUM(n) FROM ({sql}) t
+            GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
+        """
+        with connections[timing.db].cursor() as cur:
+            cur.execute(grouped, params)
+            for by_rule, day, pid, origin, index, b, n in cur.fetchall():
+                if by_rule:
+                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
+                else:
+                    sums.day_hist.setdefault(day, {})[b] = int(n)
+        return sums
+    for pid, origin, index, b, n in timing.values_list("profile_id", "origin", "index", "bucket").annotate(
+        s=Sum("n")
+    ).order_by():
+        sums.rule_hist.setdefault((pid, origin, index), {})[b] = n
+    for day, b, n in timing.values_list("day", "bucket").annotate(s=Sum("n")).order_by():
+        sums.day_hist.setdefault(day, {})[b] = n
+    return sums
+
+
+PAST_CACHE_SECONDS = 86_400
+
+
+def _fresh_from() -> dt.date:
+    """The first UTC day the page reads fresh (yesterday): the days before are cached."""
+    return timezone.now().astimezone(dt.UTC).date() - dt.timedelta(days=1)
+
+
+def _past_sums(
+    scope: Q, scope_key: str, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+) -> _Sums:
+    """_tallied_sums of days before yesterday, through the Django cache, keyed by the
+    tallies' `version` (which the fold bumps, in its transaction, when it adds to a day
+    before its own; it adds to yesterday without, hence yesterday is read fresh), read
+    before the tallies, so an entry never holds less than its version. The profiles
+    are in the key: deleting one deletes its tallies."""
+    named = f"{version}:{scope_key}:{list(profiles)}:{first}:{until}"
+    key = "reviews.stats.past:" + hashlib.sha256(named.encode()).hexdigest()
+    found = cache.get(key)
+    if not isinstance(found, _Sums):
+        found = _tallied_sums(scope, first, until)
+        found.day_timing = {day: _hist_timing(h) for day, h in found.day_hist.items()}
+        cache.set(key, found, PAST_CACHE_SECONDS)
+    return found
+
+
 def _window_tallied(
-    window: QuerySet[Approval], user: Any, *, since: dt.datetime, now: dt.datetime, present: bool = False
+    window: QuerySet[Approval], user: Any, names: dict[int, str], version: int, *, since: dt.datetime,
+    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None,
 ) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
     percentiles from log-spaced buckets (within review_tally.MAX_ERROR). None when the
     tallies hold nothing for those days or cannot answer for `user`.
 
+    The days before yesterday are summed once per version of the tallies (_past_sums);
+    yesterday and today are read fresh.
+
     `present`: `now` is the present, so today's tally holds only calls closed before it
-    and reads today too (a `now` in the past reads today exactly)."""
-    scope = _tally_scope(user)
+    and reads today too (a `now` in the past reads today exactly). `names`: every
+    profile's, by id; `version`: the tallies', read before them (review_tally.version);
+    `untallied`: the calls not folded yet, when the page read them (_untallied)."""
+    found = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
-    if scope is None or first >= end:
+    if found is None or first >= end:
         return None
+    scope, scope_key = found
     until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
-    whole = Q(day__gte=first, day__lt=until) & scope
-    counts: dict[tuple[Any, ...], int] = {}  # (profile_id, origin, index, reviewer, status)
-    rule_hist: dict[tuple[Any, ...], dict[int, int]] = {}  # (profile_id, origin, index) -> bucket -> n
-    day_hist: dict[dt.datetime, dict[int, int]] = {}
-    for r in ReviewTally.objects.filter(whole).values_list("profile_id", "origin", "index", "reviewer", "status").annotate(
-        s=Sum("n")
-    ).order_by():
-        counts[r[:-1]] = counts.get(r[:-1], 0) + r[-1]
-    if not counts:
+    cached = min(until, _fresh_from())
+    sums = _past_sums(scope, scope_key, version, sorted(names), first, cached) if cached > first else _Sums()
+    if until > max(first, cached):
+        sums.add(_tallied_sums(scope, max(first, cached), until))
+    if not sums.counts:
         return None  # nothing folded for those days: the exact figures
-    for pid, origin, index, b, n in ReviewTiming.objects.filter(whole).values_list(
-        "profile_id", "origin", "index", "bucket"
-    ).annotate(s=Sum("n")).order_by():
-        h = rule_hist.setdefault((pid, origin, index), {})
-        h[b] = h.get(b, 0) + n
-    by_day: dict[dt.date, dict[int, int]] = {}
-    for day, b, n in ReviewTiming.objects.filter(whole).values_list("day", "bucket").annotate(s=Sum("n")).order_by():
-        by_day.setdefault(day, {})[b] = n
-    day_hist.update((_day_start(day), h) for day, h in by_day.items())
+    counts, rule_hist, day_timing = sums.counts, sums.rule_hist, sums.day_timing
+    day_hist = {_day_start(day): h for day, h in sums.day_hist.items()}
     # The exact part: the partial days (the first; today unless `present`), and whatever
     # is not folded yet.
     closed = window.filter(status__in=CLOSED)
     # Each range its own statement: one statement with an OR over them read the whole
     # window through the index and was costed high enough to be JIT-compiled (37 of its
     # 60 ms over a week in bench/stats.py).
-    parts = [
-        closed.filter(decided_at__lt=_day_start(first)),
-        closed.filter(decided_at__gte=_day_start(first), decided_at__lt=_day_start(until), tallied=False),
-    ]
+    whole_days = (_day_start(first), _day_start(until))
+    parts = [closed.filter(decided_at__lt=whole_days[0])]
+    if untallied is None:
+        parts.append(closed.filter(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
     if not present:
         parts.append(closed.filter(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
     for part in parts:
         groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    if untallied is not None:  # the calls not folded yet, read once for the page
+        groups.extend(_grouped_rows(
+            (u.agent_id, u.origin, u.index, u.decided_by_id, u.status, u.created_at, u.decided_at)
+            for u in untallied if whole_days[0] <= u.decided_at < whole_days[1]
+        ))
     for pid, origin, index, by, status, day, b, n in groups:
         rule = (pid, origin or "", int(index) if index is not None else 0)
         key = (*rule, by or 0, status)
@@ -536,7 +639,7 @@ def _window_tallied(
             h[b] = h.get(b, 0) + n
             d = day_hist.setdefault(day.astimezone(dt.UTC), {})
             d[b] = d.get(b, 0) + n
-    names = dict(AgentProfile.objects.values_list("pk", "name"))
+            day_timing.pop(day.astimezone(dt.UTC).date(), None)
     people = dict(
         get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
     )
@@ -562,8 +665,79 @@ def _window_tallied(
         agents=[(name, _hist_timing(h)) for name, h in agent_hist.items()],
         rules=list(rules.values()),
         reviewers=list(reviewers.values()),
-        buckets={at: _hist_timing(h) for at, h in day_hist.items()},
+        buckets={at: day_timing.get(at.date()) or _hist_timing(h) for at, h in day_hist.items()},
     ))
+
+
+def _events(
+    user: Any, approvals: QuerySet[Approval], names: dict[int, str], version: int, *, since: dt.datetime,
+    now: dt.datetime,
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Escalations per agent and lapsed claims per claimant in the window (escalated_at,
+    and a lapsed claim's end, in it; a claim nothing recorded as lapsed yet by its
+    `until`). Counted by the run's profile id, named from the profiles: naming each
+    call's agent in the database was a join a call (1,000 calls escalated over 90 days).
+
+    For a viewer who sees every call, the whole days before yesterday are counted once
+    (_past_events) and the window's two ends fresh: an escalation is stamped when the
+    sweeper makes it, a claim lapses at its `until`, which is only ever moved forward
+    from the future (agents/claims.py), so no such day changes afterwards."""
+    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
+    first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
+    cutoff = min(now.astimezone(dt.UTC).date(), _fresh_from())
+    # A version exists once the fold has written one: a database emptied since (a test's
+    # flush) has none, so no entry of its earlier contents can be read back.
+    if version and not approvals.query.where and cutoff > first:
+        esc, lapsed = _past_events(version, sorted(names), first, cutoff)
+        ends = [(since, _day_start(first), False), (_day_start(cutoff), now, True)]
+    else:
+        esc, lapsed = {}, {}
+        ends = [(since, now, True)]
+    esc_q, lapsed_q = Q(pk__in=[]), Q(pk__in=[])
+    for start, end, last in ends:
+        esc_q |= _escalated_in(start, end, last=last)
+        lapsed_q |= _lapsed_in(start, end, last=last)
+    for pid, n in approvals.filter(esc_q).values_list(AGENT_ID).annotate(n=Count("pk")).order_by():
+        esc[pid] = esc.get(pid, 0) + n
+    for name, n in claims.filter(lapsed_q).values_list("user__username").annotate(n=Count("pk")).order_by():
+        lapsed[name] = lapsed.get(name, 0) + n
+    return (
+        sorted((names.get(pid, "(deleted agent)"), n) for pid, n in esc.items()),
+        [(name or "(deleted user)", n) for name, n in sorted(lapsed.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))],
+    )
+
+
+def _escalated_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
+    return Q(escalated_at__gte=start, **{"escalated_at__lte" if last else "escalated_at__lt": end})
+
+
+def _lapsed_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
+    ended = Q(end="lapsed", ended_at__gte=start, **{"ended_at__lte" if last else "ended_at__lt": end})
+    return ended | Q(ended_at__isnull=True, until__gte=start, until__lt=end)
+
+
+def _past_events(
+    version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+) -> tuple[dict[int | None, int], dict[str | None, int]]:
+    """Escalations per profile id and lapsed claims per claimant's name, of every call,
+    over the days from `first` to before `until`, through the Django cache (the tallies'
+    `version` and the profiles in the key, as _past_sums)."""
+    named = f"{version}:{list(profiles)}:{first}:{until}"
+    key = "reviews.stats.events:" + hashlib.sha256(named.encode()).hexdigest()
+    found = cache.get(key)
+    if isinstance(found, tuple):
+        return found
+    start, end = _day_start(first), _day_start(until)
+    esc = dict(
+        Approval.objects.filter(_escalated_in(start, end, last=False)).values_list(AGENT_ID)
+        .annotate(n=Count("pk")).order_by()
+    )
+    lapsed = dict(
+        ApprovalClaim.objects.filter(_lapsed_in(start, end, last=False)).values_list("user__username")
+        .annotate(n=Count("pk")).order_by()
+    )
+    cache.set(key, (esc, lapsed), PAST_CACHE_SECONDS)
+    return esc, lapsed
 
 
 class BucketOf(Func):
@@ -589,12 +763,51 @@ def _exact_groups(exact: QuerySet[Approval]) -> list[tuple[Any, ...]]:
         # The bucket of an expiry is ignored: it has no time to decision.
         day = Trunc("decided_at", "day", tzinfo=dt.UTC)
         return list(exact.values_list(*rule_fields, day, BucketOf()).annotate(n=Count("pk")).order_by())
+    return _grouped_rows(exact.values_list(*rule_fields, "created_at", "decided_at"))
+
+
+def _grouped_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """_exact_groups from rows (agent id, origin, index, decided by, status, created,
+    decided) read back."""
     groups: dict[tuple[Any, ...], int] = {}
-    for *key, created, decided in exact.values_list(*rule_fields, "created_at", "decided_at"):
+    for *key, created, decided in rows:
         start = _day_start(decided.astimezone(dt.UTC).date())
         k = (*key, start, review_tally.bucket_of((decided - created).total_seconds()))
         groups[k] = groups.get(k, 0) + 1
     return [(*k, n) for k, n in groups.items()]
+
+
+@dataclass(frozen=True)
+class Untallied:
+    """A closed call not folded yet, as the page reads it once for the window's exact
+    part and for the fatigue streaks (both add these to what the fold kept)."""
+
+    pk: int
+    agent_id: int
+    origin: str | None
+    index: str | None
+    decided_at: dt.datetime
+    kind: str
+    tool: str
+    round: int
+    risk: str
+    required: int
+    status: str
+    decided_by_id: int | None
+    created_at: dt.datetime
+
+
+def _untallied(approvals: QuerySet[Approval], now: dt.datetime) -> list[Untallied] | None:
+    """The closed calls among `approvals` not folded yet, newest first; None when there
+    are more than FATIGUE_SCAN (no sweeper yet), which the page's parts then count or
+    walk each their own way."""
+    rows = list(
+        approvals.filter(status__in=CLOSED, tallied=False, decided_at__isnull=False, decided_at__lte=now)
+        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
+                     "risk", "required", "status", "decided_by_id", "created_at")[: FATIGUE_SCAN + 1]
+    )
+    return None if len(rows) > FATIGUE_SCAN else [Untallied(*r) for r in rows]
 
 
 def _hist_timing(hist: dict[int, int]) -> Timing:
@@ -638,7 +851,8 @@ def _streak_scope(user: Any) -> Q | None:
 
 
 def _fatigue(
-    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int
+    approvals: QuerySet[Approval], profiles: list[AgentProfile], *, user: Any, now: dt.datetime, needed: int,
+    untallied: list[Untallied] | None,
 ) -> list[Streak]:
     """Each (profile, tool, rule) whose latest `needed` or more closed calls were all
     approved as proposed, longest first (a reject, an edit or an expiry ends a streak),
@@ -650,20 +864,16 @@ def _fatigue(
        can make one page count a call twice or not at all; the next one is right.
     2. One statement per streak long enough for the arguments it is drafted from.
 
-    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet), and a
-    viewer the folded streaks cannot answer for, walk the calls instead (_walked)."""
+    More calls closed since the last fold than FATIGUE_SCAN (no sweeper yet: `untallied`
+    is None), and a viewer the folded streaks cannot answer for, walk the calls instead
+    (_walked)."""
     scope = _streak_scope(user)
-    if scope is None:
+    if scope is None or untallied is None:
         return _walked(approvals, profiles, now=now, needed=needed)
-    fresh = list(
-        approvals.filter(kind=decisions.POLICY, status__in=CLOSED, tallied=False, decided_at__isnull=False,
-                         decided_at__lte=now)
-        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
-        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
-                     "risk", "required", "status")[: FATIGUE_SCAN + 1]
-    )
-    if len(fresh) > FATIGUE_SCAN:
-        return _walked(approvals, profiles, now=now, needed=needed)
+    fresh = [
+        (u.pk, u.agent_id, u.origin, u.index, u.decided_at, u.kind, u.tool, u.round, u.risk, u.required, u.status)
+        for u in untallied if u.kind == decisions.POLICY
+    ]
     folded = {
         (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
     }
@@ -784,33 +994,23 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     approvals = access.visible_approvals(user)
     # The oldest pending call and, beside it, how many wait: one statement.
     oldest = (
-        approvals.pending().select_related("run__profile").annotate(waiting=Window(Count("pk")))
-        .order_by("created_at", "pk").first()
+        approvals.pending().select_related("run__profile")
+        .only("tool", "created_at", "run__profile__name")
+        .annotate(waiting=Window(Count("pk"))).order_by("created_at", "pk").first()
     )
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly
     # chart of one day and a window nothing was folded for are computed exactly.
+    profiles = list(AgentProfile.objects.order_by("name"))
+    names = {p.pk: p.name for p in profiles}
+    version = review_tally.version()  # before anything it names is read: see _past_sums
+    untallied = _untallied(approvals, now)
     tallied = None if hourly or in_database is not None else _window_tallied(
-        window, user, since=since, now=now, present=present
+        window, user, names, version, since=since, now=now, present=present, untallied=untallied
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
-    profiles = list(AgentProfile.objects.order_by("name"))
-    # Counted by the run's profile id, named from the profiles: naming each call's agent
-    # in the database was a join a call (1,000 calls escalated over 90 days).
-    escalated = approvals.filter(escalated_at__gte=since, escalated_at__lte=now)
-    names = {p.pk: p.name for p in profiles}
-    escalations = sorted(
-        (names.get(r["pid"], "(deleted agent)"), r["n"]) for r in escalated.values(pid=AGENT_ID).annotate(n=Count("pk")).order_by()
-    )
-    claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
-    lapsed_q = Q(end="lapsed", ended_at__gte=since, ended_at__lte=now) | Q(
-        ended_at__isnull=True, until__gte=since, until__lt=now
-    )
-    lapsed = [
-        (r["name"] or "(deleted user)", r["n"])
-        for r in claims.filter(lapsed_q).values(name=F("user__username")).annotate(n=Count("pk")).order_by("name")
-    ]
+    escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)
     needed = settings.AIRLOCK_FATIGUE_STREAK
     return Stats(
         days=days,
@@ -826,7 +1026,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
         lapsed=lapsed,
         chart=_chart(figures.buckets, since=since, now=now, hourly=hourly),
         shadow=_shadow(profiles, days, now),
-        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed),
+        fatigue=_fatigue(approvals, profiles, user=user, now=now, needed=needed, untallied=untallied),
         streak_needed=needed,
         bucketed=tallied is not None,
     )

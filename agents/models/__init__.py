@@ -29,7 +29,7 @@ from agents.models.notifications import (
     SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally, PurgeRecord, ReviewStreak, ReviewTally, ReviewTiming
+from agents.models.ops import MetricTally, PurgeRecord, ReviewStreak, ReviewTally, ReviewTallyVersion, ReviewTiming
 from agents.models.projects import Membership, Project
 from agents.models.runs import (
     AgentProfile,
@@ -74,6 +74,7 @@ __all__ = [
     "PurgeRecord",
     "ReviewStreak",
     "ReviewTally",
+    "ReviewTallyVersion",
     "ReviewTiming",
     "Run",
     "RunDict",

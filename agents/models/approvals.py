@@ -422,4 +422,6 @@ class ApprovalClaim(models.Model):
         indexes = [
             # The sweeper's lapsed claims: the open ones are few, the ended ones pile up.
             models.Index(fields=["until"], condition=models.Q(ended_at__isnull=True), name="approvalclaim_open_until"),
+            # The stats page's lapsed claims at the two ends of its window (reviews/stats.py).
+            models.Index(fields=["ended_at"], condition=models.Q(end="lapsed"), name="approvalclaim_lapsed"),
         ]

@@ -93,6 +93,14 @@ class ReviewTiming(models.Model):
         ]
 
 
+class ReviewTallyVersion(models.Model):
+    """One row: bumped by the fold, in its transaction, whenever it adds to a UTC day
+    before its own (a call folded late). The stats page caches the sums of whole days
+    older than yesterday keyed by it (reviews/stats.py), so those stay right."""
+
+    version = models.BigIntegerField(default=0)
+
+
 class PurgeRecord(models.Model):
     """One purge (agents/runs/retention.py): when, by whom or by the schedule, the
     cut-off, what it removed. Never any content of the runs it purged."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -19,9 +20,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Count, Max, Q, QuerySet
 from django.db.models.fields.json import KT
+from django.utils import timezone
 
 from agents.engine import decisions, streaks
-from agents.models import Approval, ReviewStreak
+from agents.models import Approval, ReviewStreak, ReviewTallyVersion
 
 PEOPLE = (decisions.APPROVED, decisions.REJECTED)
 CLOSED = (*PEOPLE, decisions.EXPIRED)
@@ -94,6 +96,7 @@ def _fold(batch: int) -> int:
     3. Add their counts to the tallies with one upsert per key, keys in a fixed order
        so two folders never wait on each other's rows crosswise.
     """
+    today = timezone.now().astimezone(dt.UTC).date()  # before the rows: the earliest it can be
     with transaction.atomic():
         rows = list(
             Approval.objects.select_for_update(skip_locked=True, of=("self",))
@@ -133,8 +136,29 @@ def _fold(batch: int) -> int:
                    DO UPDATE SET n = agents_reviewtiming.n + EXCLUDED.n""",
                 [(*k, n) for k, n in sorted(times.items())],
             )
+            if any(k[0] < today for k in counts):
+                bump_version(cur)
         _fold_streaks(rows, set(ids))
         return len(rows)
+
+
+def bump_version(cur: Any) -> None:
+    """A past day's tallies changed: the stats page's cached sums of past days are
+    stale (ReviewTallyVersion). In the writer's transaction, after its tallies' rows.
+    The new version is the present in microseconds (or one more than the last, if
+    that is higher), so a version rolled back is never handed out again."""
+    cur.execute(
+        """INSERT INTO agents_reviewtallyversion (id, version) VALUES (1, %s)
+           ON CONFLICT (id) DO UPDATE SET version = CASE
+             WHEN EXCLUDED.version > agents_reviewtallyversion.version THEN EXCLUDED.version
+             ELSE agents_reviewtallyversion.version + 1 END""",
+        [time.time_ns() // 1000],
+    )
+
+
+def version() -> int:
+    """ReviewTallyVersion's version (0 before any late fold)."""
+    return ReviewTallyVersion.objects.filter(pk=1).values_list("version", flat=True).first() or 0
 
 
 # -- approval fatigue's streaks ---------------------------------------------------------

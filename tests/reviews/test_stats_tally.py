@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Sum
 from django.utils import timezone
 
-from agents.models import AgentProfile, Approval, ReviewTally, ReviewTiming
+from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming
 from agents.ops import review_tally
 from reviews import stats
 from tests.helpers import at_once, client_for, person, requires_postgres
@@ -178,3 +178,114 @@ def test_a_percentile_from_buckets_interpolates_between_ranks() -> None:
     low, high = review_tally.bucket_of(10.0), review_tally.bucket_of(40.0)
     mid = review_tally.percentile({low: 1, high: 1}, 0.5)
     assert mid == pytest.approx((review_tally.bucket_seconds(low) + review_tally.bucket_seconds(high)) / 2)
+
+
+@pytest.mark.django_db
+def test_a_decision_after_a_cached_read_shows_on_the_next_load(rita: Any, rob: Any) -> None:
+    """The days before yesterday are read once per version of the tallies and cached:
+    a call decided after that read shows on the next load, whether it closed today or
+    late into a cached day, before the fold and after it, counted once."""
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    first = stats.stats(rita, days=30)
+    assert first.bucketed and _counts(stats.stats(rita, days=30)) == _counts(first)  # the cached read
+    run = rows.a_run("demo")
+    rows.approval(run, by=rob, wait=5, closed_ago=60)
+    rows.approval(run, by=rob, wait=5, closed_ago=5 * DAY, status="rejected")  # into a cached day
+    after = stats.stats(rita, days=30)
+    assert after.overall.n == first.overall.n + 2
+    rob_before = next(r for r in first.reviewers if r.name == "rob")
+    rob_after = next(r for r in after.reviewers if r.name == "rob")
+    assert (rob_after.approved, rob_after.rejected) == (rob_before.approved + 1, rob_before.rejected + 1)
+    before_fold = review_tally.version()
+    assert review_tally.approvals_tally() == 2
+    folded = stats.stats(rita, days=30)
+    assert _counts(folded) == _counts(after)
+    assert _counts(folded) == _counts(stats.stats(rita, days=30, in_database=True))
+    assert review_tally.version() != before_fold  # a past day changed: the cached sums were stale
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 90])
+def test_the_cached_past_days_agree_with_the_exact_figures(rita: Any, rob: Any, days: int) -> None:
+    """Read twice (the second from the cache) and for another scope (its own entry),
+    the figures are the exact ones; folding only today's calls leaves the version."""
+    Group.objects.get_or_create(name="demo-reviewers")
+    AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
+    dora = person("dora", "demo-reviewers")
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    version = review_tally.version()
+    rows.approval(rows.a_run("demo"), by=rob, wait=5, closed_ago=60)
+    assert review_tally.approvals_tally() == 1
+    assert review_tally.version() == version  # today's call: the past days are as cached
+    for user in (rita, rita, dora, dora):
+        tallied = stats.stats(user, days=days)
+        exact = stats.stats(user, days=days, in_database=True)
+        assert tallied.bucketed and _counts(tallied) == _counts(exact)
+        pairs = list(zip(_timings(tallied), _timings(exact), strict=True))
+        assert all(_close(b, e) for b, e in pairs), [(b, e) for b, e in pairs if not _close(b, e)]
+    assert [a for a, _ in stats.stats(dora, days=days).agents] == ["demo"]
+
+
+def _events_exact(days: int) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Escalations per agent and lapsed claims per claimant over the last `days`, counted
+    here row by row."""
+    now = timezone.now()
+    since = now - dt.timedelta(days=days)
+    esc: dict[str, int] = {}
+    for a in Approval.objects.filter(escalated_at__gte=since, escalated_at__lte=now).select_related("run__profile"):
+        esc[a.run.profile.name] = esc.get(a.run.profile.name, 0) + 1
+    lapsed: dict[str, int] = {}
+    for c in ApprovalClaim.objects.select_related("user"):
+        if (c.end == "lapsed" and c.ended_at is not None and since <= c.ended_at <= now) or (
+            c.ended_at is None and since <= c.until < now
+        ):
+            lapsed[c.user.username] = lapsed.get(c.user.username, 0) + 1
+    return sorted(esc.items()), sorted(lapsed.items())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 90])
+def test_cached_escalations_and_lapsed_claims_are_right_and_new_ones_show(rita: Any, rob: Any, days: int) -> None:
+    """Once the fold has written a version, a viewer who sees every call reads the whole
+    days before yesterday's escalations and lapsed claims from the cache: the same as
+    counted row by row, read twice, and one escalated or lapsing since shows next."""
+    history = varied(rita, rob, now=timezone.now())
+    for i, a in enumerate(history[:60]):
+        ago = (i * 37_811) % int(40 * DAY) + 30
+        if i % 3:
+            rows.claim(a, rita if i % 2 else rob, until_ago=ago, end="lapsed", ended_ago=ago)
+        else:
+            rows.claim(a, rob, until_ago=ago, end="released", ended_ago=ago + 5)
+    review_tally.approvals_tally()
+    assert review_tally.version()  # the late calls folded: the events are cached
+    for _ in range(2):
+        figures = stats.stats(rita, days=days)
+        assert (figures.escalations, figures.lapsed) == _events_exact(days)
+    assert figures.escalated and figures.lapsed_total
+    waiting = rows.approval(rows.a_run("demo"), status="pending", wait=500, escalated_ago=100)
+    rows.claim(waiting, rob, until_ago=30)  # ran out, nothing recorded it yet
+    after = stats.stats(rita, days=days)
+    assert (after.escalations, after.lapsed) == _events_exact(days)
+    assert after.escalated == figures.escalated + 1 and after.lapsed_total == figures.lapsed_total + 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("scan", [stats.FATIGUE_SCAN, 3])
+def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
+    rita: Any, rob: Any, scan: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page reads the calls closed since the fold once, for the window and the
+    fatigue streaks; past FATIGUE_SCAN of them (no sweeper yet) the window counts them
+    in the database instead. Either way the figures are the exact ones."""
+    varied(rita, rob, now=timezone.now())
+    review_tally.approvals_tally()
+    run = rows.a_run("demo")
+    for i in range(6):
+        rows.approval(run, by=rob if i % 2 else rita, wait=5 + i, closed_ago=60 + i * 2 * DAY,
+                      status="rejected" if i % 3 == 0 else "approved")
+    monkeypatch.setattr(stats, "FATIGUE_SCAN", scan)
+    tallied = stats.stats(rita, days=30)
+    exact = stats.stats(rita, days=30, in_database=True)
+    assert tallied.bucketed and _counts(tallied) == _counts(exact)

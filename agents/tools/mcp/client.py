@@ -521,8 +521,8 @@ def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None
     server, not a transport failure: it is not retried."""
     schema = listed.get("outputSchema")
     # Canonical text: each distinct schema is checked (and its validator built) once per
-    # process, not on every call.
-    text = json.dumps(schema, sort_keys=True) if isinstance(schema, dict) else None
+    # process, not on every call; `schemas.check` refuses one that is not an object too.
+    text = json.dumps(schema, sort_keys=True)
 
     async def check(name: str, result: Any) -> None:
         if schema is None:
@@ -530,8 +530,6 @@ def _output_check(listed: dict[str, Any]) -> Callable[[str, Any], Awaitable[None
         if result.structured_content is None:
             raise ToolError("invalid_output", f"{name} has an output schema but returned no structured content")
         try:
-            if text is None:
-                raise schemas.SchemaRefused("the input schema is not an object")
             schemas.check(text)
         except schemas.SchemaRefused as problem:
             raise ToolError("invalid_output", f"the output schema of {name} is refused: {problem}") from None

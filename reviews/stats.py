@@ -15,9 +15,9 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -554,6 +554,7 @@ def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
 
 
 PAST_CACHE_SECONDS = 86_400
+T = TypeVar("T")
 
 
 def _fresh_from() -> dt.date:
@@ -569,13 +570,23 @@ def _past_sums(
     before its own; it adds to yesterday without, hence yesterday is read fresh), read
     before the tallies, so an entry never holds less than its version. The profiles
     are in the key: deleting one deletes its tallies."""
-    named = f"{version}:{scope_key}:{list(profiles)}:{first}:{until}"
-    key = "reviews.stats.past:" + hashlib.sha256(named.encode()).hexdigest()
+    def summed() -> _Sums:
+        sums = _tallied_sums(scope, first, until)
+        sums.day_timing = {day: _hist_timing(h) for day, h in sums.day_hist.items()}
+        return sums
+
+    return _kept("past", f"{version}:{scope_key}:{list(profiles)}:{first}:{until}", _Sums, summed)
+
+
+def _kept(kind: str, named: str, of_type: type[T], compute: Callable[[], T]) -> T:
+    """`compute()` through the Django cache, for PAST_CACHE_SECONDS, under `kind` and the
+    hash of `named` (everything the entry depends on)."""
+    key = f"reviews.stats.{kind}:" + hashlib.sha256(named.encode()).hexdigest()
     found = cache.get(key)
-    if not isinstance(found, _Sums):
-        found = _tallied_sums(scope, first, until)
-        found.day_timing = {day: _hist_timing(h) for day, h in found.day_hist.items()}
-        cache.set(key, found, PAST_CACHE_SECONDS)
+    if isinstance(found, of_type):
+        return found
+    found = compute()
+    cache.set(key, found, PAST_CACHE_SECONDS)
     return found
 
 
@@ -722,22 +733,20 @@ def _past_events(
     """Escalations per profile id and lapsed claims per claimant's name, of every call,
     over the days from `first` to before `until`, through the Django cache (the tallies'
     `version` and the profiles in the key, as _past_sums)."""
-    named = f"{version}:{list(profiles)}:{first}:{until}"
-    key = "reviews.stats.events:" + hashlib.sha256(named.encode()).hexdigest()
-    found = cache.get(key)
-    if isinstance(found, tuple):
-        return found
     start, end = _day_start(first), _day_start(until)
-    esc = dict(
-        Approval.objects.filter(_escalated_in(start, end, last=False)).values_list(AGENT_ID)
-        .annotate(n=Count("pk")).order_by()
-    )
-    lapsed = dict(
-        ApprovalClaim.objects.filter(_lapsed_in(start, end, last=False)).values_list("user__username")
-        .annotate(n=Count("pk")).order_by()
-    )
-    cache.set(key, (esc, lapsed), PAST_CACHE_SECONDS)
-    return esc, lapsed
+
+    def counted() -> tuple[dict[int | None, int], dict[str | None, int]]:
+        esc = dict(
+            Approval.objects.filter(_escalated_in(start, end, last=False)).values_list(AGENT_ID)
+            .annotate(n=Count("pk")).order_by()
+        )
+        lapsed = dict(
+            ApprovalClaim.objects.filter(_lapsed_in(start, end, last=False)).values_list("user__username")
+            .annotate(n=Count("pk")).order_by()
+        )
+        return esc, lapsed
+
+    return _kept("events", f"{version}:{list(profiles)}:{first}:{until}", tuple, counted)
 
 
 class BucketOf(Func):

@@ -10,7 +10,7 @@ agents.tokens) narrows every answer below to that project, superusers' included.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, cast
@@ -58,18 +58,28 @@ def _memberships(user: Any) -> dict[str, set[int]]:
 
 def _roles_of(user: Any) -> tuple[set[str], dict[str, set[int]]]:
     """The user's Django groups and per-project roles, read together once per request
-    (one query: every API call and page asks both): cached on the user object, which
-    lives as long as the request. `forget_roles` drops the cache after a change."""
+    (one query: every API call and page asks both; an API token's read brings them
+    along, `agents.tokens`): cached on the user object, which lives as long as the
+    request. `forget_roles` drops the cache after a change."""
     groups = getattr(user, "_airlock_groups", None)
     roles = getattr(user, "_airlock_roles", None)
     if groups is None or roles is None:
-        groups, roles = set(), {role: set() for role in ROLES}
-        for kind, name, project_id in rows.fetch(_roles_sql(), [user.pk, user.pk]):
-            if kind == "g":
-                groups.add(name)
-            else:
-                roles.setdefault(name, set()).add(project_id)
-        user._airlock_groups, user._airlock_roles = groups, roles
+        groups, roles = remember_roles(user, rows.fetch(_roles_sql(), [user.pk]))
+    return groups, roles
+
+
+def remember_roles(user: Any, found: Iterable[Sequence[Any]]) -> tuple[set[str], dict[str, set[int]]]:
+    """Cache on `user` the roles of `found`, rows (kind, name, project id) as
+    `roles_union()` gives them ('g' for a Django group, 'm' for a project role; a row of
+    NULLs, from an outer join that found none, is skipped)."""
+    groups: set[str] = set()
+    roles: dict[str, set[int]] = {role: set() for role in ROLES}
+    for kind, name, project_id in found:
+        if kind == "g":
+            groups.add(name)
+        elif kind == "m":
+            roles.setdefault(name, set()).add(project_id)
+    user._airlock_groups, user._airlock_roles = groups, roles
     return groups, roles
 
 
@@ -80,12 +90,22 @@ def forget_roles(user: Any) -> None:
 
 
 @functools.cache
-def _roles_sql() -> str:
+def roles_union() -> str:
+    """Every user's groups and project roles as rows (user_id, kind, name, project_id),
+    for a query to filter or join on user_id (PostgreSQL pushes that into both halves)."""
     groups, links = Group._meta.db_table, cast(Any, User).groups.through._meta.db_table
     return (
-        f"SELECT 'g', g.name, NULL FROM {groups} g JOIN {links} ug ON ug.group_id = g.id WHERE ug.user_id = %s"  # noqa: S608
-        f" UNION ALL SELECT 'm', m.role, m.project_id FROM {Membership._meta.db_table} m WHERE m.user_id = %s"
+        # The group's name in a subquery, not a join: a one-table branch takes the
+        # caller's user_id into its index scan (a join's branch would hash every link).
+        f"SELECT ug.user_id AS user_id, 'g' AS kind, (SELECT g.name FROM {groups} g WHERE g.id = ug.group_id)"  # noqa: S608
+        f" AS name, NULL AS project_id FROM {links} ug"
+        f" UNION ALL SELECT m.user_id, 'm', m.role, m.project_id FROM {Membership._meta.db_table} m"
     )
+
+
+@functools.cache
+def _roles_sql() -> str:
+    return f"SELECT r.kind, r.name, r.project_id FROM ({roles_union()}) r WHERE r.user_id = %s"  # noqa: S608
 
 
 def project_ids(user: Any, role: str) -> Projects:

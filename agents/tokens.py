@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from agents import access
 from agents.models import ApiToken
 from agents.runs import rows
 
 PREFIX = "airlock_"
-# Every API request and gateway call reads this: written out (agents/runs/rows.py), it
-# skips building the queryset each time.
-_ACTIVE = rows.Joined(ApiToken, ["user"], "a.digest = %s AND a.revoked_at IS NULL AND b0.is_active = %s")
+
+
+@functools.cache
+def _active() -> tuple[str, rows.Columns, rows.Columns]:
+    """Every API request and gateway call reads its token, the token's user and the
+    user's roles (which every access rule asks next): one statement, a row per role (or
+    one of NULLs), written out (agents/runs/rows.py) so no queryset is built each time."""
+    token, user = rows.Columns(ApiToken, "a"), rows.Columns(get_user_model(), "b0")
+    sql = (
+        f"SELECT {token.sql}, {user.sql}, r.kind, r.name, r.project_id FROM {ApiToken._meta.db_table} a"  # noqa: S608
+        f" JOIN {get_user_model()._meta.db_table} b0 ON b0.id = a.user_id"
+        f" LEFT JOIN ({access.roles_union()}) r ON r.user_id = b0.id"
+        " WHERE a.digest = %s AND a.revoked_at IS NULL AND b0.is_active = %s"
+    )
+    return sql, token, user
 
 
 def digest(raw: str) -> str:
@@ -45,15 +60,18 @@ def token_user(raw: str) -> Any:
     every rule then answers for that project alone, whatever else the user holds."""
     if not raw or len(raw) > 200:
         return None
-    found = _ACTIVE.fetch([digest(raw), True])
+    sql, token_columns, user_columns = _active()
+    found = rows.fetch(sql, [digest(raw), True])
     if not found:
         return None
-    token = found[0]
+    token = token_columns.instance(found[0])
+    user = user_columns.instance(found[0][token_columns.width :])
+    token.user = user
+    access.remember_roles(user, (row[-3:] for row in found))
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         # At most one write a minute per token: "last used" is for humans, not an audit log.
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    user = token.user
     user._airlock_token_project = token.project_id
     return user
 

@@ -171,3 +171,31 @@ def test_an_api_path_with_a_newline_is_a_json_404(api) -> None:
     response = api("root").get("/api/runs/%0A/calls/x")
     assert response.status_code == 404
     assert response.headers["Content-Type"].startswith("application/json")
+
+
+def test_a_tokens_read_brings_its_users_roles_in_the_same_statement(users) -> None:
+    """Every API call asks who may do what next: the token's one statement reads the
+    user's groups and project roles too, and the answer is the same as a separate read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents import access
+    from agents.models import Project
+    from agents.tokens import token_user
+    from tests.helpers import member
+
+    finance = Project.objects.create(name="finance")
+    both = member("bea", finance, "reviewer", "operator")
+    both.groups.add(*users["lena"].groups.all(), *users["rita"].groups.all())
+    raw = token_create(user=both)[1]
+    with CaptureQueriesContext(connection) as captured:
+        user = token_user(raw)
+        groups, roles = access._roles_of(user)
+    reads = [q["sql"] for q in captured.captured_queries if "agents_membership" in q["sql"]]
+    assert len(reads) == 1 and "agents_apitoken" in reads[0]
+    access.forget_roles(both)
+    assert (groups, roles) == access._roles_of(both) and groups == {"launcher", "reviewer"}
+    assert roles["reviewer"] == roles["operator"] == {finance.pk} and roles["launcher"] == set()
+    # No role at all: the outer join's row of NULLs is no role.
+    nobody = token_user(token_create(user=User.objects.create_user("nobody"))[1])
+    assert access._roles_of(nobody) == (set(), {role: set() for role in access.ROLES})

@@ -19,4 +19,5 @@ USER airlock
 EXPOSE 8000
 # docker-compose.yml runs migrate + collectstatic before gunicorn, and starts the worker
 # and beat from the same image with other commands.
-CMD ["gunicorn", "config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+# config/gunicorn.py: threaded workers, so agents waiting on held calls never stop the pages.
+CMD ["gunicorn", "-c", "config/gunicorn.py", "config.wsgi:application"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -187,6 +188,20 @@ def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 1
     if errors:
         raise errors[0]
     return results
+
+
+def database_url() -> str:
+    """The test database as a DATABASE_URL, for a server process of the test's own."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def requires_postgres() -> pytest.MarkDecorator:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from mcp import Client
@@ -27,21 +25,10 @@ from mcp.client.streamable_http import streamable_http_client
 from agents.actions import approval_decide
 from agents.models import Approval, GatewaySession, McpTool, Run, ToolCall
 from tests.gateway.conftest import run_async, text
-from tests.helpers import free_port, requires_postgres, wait_for
+from tests.helpers import database_url, free_port, listening, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
-
-
-def database_url() -> str:
-    db = settings.DATABASES["default"]
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture

@@ -35,7 +35,8 @@ test: $(STAMP)
 # The purge figures (bench/retention.py) seed 100,000 runs: BENCH_PURGE_RUNS=0 skips them.
 # The review statistics (bench/stats.py) seed 100,000 decided approvals and 1.2M
 # transitions: BENCH_STATS_APPROVALS sets the size (0 skips them).
-# bench/gateway.py: the MCP gateway against direct, the decision API's round trip and
+# bench/gateway.py: the MCP gateway against direct (and against bench/sdk_proxy.py, the
+# SDK alone), the decision API's round trip and
 # 50 clients waiting for approval (docs/gateway.md).
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -7,6 +7,10 @@ section "gateway" to bench/results.json and prints its lines with their targets)
    (target >= 0.5 of direct). Both sides use the official SDK's client, one session
    each, and call the upstream's `lookup` read tool with a different record id each time
    (an identical call would be answered from the journal without reaching the upstream).
+   A third side, alternating with the two, is the floor under any gateway built on the
+   SDK: bench/sdk_proxy.py, a pass-through proxy made of the SDK's server and client
+   the way the gateway is, with nothing of Airlock's (its added p50 and throughput
+   ratio are printed beside the gateway's, with no target of their own).
 2. **Decision API round trip**: propose + report of an allowed client tool, two HTTP
    requests and two commits, p50 (target <= 10 ms).
 3. **50 waiting clients**: 50 MCP sessions at once, each with one call held for
@@ -120,6 +124,12 @@ class Stand:
         )
         line = self.upstream.stdout.readline() if self.upstream.stdout else ""
         self.upstream_url = line.split()[1]
+        self.proxy = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "sdk_proxy.py"), self.upstream_url],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+        )
+        line = self.proxy.stdout.readline() if self.proxy.stdout else ""
+        self.proxy_url = line.split()[1]
         McpServer.objects.create(name="bench", transport="http", url=self.upstream_url)
         call_command("mcp_sync", "bench", verbosity=0)
         limits = {"max_steps": 10 * (calls + 10), "deadline_seconds": 3600}
@@ -145,22 +155,33 @@ class Stand:
             proc.wait(timeout=20)
 
     def close(self) -> None:
-        self.upstream.terminate()
-        self.upstream.wait(timeout=20)
+        for proc in (self.proxy, self.upstream):
+            proc.terminate()
+            proc.wait(timeout=20)
 
 
 def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
-    """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio.
-    The two sides alternate in rounds, so a change in the machine's load meets both."""
+    """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio;
+    the same for the SDK-only proxy under `sdk_proxy`. The sides alternate in rounds, so
+    a change in the machine's load meets them all."""
     direct: list[float] = []
     through: list[float] = []
+    proxied: list[float] = []
     rounds = 4
     for r in range(rounds):
         direct += _timed_calls(stand.upstream_url, {}, "lookup", n // rounds, offset=r * n)
+        proxied += _timed_calls(stand.proxy_url, {}, "bench__lookup", n // rounds, offset=r * n)
         through += _timed_calls(f"{base}/mcp/bench-gateway/", {"Authorization": f"Bearer {stand.token}"},
                                 "bench__lookup", n // rounds, offset=r * n)
     direct_p50, through_p50 = statistics.median(direct) * 1000, statistics.median(through) * 1000
+    proxy_p50 = statistics.median(proxied) * 1000
     return {
+        "sdk_proxy": {
+            "p50_ms": round(proxy_p50, 2),
+            "added_p50_ms": round(proxy_p50 - direct_p50, 2),
+            "calls_per_s": round(len(proxied) / sum(proxied), 1),
+            "throughput_ratio": round(sum(direct) / sum(proxied), 3),
+        },
         "calls": len(direct),
         "direct_p50_ms": round(direct_p50, 2),
         "gateway_p50_ms": round(through_p50, 2),
@@ -319,6 +340,12 @@ def print_gateway(r: dict[str, Any]) -> None:
         f"\ngateway ({g['calls']} calls each side, alternating): direct p50 {g['direct_p50_ms']:.1f} ms, through "
         f"the gateway {g['gateway_p50_ms']:.1f} ms (added {g['added_p50_ms']:+.1f} ms); throughput "
         f"{g['gateway_calls_per_s']:.0f}/s vs {g['direct_calls_per_s']:.0f}/s direct = {g['throughput_ratio']:.2f}"
+    )
+    f = g["sdk_proxy"]
+    print(
+        f"  the floor, an SDK-only pass-through proxy (bench/sdk_proxy.py, no Airlock): p50 {f['p50_ms']:.1f} ms "
+        f"(added {f['added_p50_ms']:+.1f} ms); throughput {f['calls_per_s']:.0f}/s = {f['throughput_ratio']:.2f} "
+        "of direct"
     )
     print(
         f"decision API ({d['round_trips']} round trips): propose + report p50 {d['p50_ms']:.1f} ms "

@@ -750,11 +750,17 @@ def _past_events(
 
 
 class BucketOf(Func):
-    """review_tally.bucket_of in PostgreSQL: floor(8 * log2(seconds waited))."""
+    """review_tally.bucket_of in PostgreSQL: floor(8 * log2(seconds waited)).
+
+    In double precision, as Python's: EXTRACT gives a numeric, and its logarithm made
+    the statement over a week's partial first day (950 calls, bench/stats.py) 15.5 ms
+    instead of 4.9 (best of 15 each). Over 7.4 million waits (every microsecond to 3 s,
+    every millisecond to 50 min, every second to 11 days, the bench's 100,000) both
+    gave the same bucket."""
 
     output_field = IntegerField()
     template = (
-        f"floor({review_tally.PER_DOUBLING} * ln(greatest(EXTRACT(EPOCH FROM (%(expressions)s)), "
+        f"floor({review_tally.PER_DOUBLING} * ln(greatest(EXTRACT(EPOCH FROM (%(expressions)s))::float8, "
         f"{review_tally.MIN_SECONDS})) / ln(2))::integer"
     )
     arg_joiner = " - "

@@ -289,3 +289,15 @@ def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
     tallied = stats.stats(rita, days=30)
     exact = stats.stats(rita, days=30, in_database=True)
     assert tallied.bucketed and _counts(tallied) == _counts(exact)
+
+
+@pytest.mark.django_db
+@requires_postgres()
+def test_the_databases_wait_bucket_is_the_folds() -> None:
+    """The exact part's bucket, worked out in PostgreSQL (stats.BucketOf), is the one the
+    fold gives the same wait (review_tally.bucket_of), at and around bucket edges."""
+    run = rows.a_run("demo")
+    waits = [0.0004, 0.001, 0.2, 1, 2, 3, 7.5, 8, 59.999999, 60, 64, 90.509668, 3600, 4096, 10800, 86400, 40 * DAY]
+    made = {rows.approval(run, wait=w).pk: w for w in waits}
+    found = dict(Approval.objects.filter(pk__in=made).annotate(b=stats.BucketOf()).values_list("pk", "b"))
+    assert found == {pk: review_tally.bucket_of(w) for pk, w in made.items()}

@@ -10,11 +10,14 @@ embedded default, which has none) the same interpolation over the durations read
 
 from __future__ import annotations
 
+import array
+import bisect
 import datetime as dt
 import functools
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -592,7 +595,7 @@ def _kept(kind: str, named: str, of_type: type[T], compute: Callable[[], T]) -> 
 
 def _window_tallied(
     window: QuerySet[Approval], user: Any, names: dict[int, str], version: int, *, since: dt.datetime,
-    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None,
+    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None, every_call: bool = False,
 ) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
@@ -601,6 +604,10 @@ def _window_tallied(
 
     The days before yesterday are summed once per version of the tallies (_past_sums);
     yesterday and today are read fresh.
+
+    The partial first day, when it is before yesterday, the page has read the calls not
+    folded yet (`untallied`) and the viewer sees every call (`every_call`), is cut from
+    that day's folded calls kept once per version (_past_calls) instead of read.
 
     `present`: `now` is the present, so today's tally holds only calls closed before it
     and reads today too (a `now` in the past reads today exactly). `names`: every
@@ -628,7 +635,9 @@ def _window_tallied(
     # window through the index and was costed high enough to be JIT-compiled (37 of its
     # 60 ms over a week in bench/stats.py).
     whole_days = (_day_start(first), _day_start(until))
-    parts = [closed.filter(decided_at__lt=whole_days[0])]
+    since_day = first - dt.timedelta(days=1)
+    kept_first = bool(version) and every_call and untallied is not None and since_day < _fresh_from()
+    parts = [] if kept_first else [closed.filter(decided_at__lt=whole_days[0])]
     if untallied is None:
         parts.append(closed.filter(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
     if not present:
@@ -636,10 +645,13 @@ def _window_tallied(
     groups: list[Any] = []
     for part in parts:
         groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    if kept_first:
+        groups.extend(_past_calls(version, sorted(names), since_day).since(since))
     if untallied is not None:  # the calls not folded yet, read once for the page
+        start = since if kept_first else whole_days[0]
         groups.extend(_grouped_rows(
             (u.agent_id, u.origin, u.index, u.decided_by_id, u.status, u.created_at, u.decided_at)
-            for u in untallied if whole_days[0] <= u.decided_at < whole_days[1]
+            for u in untallied if start <= u.decided_at < whole_days[1]
         ))
     for pid, origin, index, by, status, day, b, n in groups:
         rule = (pid, origin or "", int(index) if index is not None else 0)
@@ -678,6 +690,60 @@ def _window_tallied(
         reviewers=list(reviewers.values()),
         buckets={at: day_timing.get(at.date()) or _hist_timing(h) for at, h in day_hist.items()},
     ))
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+@dataclass
+class _DayCalls:
+    """The folded closed calls of one UTC day: each one's decision time (microseconds
+    since the epoch, ascending) and its group's place in `groups` (agent id, origin,
+    index, reviewer, status, bucket)."""
+
+    day: dt.date
+    at: array.array[int] = field(default_factory=lambda: array.array("q"))
+    group: array.array[int] = field(default_factory=lambda: array.array("l"))
+    groups: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def since(self, start: dt.datetime) -> list[tuple[Any, ...]]:
+        """_exact_groups' rows of the calls decided at `start` or after it."""
+        counted = Counter(self.group[bisect.bisect_left(self.at, _micros(start)):])
+        day = _day_start(self.day)
+        return [(*self.groups[g][:5], day, self.groups[g][5], n) for g, n in counted.items()]
+
+
+def _past_calls(version: int, profiles: Sequence[int], day: dt.date) -> _DayCalls:
+    """The closed calls of `day` (before yesterday) that the fold has counted, of every
+    call, through the Django cache (the tallies' `version` and the profiles in the key,
+    as _past_sums), for the window's partial first day: a folded call of a day before
+    yesterday never changes, a call folded into it later bumps the version, and one not
+    folded yet is among the page's `untallied`. Each call's bucket is the fold's own
+    (review_tally.bucket_of)."""
+    def read() -> _DayCalls:
+        calls = _DayCalls(day)
+        places: dict[tuple[Any, ...], int] = {}
+        rows = (
+            Approval.objects.filter(
+                status__in=CLOSED, tallied=True, decided_at__gte=_day_start(day),
+                decided_at__lt=_day_start(day + dt.timedelta(days=1)),
+            ).annotate(s_agent_id=AGENT_ID)
+            .values_list("decided_at", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_by_id", "status",
+                         "created_at")
+            .order_by("decided_at")
+        )
+        for decided, *key, created in rows:
+            key.append(review_tally.bucket_of((decided - created).total_seconds()))
+            calls.at.append(_micros(decided))
+            calls.group.append(places.setdefault(tuple(key), len(places)))
+        calls.groups = list(places)
+        return calls
+
+    return _kept("calls", f"{version}:{list(profiles)}:{day}", _DayCalls, read)
 
 
 def _events(
@@ -1022,7 +1088,8 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     version = review_tally.version()  # before anything it names is read: see _past_sums
     untallied = _untallied(approvals, now)
     tallied = None if hourly or in_database is not None else _window_tallied(
-        window, user, names, version, since=since, now=now, present=present, untallied=untallied
+        window, user, names, version, since=since, now=now, present=present, untallied=untallied,
+        every_call=not approvals.query.where,
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)

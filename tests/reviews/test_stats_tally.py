@@ -292,6 +292,40 @@ def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 30])
+def test_the_partial_first_day_is_cut_from_its_kept_calls_and_a_late_one_shows(
+    rita: Any, rob: Any, days: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the fold has written a version, a viewer who sees every call has the window's
+    partial first day cut from that day's folded calls, kept between loads: the exact
+    counts, at two starts in the day and read twice; a call closed late into that day
+    shows before the fold (not folded yet) and after it (a new version)."""
+    kept: list[dt.date] = []
+    past_calls = stats._past_calls
+    monkeypatch.setattr(stats, "_past_calls", lambda v, p, day: kept.append(day) or past_calls(v, p, day))
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    run = rows.a_run("demo")
+    rows.approval(run, by=rob, wait=8, closed_ago=days * DAY - 1, now=now)  # the window's first second
+    rows.approval(run, by=rita, wait=9, closed_ago=days * DAY + 60, now=now, status="rejected")  # just before it
+    review_tally.approvals_tally()
+    assert review_tally.version()
+    for at in (now, now, now - dt.timedelta(minutes=61)):
+        tallied = stats.stats(rita, days=days, now=at)
+        exact = stats.stats(rita, days=days, now=at, in_database=True)
+        assert tallied.bucketed and _counts(tallied) == _counts(exact)
+    assert len(kept) == 3
+    before = stats.stats(rita, days=days, now=now)
+    rows.approval(run, by=rob, wait=5, closed_ago=days * DAY - 30, now=now, status="rejected")  # late, not folded
+    late = stats.stats(rita, days=days, now=now)
+    assert late.overall.n == before.overall.n + 1
+    assert _counts(late) == _counts(stats.stats(rita, days=days, now=now, in_database=True))
+    assert review_tally.approvals_tally() == 1
+    assert _counts(stats.stats(rita, days=days, now=now)) == _counts(late)
+    assert len(kept) == 6
+
+
+@pytest.mark.django_db
 @requires_postgres()
 def test_the_databases_wait_bucket_is_the_folds() -> None:
     """The exact part's bucket, worked out in PostgreSQL (stats.BucketOf), is the one the

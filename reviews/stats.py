@@ -476,19 +476,40 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
-def _tally_scope(user: Any) -> tuple[Q, str] | None:
-    """Which tallies `user` may read, and a name for that scope (for the cache of past
-    days), or None when the tallies cannot answer for them: a launcher also sees their
-    own runs' calls, which no tally key tells apart."""
+@dataclass(frozen=True)
+class _TallyScope:
+    """Which tallies a viewer may read: every one (`primary` None), or those of the
+    `primary` profiles and the escalated calls' of the `backup` ones; `key` names it
+    (for the cache of past days)."""
+
+    key: str
+    primary: tuple[int, ...] | None = None
+    backup: tuple[int, ...] = ()
+
+    def q(self) -> Q:
+        if self.primary is None:
+            return Q()
+        return Q(profile_id__in=self.primary) | Q(profile_id__in=self.backup, escalated=True)
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The same as a condition on a tally table's columns, and its parameters."""
+        if self.primary is None:
+            return "TRUE", []
+        return "(profile_id = ANY(%s) OR (profile_id = ANY(%s) AND escalated))", [list(self.primary), list(self.backup)]
+
+
+def _tally_scope(user: Any) -> _TallyScope | None:
+    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
+    launcher also sees their own runs' calls, which no tally key tells apart."""
     if access.reads_all_runs(user):
-        return Q(), "all"
+        return _TallyScope("all")
     scope = access.review_scope(user)
     if scope.empty or access.in_group(user, access.LAUNCHER):
         return None
     if scope.everything:
-        return Q(), "all"
-    key = f"{sorted(scope.primary)}/{sorted(scope.backup)}"
-    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True), key
+        return _TallyScope("all")
+    primary, backup = tuple(sorted(scope.primary)), tuple(sorted(scope.backup))
+    return _TallyScope(f"{list(primary)}/{list(backup)}", primary, backup)
 
 
 def _day_start(day: dt.date) -> dt.datetime:
@@ -522,31 +543,41 @@ def _add_hist(into: dict[int, int], hist: dict[int, int]) -> None:
         into[b] = into.get(b, 0) + n
 
 
-def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
-    """The tallies of the days from `first` to before `until` that `scope` covers: one
-    statement for the counts and one for the buckets (on PostgreSQL both groupings of
-    the buckets in one scan, GROUPING SETS; on SQLite one statement each)."""
-    whole = Q(day__gte=first, day__lt=until) & scope
+# The tallies of some days: the counts, and the buckets grouped per rule and per day,
+# in one statement (PostgreSQL). Written out: built as querysets each load, the two
+# statements it replaced cost the page more in Python than in the database.
+_TALLIED_SQL = """
+    SELECT 2, NULL, profile_id, origin, "index", reviewer, status, NULL, SUM(n) FROM agents_reviewtally
+    WHERE day >= %s AND day < %s AND {scope} GROUP BY profile_id, origin, "index", reviewer, status
+    UNION ALL
+    SELECT GROUPING(day), day, profile_id, origin, "index", NULL, NULL, bucket, SUM(n) FROM agents_reviewtiming
+    WHERE day >= %s AND day < %s AND {scope} GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
+"""
+
+
+def _tallied_sums(scope: _TallyScope, first: dt.date, until: dt.date) -> _Sums:
+    """The tallies of the days from `first` to before `until` that `scope` covers: on
+    PostgreSQL one statement (_TALLIED_SQL); on SQLite one for the counts and one for
+    each grouping of the buckets."""
     sums = _Sums()
+    if connections[ReviewTally.objects.db].vendor == "postgresql":
+        where, params = scope.sql()
+        with connections[ReviewTally.objects.db].cursor() as cur:
+            cur.execute(_TALLIED_SQL.format(scope=where), [first, until, *params, first, until, *params])
+            for kind, day, pid, origin, index, reviewer, status, b, n in cur.fetchall():
+                if kind == 2:
+                    sums.counts[(pid, origin, index, reviewer, status)] = int(n)
+                elif kind == 1:
+                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
+                else:
+                    sums.day_hist.setdefault(day, {})[b] = int(n)
+        return sums
+    whole = Q(day__gte=first, day__lt=until) & scope.q()
     for *key, n in ReviewTally.objects.filter(whole).values_list(
         "profile_id", "origin", "index", "reviewer", "status"
     ).annotate(s=Sum("n")).order_by():
         sums.counts[tuple(key)] = n
     timing = ReviewTiming.objects.filter(whole)
-    if connections[timing.db].vendor == "postgresql":
-        sql, params = timing.values("day", "profile_id", "origin", "index", "bucket", "n").query.sql_with_params()
-        grouped = f"""
-            SELECT GROUPING(day), day, profile_id, origin, "index", bucket, SUM(n) FROM ({sql}) t
-            GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
-        """
-        with connections[timing.db].cursor() as cur:
-            cur.execute(grouped, params)
-            for by_rule, day, pid, origin, index, b, n in cur.fetchall():
-                if by_rule:
-                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
-                else:
-                    sums.day_hist.setdefault(day, {})[b] = int(n)
-        return sums
     for pid, origin, index, b, n in timing.values_list("profile_id", "origin", "index", "bucket").annotate(
         s=Sum("n")
     ).order_by():
@@ -566,7 +597,7 @@ def _fresh_from() -> dt.date:
 
 
 def _past_sums(
-    scope: Q, scope_key: str, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+    scope: _TallyScope, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
 ) -> _Sums:
     """_tallied_sums of days before yesterday, through the Django cache, keyed by the
     tallies' `version` (which the fold bumps, in its transaction, when it adds to a day
@@ -578,7 +609,7 @@ def _past_sums(
         sums.day_timing = {day: _hist_timing(h) for day, h in sums.day_hist.items()}
         return sums
 
-    return _kept("past", f"{version}:{scope_key}:{list(profiles)}:{first}:{until}", _Sums, summed)
+    return _kept("past", f"{version}:{scope.key}:{list(profiles)}:{first}:{until}", _Sums, summed)
 
 
 def _kept(kind: str, named: str, of_type: type[T], compute: Callable[[], T]) -> T:
@@ -613,15 +644,14 @@ def _window_tallied(
     and reads today too (a `now` in the past reads today exactly). `names`: every
     profile's, by id; `version`: the tallies', read before them (review_tally.version);
     `untallied`: the calls not folded yet, when the page read them (_untallied)."""
-    found = _tally_scope(user)
+    scope = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
-    if found is None or first >= end:
+    if scope is None or first >= end:
         return None
-    scope, scope_key = found
     until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
     cached = min(until, _fresh_from())
-    sums = _past_sums(scope, scope_key, version, sorted(names), first, cached) if cached > first else _Sums()
+    sums = _past_sums(scope, version, sorted(names), first, cached) if cached > first else _Sums()
     if until > max(first, cached):
         sums.add(_tallied_sums(scope, max(first, cached), until))
     if not sums.counts:

@@ -170,6 +170,21 @@ def test_a_reviewer_of_one_agent_reads_only_its_tallies(rita: Any, rob: Any) -> 
     assert [a for a, _ in tallied.agents] == ["demo"]
 
 
+@pytest.mark.django_db
+def test_a_backup_reviewer_reads_only_the_escalated_calls_tallies(rita: Any, rob: Any) -> None:
+    Group.objects.get_or_create(name="demo-backup")
+    AgentProfile.objects.filter(name="demo").update(backup_group="demo-backup")
+    bea = person("bea", "demo-backup")
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    review_tally.approvals_tally()
+    tallied = stats.stats(bea, days=30, now=now)
+    exact = stats.stats(bea, days=30, now=now, in_database=True)
+    assert tallied.bucketed and _counts(tallied) == _counts(exact)
+    assert [a for a, _ in tallied.agents] == ["demo"]
+    assert 0 < tallied.overall.n < stats.stats(rita, days=30, now=now).overall.n
+
+
 def test_a_percentile_from_buckets_interpolates_between_ranks() -> None:
     assert review_tally.percentile({}, 0.5) is None
     b = review_tally.bucket_of(10.0)

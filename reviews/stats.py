@@ -234,29 +234,34 @@ class Chart:
         span = self.HEIGHT - self.BOTTOM - self.TOP
         return round(self.TOP + span * (1 - seconds / self.top_seconds), 1)
 
-    def _points(self, which: str) -> str:
-        return " ".join(
-            f"{self._x(i)},{self._y(getattr(b.timing, which))}"
-            for i, b in enumerate(self.buckets)
-            if getattr(b.timing, which) is not None
-        )
+    @functools.cached_property
+    def _placed(self) -> list[tuple[float, float | None, float | None]]:
+        """(x, y of p50, y of p95) of each bucket (None where it has none), placed once
+        for both lines and the dots, as _x and _y place them."""
+        x_span, y_span = self.WIDTH - self.LEFT - 8, self.HEIGHT - self.BOTTOM - self.TOP
+        left, top, highest, last = self.LEFT, self.TOP, self.top_seconds, max(len(self.buckets) - 1, 1)
+        return [
+            (
+                round(left + (x_span * i / last), 1),
+                None if t.p50 is None else round(top + y_span * (1 - t.p50 / highest), 1),
+                None if t.p95 is None else round(top + y_span * (1 - t.p95 / highest), 1),
+            )
+            for i, t in enumerate(b.timing for b in self.buckets)
+        ]
 
     @property
     def p50_points(self) -> str:
-        return self._points("p50")
+        return " ".join(f"{x},{y}" for x, y, _ in self._placed if y is not None)
 
     @property
     def p95_points(self) -> str:
-        return self._points("p95")
+        return " ".join(f"{x},{y}" for x, _, y in self._placed if y is not None)
 
     @property
     def dots(self) -> list[tuple[float, float, float]]:
         """(x, y of p95, y of p50) of each bucket with a p50: as tuples, which the
         template unpacks without an attribute lookup each (91 over 90 days)."""
-        return [
-            (self._x(i), self._y(b.timing.p95 or b.timing.p50), self._y(b.timing.p50))
-            for i, b in enumerate(self.buckets) if b.timing.p50 is not None
-        ]
+        return [(x, y95 if y95 is not None else y50, y50) for x, y50, y95 in self._placed if y50 is not None]
 
     @property
     def rows(self) -> list[tuple[str, int, str, str]]:

@@ -337,13 +337,49 @@ class Streak:
         return f"{base}?{urlencode({'policy': json.dumps(self.proposal())})}"
 
 
+@dataclass(frozen=True)
+class Oldest:
+    """The call that has waited longest, and how many wait."""
+
+    pk: int
+    tool: str
+    created_at: dt.datetime
+    agent: str
+    waiting: int
+
+
+# _oldest over every call, written out (PostgreSQL): the page reads it on every load,
+# and the queryset cost more to build than to run.
+_OLDEST_SQL = """
+    SELECT a.id, a.tool, a.created_at, p.name, COUNT(a.id) OVER () FROM agents_approval a
+    JOIN agents_run r ON r.id = a.run_id JOIN agents_agentprofile p ON p.id = r.profile_id
+    WHERE a.status = %s ORDER BY a.created_at, a.id LIMIT 1
+"""
+
+
+def _oldest(approvals: QuerySet[Approval]) -> Oldest | None:
+    """The oldest pending call among `approvals` and, beside it, how many wait: one
+    statement."""
+    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+        with connections[approvals.db].cursor() as cur:
+            cur.execute(_OLDEST_SQL, [decisions.PENDING])
+            row = cur.fetchone()
+        return None if row is None else Oldest(*row)
+    found = (
+        approvals.pending().select_related("run__profile")
+        .only("tool", "created_at", "run__profile__name")
+        .annotate(waiting=Window(Count("pk"))).order_by("created_at", "pk").first()
+    )
+    return None if found is None else Oldest(found.pk, found.tool, found.created_at, found.run.profile.name, found.waiting)
+
+
 @dataclass
 class Stats:
     days: int
     since: dt.datetime
     now: dt.datetime
     pending: int
-    oldest: Approval | None
+    oldest: Oldest | None
     overall: Timing
     reviewers: list[ReviewerRow]
     agents: list[tuple[str, Timing]]
@@ -1167,12 +1203,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
     approvals = access.visible_approvals(user)
-    # The oldest pending call and, beside it, how many wait: one statement.
-    oldest = (
-        approvals.pending().select_related("run__profile")
-        .only("tool", "created_at", "run__profile__name")
-        .annotate(waiting=Window(Count("pk"))).order_by("created_at", "pk").first()
-    )
+    oldest = _oldest(approvals)
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly

@@ -52,6 +52,7 @@ from agents.engine import policy as engine_policy
 from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
+from agents.runs.rows import Rows, placeholders
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
@@ -734,9 +735,7 @@ def _window_tallied(
             d = day_hist.setdefault(day.astimezone(dt.UTC), {})
             d[b] = d.get(b, 0) + n
             day_timing.pop(day.astimezone(dt.UTC).date(), None)
-    people = dict(
-        get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
-    )
+    people = _usernames(k[3] for k in counts)
     rules: dict[tuple[Any, ...], RuleRow] = {}
     reviewers: dict[str, ReviewerRow] = {}
     agent_hist: dict[str, dict[int, int]] = {}
@@ -1049,16 +1048,46 @@ def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.date
     return Chart(buckets, hourly)
 
 
-def _streak_scope(user: Any) -> Q | None:
-    """Which folded streaks `user` may read, by profile, or None when only the calls
-    themselves can answer: a launcher (who sees their own runs' calls) and a backup
-    reviewer (who sees a profile's escalated calls only) walk them."""
+def _streak_scope(user: Any) -> tuple[str, list[int]] | None:
+    """Which folded streaks `user` may read, by profile (a condition on ReviewStreak's
+    columns and its parameters), or None when only the calls themselves can answer: a
+    launcher (who sees their own runs' calls) and a backup reviewer (who sees a
+    profile's escalated calls only) walk them."""
     if access.reads_all_runs(user):
-        return Q()
+        return "TRUE", []
     scope = access.review_scope(user)
     if scope.empty or scope.backup or access.in_group(user, access.LAUNCHER):
         return None
-    return Q() if scope.everything else Q(profile_id__in=scope.primary)
+    if scope.everything:
+        return "TRUE", []
+    primary = sorted(scope.primary)
+    return f"profile_id IN ({placeholders(primary)})", primary
+
+
+# The folded streaks and the reviewers' names, read on every load: written out
+# (agents/runs/rows.py), as querysets they cost more to build than to run.
+_STREAK_FIELDS = (
+    "profile_id", "tool", "origin", "index", "length", "irreversible", "votes", "broken_at", "broken_id", "last_at",
+    "last_id",
+)
+
+
+@functools.cache
+def _streak_rows() -> Rows:
+    return Rows(ReviewStreak, _STREAK_FIELDS)
+
+
+@functools.cache
+def _user_rows() -> Rows:
+    return Rows(get_user_model(), ("id", "username"))
+
+
+def _usernames(ids: Iterable[int | None]) -> dict[int, str]:
+    """The names of the users `ids` (0 and None, no one, left out)."""
+    wanted = sorted({i for i in ids if i})
+    if not wanted:
+        return {}
+    return {r.id: r.username for r in _user_rows().fetch(f"id IN ({placeholders(wanted)})", wanted, order_by="id")}
 
 
 def _fatigue(
@@ -1085,8 +1114,10 @@ def _fatigue(
         (u.pk, u.agent_id, u.origin, u.index, u.decided_at, u.kind, u.tool, u.round, u.risk, u.required, u.status)
         for u in untallied if u.kind == decisions.POLICY
     ]
+    where, params = scope
     folded = {
-        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
+        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r)
+        for r in _streak_rows().fetch(where, params, order_by="id")
     }
     calls: dict[review_tally.StreakKey, list[streaks.Call]] = {}
     for row in fresh:

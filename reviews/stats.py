@@ -52,7 +52,7 @@ from agents.engine import policy as engine_policy
 from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
-from agents.runs.rows import Rows, placeholders
+from agents.runs.rows import Joined, Rows, placeholders
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
@@ -702,21 +702,22 @@ def _window_tallied(
     day_hist = {_day_start(day): h for day, h in sums.day_hist.items()}
     # The exact part: the partial days (the first; today unless `present`), and whatever
     # is not folded yet.
-    closed = window.filter(status__in=CLOSED)
     # Each range its own statement: one statement with an OR over them read the whole
     # window through the index and was costed high enough to be JIT-compiled (37 of its
     # 60 ms over a week in bench/stats.py).
     whole_days = (_day_start(first), _day_start(until))
     since_day = first - dt.timedelta(days=1)
     kept_first = bool(version) and every_call and untallied is not None and since_day < _fresh_from()
-    parts = [] if kept_first else [closed.filter(decided_at__lt=whole_days[0])]
+    parts = [] if kept_first else [Q(decided_at__lt=whole_days[0])]
     if untallied is None:
-        parts.append(closed.filter(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
+        parts.append(Q(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
     if not present:
-        parts.append(closed.filter(decided_at__gte=_day_start(end)))
+        parts.append(Q(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
-    for part in parts:
-        groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    for part in parts:  # none, mostly: no queryset is built for nothing
+        groups.extend(_exact_groups(window.filter(part, status__in=CLOSED).annotate(
+            s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index")
+        )))
     if kept_first:
         groups.extend(_past_calls(version, sorted(names), since_day).since(since))
     if untallied is not None:  # the calls not folded yet, read once for the page
@@ -1227,6 +1228,9 @@ def _shadow(
     return out
 
 
+_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/runs/rows.py)
+
+
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
     """Every figure of the page, for what `user` may see, over the last `days` (until
     `now`, by default the present)."""
@@ -1239,7 +1243,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly
     # chart of one day and a window nothing was folded for are computed exactly.
-    profiles = list(AgentProfile.objects.order_by("name"))
+    profiles = _PROFILES.fetch(())
     names = {p.pk: p.name for p in profiles}
     version = review_tally.version()  # before anything it names is read: see _past_sums
     untallied = _untallied(approvals, now)

@@ -10,11 +10,14 @@ embedded default, which has none) the same interpolation over the durations read
 
 from __future__ import annotations
 
+import array
+import bisect
 import datetime as dt
 import functools
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -49,6 +52,7 @@ from agents.engine import policy as engine_policy
 from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
+from agents.runs.rows import Joined, Rows, placeholders
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
@@ -231,29 +235,34 @@ class Chart:
         span = self.HEIGHT - self.BOTTOM - self.TOP
         return round(self.TOP + span * (1 - seconds / self.top_seconds), 1)
 
-    def _points(self, which: str) -> str:
-        return " ".join(
-            f"{self._x(i)},{self._y(getattr(b.timing, which))}"
-            for i, b in enumerate(self.buckets)
-            if getattr(b.timing, which) is not None
-        )
+    @functools.cached_property
+    def _placed(self) -> list[tuple[float, float | None, float | None]]:
+        """(x, y of p50, y of p95) of each bucket (None where it has none), placed once
+        for both lines and the dots, as _x and _y place them."""
+        x_span, y_span = self.WIDTH - self.LEFT - 8, self.HEIGHT - self.BOTTOM - self.TOP
+        left, top, highest, last = self.LEFT, self.TOP, self.top_seconds, max(len(self.buckets) - 1, 1)
+        return [
+            (
+                round(left + (x_span * i / last), 1),
+                None if t.p50 is None else round(top + y_span * (1 - t.p50 / highest), 1),
+                None if t.p95 is None else round(top + y_span * (1 - t.p95 / highest), 1),
+            )
+            for i, t in enumerate(b.timing for b in self.buckets)
+        ]
 
     @property
     def p50_points(self) -> str:
-        return self._points("p50")
+        return " ".join(f"{x},{y}" for x, y, _ in self._placed if y is not None)
 
     @property
     def p95_points(self) -> str:
-        return self._points("p95")
+        return " ".join(f"{x},{y}" for x, _, y in self._placed if y is not None)
 
     @property
     def dots(self) -> list[tuple[float, float, float]]:
         """(x, y of p95, y of p50) of each bucket with a p50: as tuples, which the
         template unpacks without an attribute lookup each (91 over 90 days)."""
-        return [
-            (self._x(i), self._y(b.timing.p95 or b.timing.p50), self._y(b.timing.p50))
-            for i, b in enumerate(self.buckets) if b.timing.p50 is not None
-        ]
+        return [(x, y95 if y95 is not None else y50, y50) for x, y50, y95 in self._placed if y50 is not None]
 
     @property
     def rows(self) -> list[tuple[str, int, str, str]]:
@@ -329,13 +338,49 @@ class Streak:
         return f"{base}?{urlencode({'policy': json.dumps(self.proposal())})}"
 
 
+@dataclass(frozen=True)
+class Oldest:
+    """The call that has waited longest, and how many wait."""
+
+    pk: int
+    tool: str
+    created_at: dt.datetime
+    agent: str
+    waiting: int
+
+
+# _oldest over every call, written out (PostgreSQL): the page reads it on every load,
+# and the queryset cost more to build than to run.
+_OLDEST_SQL = """
+    SELECT a.id, a.tool, a.created_at, p.name, COUNT(a.id) OVER () FROM agents_approval a
+    JOIN agents_run r ON r.id = a.run_id JOIN agents_agentprofile p ON p.id = r.profile_id
+    WHERE a.status = %s ORDER BY a.created_at, a.id LIMIT 1
+"""
+
+
+def _oldest(approvals: QuerySet[Approval]) -> Oldest | None:
+    """The oldest pending call among `approvals` and, beside it, how many wait: one
+    statement."""
+    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+        with connections[approvals.db].cursor() as cur:
+            cur.execute(_OLDEST_SQL, [decisions.PENDING])
+            row = cur.fetchone()
+        return None if row is None else Oldest(*row)
+    found = (
+        approvals.pending().select_related("run__profile")
+        .only("tool", "created_at", "run__profile__name")
+        .annotate(waiting=Window(Count("pk"))).order_by("created_at", "pk").first()
+    )
+    return None if found is None else Oldest(found.pk, found.tool, found.created_at, found.run.profile.name, found.waiting)
+
+
 @dataclass
 class Stats:
     days: int
     since: dt.datetime
     now: dt.datetime
     pending: int
-    oldest: Approval | None
+    oldest: Oldest | None
     overall: Timing
     reviewers: list[ReviewerRow]
     agents: list[tuple[str, Timing]]
@@ -473,19 +518,40 @@ def _window_grouped(window: QuerySet[Approval], bucket: Any, agent: Any) -> Wind
     return _sorted(figures)
 
 
-def _tally_scope(user: Any) -> tuple[Q, str] | None:
-    """Which tallies `user` may read, and a name for that scope (for the cache of past
-    days), or None when the tallies cannot answer for them: a launcher also sees their
-    own runs' calls, which no tally key tells apart."""
+@dataclass(frozen=True)
+class _TallyScope:
+    """Which tallies a viewer may read: every one (`primary` None), or those of the
+    `primary` profiles and the escalated calls' of the `backup` ones; `key` names it
+    (for the cache of past days)."""
+
+    key: str
+    primary: tuple[int, ...] | None = None
+    backup: tuple[int, ...] = ()
+
+    def q(self) -> Q:
+        if self.primary is None:
+            return Q()
+        return Q(profile_id__in=self.primary) | Q(profile_id__in=self.backup, escalated=True)
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The same as a condition on a tally table's columns, and its parameters."""
+        if self.primary is None:
+            return "TRUE", []
+        return "(profile_id = ANY(%s) OR (profile_id = ANY(%s) AND escalated))", [list(self.primary), list(self.backup)]
+
+
+def _tally_scope(user: Any) -> _TallyScope | None:
+    """Which tallies `user` may read, or None when the tallies cannot answer for them: a
+    launcher also sees their own runs' calls, which no tally key tells apart."""
     if access.reads_all_runs(user):
-        return Q(), "all"
+        return _TallyScope("all")
     scope = access.review_scope(user)
     if scope.empty or access.in_group(user, access.LAUNCHER):
         return None
     if scope.everything:
-        return Q(), "all"
-    key = f"{sorted(scope.primary)}/{sorted(scope.backup)}"
-    return Q(profile_id__in=scope.primary) | Q(profile_id__in=scope.backup, escalated=True), key
+        return _TallyScope("all")
+    primary, backup = tuple(sorted(scope.primary)), tuple(sorted(scope.backup))
+    return _TallyScope(f"{list(primary)}/{list(backup)}", primary, backup)
 
 
 def _day_start(day: dt.date) -> dt.datetime:
@@ -519,31 +585,41 @@ def _add_hist(into: dict[int, int], hist: dict[int, int]) -> None:
         into[b] = into.get(b, 0) + n
 
 
-def _tallied_sums(scope: Q, first: dt.date, until: dt.date) -> _Sums:
-    """The tallies of the days from `first` to before `until` that `scope` covers: one
-    statement for the counts and one for the buckets (on PostgreSQL both groupings of
-    the buckets in one scan, GROUPING SETS; on SQLite one statement each)."""
-    whole = Q(day__gte=first, day__lt=until) & scope
+# The tallies of some days: the counts, and the buckets grouped per rule and per day,
+# in one statement (PostgreSQL). Written out: built as querysets each load, the two
+# statements it replaced cost the page more in Python than in the database.
+_TALLIED_SQL = """
+    SELECT 2, NULL, profile_id, origin, "index", reviewer, status, NULL, SUM(n) FROM agents_reviewtally
+    WHERE day >= %s AND day < %s AND {scope} GROUP BY profile_id, origin, "index", reviewer, status
+    UNION ALL
+    SELECT GROUPING(day), day, profile_id, origin, "index", NULL, NULL, bucket, SUM(n) FROM agents_reviewtiming
+    WHERE day >= %s AND day < %s AND {scope} GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
+"""
+
+
+def _tallied_sums(scope: _TallyScope, first: dt.date, until: dt.date) -> _Sums:
+    """The tallies of the days from `first` to before `until` that `scope` covers: on
+    PostgreSQL one statement (_TALLIED_SQL); on SQLite one for the counts and one for
+    each grouping of the buckets."""
     sums = _Sums()
+    if connections[ReviewTally.objects.db].vendor == "postgresql":
+        where, params = scope.sql()
+        with connections[ReviewTally.objects.db].cursor() as cur:
+            cur.execute(_TALLIED_SQL.format(scope=where), [first, until, *params, first, until, *params])
+            for kind, day, pid, origin, index, reviewer, status, b, n in cur.fetchall():
+                if kind == 2:
+                    sums.counts[(pid, origin, index, reviewer, status)] = int(n)
+                elif kind == 1:
+                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
+                else:
+                    sums.day_hist.setdefault(day, {})[b] = int(n)
+        return sums
+    whole = Q(day__gte=first, day__lt=until) & scope.q()
     for *key, n in ReviewTally.objects.filter(whole).values_list(
         "profile_id", "origin", "index", "reviewer", "status"
     ).annotate(s=Sum("n")).order_by():
         sums.counts[tuple(key)] = n
     timing = ReviewTiming.objects.filter(whole)
-    if connections[timing.db].vendor == "postgresql":
-        sql, params = timing.values("day", "profile_id", "origin", "index", "bucket", "n").query.sql_with_params()
-        grouped = f"""
-            SELECT GROUPING(day), day, profile_id, origin, "index", bucket, SUM(n) FROM ({sql}) t
-            GROUP BY GROUPING SETS ((profile_id, origin, "index", bucket), (day, bucket))
-        """
-        with connections[timing.db].cursor() as cur:
-            cur.execute(grouped, params)
-            for by_rule, day, pid, origin, index, b, n in cur.fetchall():
-                if by_rule:
-                    sums.rule_hist.setdefault((pid, origin, index), {})[b] = int(n)
-                else:
-                    sums.day_hist.setdefault(day, {})[b] = int(n)
-        return sums
     for pid, origin, index, b, n in timing.values_list("profile_id", "origin", "index", "bucket").annotate(
         s=Sum("n")
     ).order_by():
@@ -563,7 +639,7 @@ def _fresh_from() -> dt.date:
 
 
 def _past_sums(
-    scope: Q, scope_key: str, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
+    scope: _TallyScope, version: int, profiles: Sequence[int], first: dt.date, until: dt.date
 ) -> _Sums:
     """_tallied_sums of days before yesterday, through the Django cache, keyed by the
     tallies' `version` (which the fold bumps, in its transaction, when it adds to a day
@@ -575,7 +651,7 @@ def _past_sums(
         sums.day_timing = {day: _hist_timing(h) for day, h in sums.day_hist.items()}
         return sums
 
-    return _kept("past", f"{version}:{scope_key}:{list(profiles)}:{first}:{until}", _Sums, summed)
+    return _kept("past", f"{version}:{scope.key}:{list(profiles)}:{first}:{until}", _Sums, summed)
 
 
 def _kept(kind: str, named: str, of_type: type[T], compute: Callable[[], T]) -> T:
@@ -592,7 +668,7 @@ def _kept(kind: str, named: str, of_type: type[T], compute: Callable[[], T]) -> 
 
 def _window_tallied(
     window: QuerySet[Approval], user: Any, names: dict[int, str], version: int, *, since: dt.datetime,
-    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None,
+    now: dt.datetime, present: bool = False, untallied: list[Untallied] | None = None, every_call: bool = False,
 ) -> WindowFigures | None:
     """The window's figures from the daily tallies for its whole UTC days and from the
     approvals themselves for its two partial days and for calls not yet folded; the
@@ -602,19 +678,22 @@ def _window_tallied(
     The days before yesterday are summed once per version of the tallies (_past_sums);
     yesterday and today are read fresh.
 
+    The partial first day, when it is before yesterday, the page has read the calls not
+    folded yet (`untallied`) and the viewer sees every call (`every_call`), is cut from
+    that day's folded calls kept once per version (_past_calls) instead of read.
+
     `present`: `now` is the present, so today's tally holds only calls closed before it
     and reads today too (a `now` in the past reads today exactly). `names`: every
     profile's, by id; `version`: the tallies', read before them (review_tally.version);
     `untallied`: the calls not folded yet, when the page read them (_untallied)."""
-    found = _tally_scope(user)
+    scope = _tally_scope(user)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     end = now.astimezone(dt.UTC).date()
-    if found is None or first >= end:
+    if scope is None or first >= end:
         return None
-    scope, scope_key = found
     until = end + dt.timedelta(days=1) if present else end  # the tallied days end before it
     cached = min(until, _fresh_from())
-    sums = _past_sums(scope, scope_key, version, sorted(names), first, cached) if cached > first else _Sums()
+    sums = _past_sums(scope, version, sorted(names), first, cached) if cached > first else _Sums()
     if until > max(first, cached):
         sums.add(_tallied_sums(scope, max(first, cached), until))
     if not sums.counts:
@@ -623,23 +702,29 @@ def _window_tallied(
     day_hist = {_day_start(day): h for day, h in sums.day_hist.items()}
     # The exact part: the partial days (the first; today unless `present`), and whatever
     # is not folded yet.
-    closed = window.filter(status__in=CLOSED)
     # Each range its own statement: one statement with an OR over them read the whole
     # window through the index and was costed high enough to be JIT-compiled (37 of its
     # 60 ms over a week in bench/stats.py).
     whole_days = (_day_start(first), _day_start(until))
-    parts = [closed.filter(decided_at__lt=whole_days[0])]
+    since_day = first - dt.timedelta(days=1)
+    kept_first = bool(version) and every_call and untallied is not None and since_day < _fresh_from()
+    parts = [] if kept_first else [Q(decided_at__lt=whole_days[0])]
     if untallied is None:
-        parts.append(closed.filter(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
+        parts.append(Q(decided_at__gte=whole_days[0], decided_at__lt=whole_days[1], tallied=False))
     if not present:
-        parts.append(closed.filter(decided_at__gte=_day_start(end)))
+        parts.append(Q(decided_at__gte=_day_start(end)))
     groups: list[Any] = []
-    for part in parts:
-        groups.extend(_exact_groups(part.annotate(s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index"))))
+    for part in parts:  # none, mostly: no queryset is built for nothing
+        groups.extend(_exact_groups(window.filter(part, status__in=CLOSED).annotate(
+            s_agent_id=AGENT_ID, s_origin=KT("rule__origin"), s_index=KT("rule__index")
+        )))
+    if kept_first:
+        groups.extend(_past_calls(version, sorted(names), since_day).since(since))
     if untallied is not None:  # the calls not folded yet, read once for the page
+        start = since if kept_first else whole_days[0]
         groups.extend(_grouped_rows(
             (u.agent_id, u.origin, u.index, u.decided_by_id, u.status, u.created_at, u.decided_at)
-            for u in untallied if whole_days[0] <= u.decided_at < whole_days[1]
+            for u in untallied if start <= u.decided_at < whole_days[1]
         ))
     for pid, origin, index, by, status, day, b, n in groups:
         rule = (pid, origin or "", int(index) if index is not None else 0)
@@ -651,9 +736,7 @@ def _window_tallied(
             d = day_hist.setdefault(day.astimezone(dt.UTC), {})
             d[b] = d.get(b, 0) + n
             day_timing.pop(day.astimezone(dt.UTC).date(), None)
-    people = dict(
-        get_user_model().objects.filter(pk__in={k[3] for k in counts}).values_list("pk", "username")
-    )
+    people = _usernames(k[3] for k in counts)
     rules: dict[tuple[Any, ...], RuleRow] = {}
     reviewers: dict[str, ReviewerRow] = {}
     agent_hist: dict[str, dict[int, int]] = {}
@@ -680,6 +763,60 @@ def _window_tallied(
     ))
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+@dataclass
+class _DayCalls:
+    """The folded closed calls of one UTC day: each one's decision time (microseconds
+    since the epoch, ascending) and its group's place in `groups` (agent id, origin,
+    index, reviewer, status, bucket)."""
+
+    day: dt.date
+    at: array.array[int] = field(default_factory=lambda: array.array("q"))
+    group: array.array[int] = field(default_factory=lambda: array.array("l"))
+    groups: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def since(self, start: dt.datetime) -> list[tuple[Any, ...]]:
+        """_exact_groups' rows of the calls decided at `start` or after it."""
+        counted = Counter(self.group[bisect.bisect_left(self.at, _micros(start)):])
+        day = _day_start(self.day)
+        return [(*self.groups[g][:5], day, self.groups[g][5], n) for g, n in counted.items()]
+
+
+def _past_calls(version: int, profiles: Sequence[int], day: dt.date) -> _DayCalls:
+    """The closed calls of `day` (before yesterday) that the fold has counted, of every
+    call, through the Django cache (the tallies' `version` and the profiles in the key,
+    as _past_sums), for the window's partial first day: a folded call of a day before
+    yesterday never changes, a call folded into it later bumps the version, and one not
+    folded yet is among the page's `untallied`. Each call's bucket is the fold's own
+    (review_tally.bucket_of)."""
+    def read() -> _DayCalls:
+        calls = _DayCalls(day)
+        places: dict[tuple[Any, ...], int] = {}
+        rows = (
+            Approval.objects.filter(
+                status__in=CLOSED, tallied=True, decided_at__gte=_day_start(day),
+                decided_at__lt=_day_start(day + dt.timedelta(days=1)),
+            ).annotate(s_agent_id=AGENT_ID)
+            .values_list("decided_at", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_by_id", "status",
+                         "created_at")
+            .order_by("decided_at")
+        )
+        for decided, *key, created in rows:
+            key.append(review_tally.bucket_of((decided - created).total_seconds()))
+            calls.at.append(_micros(decided))
+            calls.group.append(places.setdefault(tuple(key), len(places)))
+        calls.groups = list(places)
+        return calls
+
+    return _kept("calls", f"{version}:{list(profiles)}:{day}", _DayCalls, read)
+
+
 def _events(
     user: Any, approvals: QuerySet[Approval], names: dict[int, str], version: int, *, since: dt.datetime,
     now: dt.datetime,
@@ -704,18 +841,37 @@ def _events(
     else:
         esc, lapsed = {}, {}
         ends = [(since, now, True)]
-    esc_q, lapsed_q = Q(pk__in=[]), Q(pk__in=[])
-    for start, end, last in ends:
-        esc_q |= _escalated_in(start, end, last=last)
-        lapsed_q |= _lapsed_in(start, end, last=last)
-    for pid, n in approvals.filter(esc_q).values_list(AGENT_ID).annotate(n=Count("pk")).order_by():
-        esc[pid] = esc.get(pid, 0) + n
-    for name, n in claims.filter(lapsed_q).values_list("user__username").annotate(n=Count("pk")).order_by():
-        lapsed[name] = lapsed.get(name, 0) + n
+    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+        for kind, pid, name, n in _every_events(ends):
+            if kind == "e":
+                esc[pid] = esc.get(pid, 0) + n
+            else:
+                lapsed[name] = lapsed.get(name, 0) + n
+    else:
+        esc_q, lapsed_q = Q(pk__in=[]), Q(pk__in=[])
+        for start, end, last in ends:
+            esc_q |= _escalated_in(start, end, last=last)
+            lapsed_q |= _lapsed_in(start, end, last=last)
+        for pid, n in approvals.filter(esc_q).values_list(AGENT_ID).annotate(n=Count("pk")).order_by():
+            esc[pid] = esc.get(pid, 0) + n
+        for name, n in claims.filter(lapsed_q).values_list("user__username").annotate(n=Count("pk")).order_by():
+            lapsed[name] = lapsed.get(name, 0) + n
     return (
         sorted((names.get(pid, "(deleted agent)"), n) for pid, n in esc.items()),
         [(name or "(deleted user)", n) for name, n in sorted(lapsed.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))],
     )
+
+
+# _escalated_in and _lapsed_in, both and every range at once, in one statement written
+# out (PostgreSQL, a viewer who sees every call): built as two querysets each load they
+# cost the page more in Python than in the database. The same two rules, kept together.
+_EVENTS_SQL = """
+    SELECT 'e', (SELECT r.profile_id FROM agents_run r WHERE r.id = a.run_id), NULL, count(*) FROM agents_approval a
+    WHERE {escalated} GROUP BY 2
+    UNION ALL
+    SELECT 'l', NULL, u.username, count(*) FROM agents_approvalclaim c LEFT JOIN auth_user u ON u.id = c.user_id
+    WHERE {lapsed} GROUP BY 3
+"""
 
 
 def _escalated_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
@@ -725,6 +881,29 @@ def _escalated_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
 def _lapsed_in(start: dt.datetime, end: dt.datetime, *, last: bool) -> Q:
     ended = Q(end="lapsed", ended_at__gte=start, **{"ended_at__lte" if last else "ended_at__lt": end})
     return ended | Q(ended_at__isnull=True, until__gte=start, until__lt=end)
+
+
+def _every_events(ends: Sequence[tuple[dt.datetime, dt.datetime, bool]]) -> list[tuple[str, Any, Any, int]]:
+    """('e', profile id, None, escalations) and ('l', None, claimant's name, lapsed
+    claims) of every call over `ends` ((start, end, whether the end is included)), as
+    _escalated_in and _lapsed_in count them."""
+    escalated: list[str] = []
+    lapsed: list[str] = []
+    esc_params: list[Any] = []
+    lapsed_params: list[Any] = []
+    for start, end, last in ends:
+        op = "<=" if last else "<"
+        escalated.append(f"(a.escalated_at >= %s AND a.escalated_at {op} %s)")
+        esc_params += [start, end]
+        lapsed.append(
+            f"(c.\"end\" = 'lapsed' AND c.ended_at >= %s AND c.ended_at {op} %s)"
+            " OR (c.ended_at IS NULL AND c.until >= %s AND c.until < %s)"
+        )
+        lapsed_params += [start, end, start, end]
+    sql = _EVENTS_SQL.format(escalated=" OR ".join(escalated), lapsed=" OR ".join(lapsed))
+    with connections[Approval.objects.db].cursor() as cur:
+        cur.execute(sql, [*esc_params, *lapsed_params])
+        return list(cur.fetchall())
 
 
 def _past_events(
@@ -750,11 +929,17 @@ def _past_events(
 
 
 class BucketOf(Func):
-    """review_tally.bucket_of in PostgreSQL: floor(8 * log2(seconds waited))."""
+    """review_tally.bucket_of in PostgreSQL: floor(8 * log2(seconds waited)).
+
+    In double precision, as Python's: EXTRACT gives a numeric, and its logarithm made
+    the statement over a week's partial first day (950 calls, bench/stats.py) 15.5 ms
+    instead of 4.9 (best of 15 each). Over 7.4 million waits (every microsecond to 3 s,
+    every millisecond to 50 min, every second to 11 days, the bench's 100,000) both
+    gave the same bucket."""
 
     output_field = IntegerField()
     template = (
-        f"floor({review_tally.PER_DOUBLING} * ln(greatest(EXTRACT(EPOCH FROM (%(expressions)s)), "
+        f"floor({review_tally.PER_DOUBLING} * ln(greatest(EXTRACT(EPOCH FROM (%(expressions)s))::float8, "
         f"{review_tally.MIN_SECONDS})) / ln(2))::integer"
     )
     arg_joiner = " - "
@@ -806,16 +991,33 @@ class Untallied:
     created_at: dt.datetime
 
 
+# _untallied over every call, written out (PostgreSQL): its rows are those of the
+# queryset below, which cost more to build each load than to run (50 calls: 0.8 ms).
+_UNTALLIED_SQL = f"""
+    SELECT a.id, (SELECT r.profile_id FROM agents_run r WHERE r.id = a.run_id), a.rule ->> 'origin', a.rule ->> 'index',
+           a.decided_at, a.kind, a.tool, a.round, a.risk, a.required, a.status, a.decided_by_id, a.created_at
+    FROM agents_approval a
+    WHERE a.decided_at IS NOT NULL AND a.decided_at <= %s AND a.status IN ({", ".join(f"'{c}'" for c in CLOSED)})
+          AND NOT a.tallied
+    ORDER BY a.decided_at DESC, a.id DESC LIMIT %s
+"""
+
+
 def _untallied(approvals: QuerySet[Approval], now: dt.datetime) -> list[Untallied] | None:
     """The closed calls among `approvals` not folded yet, newest first; None when there
     are more than FATIGUE_SCAN (no sweeper yet), which the page's parts then count or
     walk each their own way."""
-    rows = list(
-        approvals.filter(status__in=CLOSED, tallied=False, decided_at__isnull=False, decided_at__lte=now)
-        .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
-        .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool", "round",
-                     "risk", "required", "status", "decided_by_id", "created_at")[: FATIGUE_SCAN + 1]
-    )
+    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+        with connections[approvals.db].cursor() as cur:
+            cur.execute(_UNTALLIED_SQL, [now, FATIGUE_SCAN + 1])
+            rows = list(cur.fetchall())
+    else:
+        rows = list(
+            approvals.filter(status__in=CLOSED, tallied=False, decided_at__isnull=False, decided_at__lte=now)
+            .order_by("-decided_at", "-pk").annotate(s_agent_id=AGENT_ID)
+            .values_list("pk", "s_agent_id", KT("rule__origin"), KT("rule__index"), "decided_at", "kind", "tool",
+                         "round", "risk", "required", "status", "decided_by_id", "created_at")[: FATIGUE_SCAN + 1]
+        )
     return None if len(rows) > FATIGUE_SCAN else [Untallied(*r) for r in rows]
 
 
@@ -847,16 +1049,46 @@ def _chart(times: dict[dt.datetime, Timing], *, since: dt.datetime, now: dt.date
     return Chart(buckets, hourly)
 
 
-def _streak_scope(user: Any) -> Q | None:
-    """Which folded streaks `user` may read, by profile, or None when only the calls
-    themselves can answer: a launcher (who sees their own runs' calls) and a backup
-    reviewer (who sees a profile's escalated calls only) walk them."""
+def _streak_scope(user: Any) -> tuple[str, list[int]] | None:
+    """Which folded streaks `user` may read, by profile (a condition on ReviewStreak's
+    columns and its parameters), or None when only the calls themselves can answer: a
+    launcher (who sees their own runs' calls) and a backup reviewer (who sees a
+    profile's escalated calls only) walk them."""
     if access.reads_all_runs(user):
-        return Q()
+        return "TRUE", []
     scope = access.review_scope(user)
     if scope.empty or scope.backup or access.in_group(user, access.LAUNCHER):
         return None
-    return Q() if scope.everything else Q(profile_id__in=scope.primary)
+    if scope.everything:
+        return "TRUE", []
+    primary = sorted(scope.primary)
+    return f"profile_id IN ({placeholders(primary)})", primary
+
+
+# The folded streaks and the reviewers' names, read on every load: written out
+# (agents/runs/rows.py), as querysets they cost more to build than to run.
+_STREAK_FIELDS = (
+    "profile_id", "tool", "origin", "index", "length", "irreversible", "votes", "broken_at", "broken_id", "last_at",
+    "last_id",
+)
+
+
+@functools.cache
+def _streak_rows() -> Rows:
+    return Rows(ReviewStreak, _STREAK_FIELDS)
+
+
+@functools.cache
+def _user_rows() -> Rows:
+    return Rows(get_user_model(), ("id", "username"))
+
+
+def _usernames(ids: Iterable[int | None]) -> dict[int, str]:
+    """The names of the users `ids` (0 and None, no one, left out)."""
+    wanted = sorted({i for i in ids if i})
+    if not wanted:
+        return {}
+    return {r.id: r.username for r in _user_rows().fetch(f"id IN ({placeholders(wanted)})", wanted, order_by="id")}
 
 
 def _fatigue(
@@ -883,8 +1115,10 @@ def _fatigue(
         (u.pk, u.agent_id, u.origin, u.index, u.decided_at, u.kind, u.tool, u.round, u.risk, u.required, u.status)
         for u in untallied if u.kind == decisions.POLICY
     ]
+    where, params = scope
     folded = {
-        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r) for r in ReviewStreak.objects.filter(scope)
+        (r.profile_id, r.tool, r.origin, r.index): review_tally.streak_of(r)
+        for r in _streak_rows().fetch(where, params, order_by="id")
     }
     calls: dict[review_tally.StreakKey, list[streaks.Call]] = {}
     for row in fresh:
@@ -994,6 +1228,9 @@ def _shadow(
     return out
 
 
+_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/runs/rows.py)
+
+
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:
     """Every figure of the page, for what `user` may see, over the last `days` (until
     `now`, by default the present)."""
@@ -1001,22 +1238,18 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     now = now or timezone.now()
     since = now - dt.timedelta(days=days)
     approvals = access.visible_approvals(user)
-    # The oldest pending call and, beside it, how many wait: one statement.
-    oldest = (
-        approvals.pending().select_related("run__profile")
-        .only("tool", "created_at", "run__profile__name")
-        .annotate(waiting=Window(Count("pk"))).order_by("created_at", "pk").first()
-    )
+    oldest = _oldest(approvals)
     window = approvals.filter(decided_at__gte=since, decided_at__lte=now)
     hourly = days == 1
     # Over whole days the tallies answer (a day's figures are folded once); the hourly
     # chart of one day and a window nothing was folded for are computed exactly.
-    profiles = list(AgentProfile.objects.order_by("name"))
+    profiles = _PROFILES.fetch(())
     names = {p.pk: p.name for p in profiles}
     version = review_tally.version()  # before anything it names is read: see _past_sums
     untallied = _untallied(approvals, now)
     tallied = None if hourly or in_database is not None else _window_tallied(
-        window, user, names, version, since=since, now=now, present=present, untallied=untallied
+        window, user, names, version, since=since, now=now, present=present, untallied=untallied,
+        every_call=not approvals.query.where,
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)

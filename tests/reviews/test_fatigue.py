@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from django.conf import settings as conf
+from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from agents import access
@@ -17,7 +18,7 @@ from agents.engine import drafts, policy
 from agents.models import AgentProfile, Approval, ReviewStreak
 from agents.ops import review_tally
 from reviews import stats
-from tests.helpers import client_for
+from tests.helpers import client_for, person
 from tests.reviews import rows
 
 pytestmark = pytest.mark.django_db
@@ -270,3 +271,15 @@ def test_a_folded_streak_stays_after_its_runs_are_purged(defaults: None, rita: A
     Approval.objects.filter(run=old).delete()  # what a purge leaves of the older run
     [s] = streaks(rita)
     assert s.length == 15
+
+
+def test_a_reviewer_of_one_agent_sees_only_its_folded_streaks(defaults: None, rita: Any) -> None:
+    Group.objects.get_or_create(name="demo-reviewers")
+    AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
+    dora = person("dora", "demo-reviewers")
+    rows.streak(rows.a_run("scripted"), 20, by=rita, rule=RULE)
+    rows.streak(rows.a_run("demo"), 21, by=rita, rule=RULE)
+    review_tally.approvals_tally()
+    # Rita reviews the other profiles now, Dora this one.
+    assert [(s.agent.name, s.length) for s in streaks(rita)] == [("scripted", 20)]
+    assert [(s.agent.name, s.length) for s in streaks(dora)] == [("demo", 21)]

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group
 from django.test import Client
 
-from agents.models import Approval
+from agents.models import AgentProfile, Approval
 from reviews import stats
 from tests.helpers import client_for, on_fresh_sqlite, person
 from tests.reviews import rows
@@ -50,7 +51,19 @@ def test_pending_now_and_the_oldest(history: dict[str, Any], rita: Any) -> None:
     figures = stats.stats(rita, days=7)
     assert figures.pending == 2
     assert figures.oldest is not None and figures.oldest.pk == history["p1"].pk
+    assert (figures.oldest.tool, figures.oldest.agent) == ("ledger_write", "scripted")
     assert 500 <= figures.oldest_age < 560
+    html = client_for(rita).get("/reviews/stats/").content.decode()
+    assert f"#{history['p1'].pk} ledger_write</a> (scripted), waiting" in html
+
+
+def test_a_reviewer_of_one_agent_sees_its_oldest_pending_call(history: dict[str, Any]) -> None:
+    """Read through the viewer's own approvals (the written-out statement reads every call)."""
+    Group.objects.get_or_create(name="demo-reviewers")
+    AgentProfile.objects.filter(name="demo").update(reviewer_group="demo-reviewers")
+    figures = stats.stats(person("dora", "demo-reviewers"), days=7)
+    assert figures.pending == 1
+    assert figures.oldest is not None and (figures.oldest.pk, figures.oldest.agent) == (history["p2"].pk, "demo")
 
 
 def test_time_to_decision_overall_and_per_agent(history: dict[str, Any], rita: Any) -> None:

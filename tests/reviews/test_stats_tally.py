@@ -170,6 +170,21 @@ def test_a_reviewer_of_one_agent_reads_only_its_tallies(rita: Any, rob: Any) -> 
     assert [a for a, _ in tallied.agents] == ["demo"]
 
 
+@pytest.mark.django_db
+def test_a_backup_reviewer_reads_only_the_escalated_calls_tallies(rita: Any, rob: Any) -> None:
+    Group.objects.get_or_create(name="demo-backup")
+    AgentProfile.objects.filter(name="demo").update(backup_group="demo-backup")
+    bea = person("bea", "demo-backup")
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    review_tally.approvals_tally()
+    tallied = stats.stats(bea, days=30, now=now)
+    exact = stats.stats(bea, days=30, now=now, in_database=True)
+    assert tallied.bucketed and _counts(tallied) == _counts(exact)
+    assert [a for a, _ in tallied.agents] == ["demo"]
+    assert 0 < tallied.overall.n < stats.stats(rita, days=30, now=now).overall.n
+
+
 def test_a_percentile_from_buckets_interpolates_between_ranks() -> None:
     assert review_tally.percentile({}, 0.5) is None
     b = review_tally.bucket_of(10.0)
@@ -289,3 +304,49 @@ def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
     tallied = stats.stats(rita, days=30)
     exact = stats.stats(rita, days=30, in_database=True)
     assert tallied.bucketed and _counts(tallied) == _counts(exact)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", [7, 30])
+def test_the_partial_first_day_is_cut_from_its_kept_calls_and_a_late_one_shows(
+    rita: Any, rob: Any, days: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the fold has written a version, a viewer who sees every call has the window's
+    partial first day cut from that day's folded calls, kept between loads: the exact
+    counts, at two starts in the day and read twice; a call closed late into that day
+    shows before the fold (not folded yet) and after it (a new version)."""
+    kept: list[dt.date] = []
+    past_calls = stats._past_calls
+    monkeypatch.setattr(stats, "_past_calls", lambda v, p, day: kept.append(day) or past_calls(v, p, day))
+    now = timezone.now()
+    varied(rita, rob, now=now)
+    run = rows.a_run("demo")
+    rows.approval(run, by=rob, wait=8, closed_ago=days * DAY - 1, now=now)  # the window's first second
+    rows.approval(run, by=rita, wait=9, closed_ago=days * DAY + 60, now=now, status="rejected")  # just before it
+    review_tally.approvals_tally()
+    assert review_tally.version()
+    for at in (now, now, now - dt.timedelta(minutes=61)):
+        tallied = stats.stats(rita, days=days, now=at)
+        exact = stats.stats(rita, days=days, now=at, in_database=True)
+        assert tallied.bucketed and _counts(tallied) == _counts(exact)
+    assert len(kept) == 3
+    before = stats.stats(rita, days=days, now=now)
+    rows.approval(run, by=rob, wait=5, closed_ago=days * DAY - 30, now=now, status="rejected")  # late, not folded
+    late = stats.stats(rita, days=days, now=now)
+    assert late.overall.n == before.overall.n + 1
+    assert _counts(late) == _counts(stats.stats(rita, days=days, now=now, in_database=True))
+    assert review_tally.approvals_tally() == 1
+    assert _counts(stats.stats(rita, days=days, now=now)) == _counts(late)
+    assert len(kept) == 6
+
+
+@pytest.mark.django_db
+@requires_postgres()
+def test_the_databases_wait_bucket_is_the_folds() -> None:
+    """The exact part's bucket, worked out in PostgreSQL (stats.BucketOf), is the one the
+    fold gives the same wait (review_tally.bucket_of), at and around bucket edges."""
+    run = rows.a_run("demo")
+    waits = [0.0004, 0.001, 0.2, 1, 2, 3, 7.5, 8, 59.999999, 60, 64, 90.509668, 3600, 4096, 10800, 86400, 40 * DAY]
+    made = {rows.approval(run, wait=w).pk: w for w in waits}
+    found = dict(Approval.objects.filter(pk__in=made).annotate(b=stats.BucketOf()).values_list("pk", "b"))
+    assert found == {pk: review_tally.bucket_of(w) for pk, w in made.items()}

@@ -14,7 +14,7 @@ from django.test import Client
 
 from agents.models import AgentProfile, Approval
 from reviews import stats
-from tests.helpers import client_for, on_fresh_sqlite, person
+from tests.helpers import client_for, on_fresh_sqlite, person, requires_postgres
 from tests.reviews import rows
 
 pytestmark = pytest.mark.django_db
@@ -110,6 +110,7 @@ def test_a_wider_window_takes_in_older_rows(history: dict[str, Any], rita: Any) 
     assert one_day.overall.n == 5 and one_day.chart.hourly and len(one_day.chart.buckets) in (24, 25)
 
 
+@requires_postgres()  # the one scan is PostgreSQL's (GROUPING SETS); SQLite has the fallback alone
 @pytest.mark.parametrize("days", [1, 7, 30])
 def test_the_one_scan_and_the_fallback_agree(history: dict[str, Any], rita: Any, days: int) -> None:
     """PostgreSQL's GROUPING SETS statement and the per-figure aggregates SQLite uses."""
@@ -141,6 +142,7 @@ def _same(a: Any, b: Any) -> bool:
     return norm(a) == norm(b)
 
 
+@requires_postgres()  # percentiles in the database are PostgreSQL's percentile_cont
 def test_timings_in_the_database_and_in_python_agree(history: dict[str, Any]) -> None:
     window = Approval.objects.all()
     for keys in ({}, {"agent": stats.AGENT}):

@@ -358,10 +358,21 @@ _OLDEST_SQL = """
 """
 
 
+def _every_call(approvals: QuerySet[Approval]) -> bool:
+    """Whether `approvals` (access.visible_approvals of the viewer) is every call: no
+    visibility rule narrows it, so the page's written-out reads of all calls serve it."""
+    return not approvals.query.where
+
+
+def _written_out(approvals: QuerySet[Approval]) -> bool:
+    """Whether the written-out PostgreSQL reads of every call answer for `approvals`."""
+    return _every_call(approvals) and connections[approvals.db].vendor == "postgresql"
+
+
 def _oldest(approvals: QuerySet[Approval]) -> Oldest | None:
     """The oldest pending call among `approvals` and, beside it, how many wait: one
     statement."""
-    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+    if _written_out(approvals):
         with connections[approvals.db].cursor() as cur:
             cur.execute(_OLDEST_SQL, [decisions.PENDING])
             row = cur.fetchone()
@@ -835,13 +846,13 @@ def _events(
     cutoff = min(now.astimezone(dt.UTC).date(), _fresh_from())
     # A version exists once the fold has written one: a database emptied since (a test's
     # flush) has none, so no entry of its earlier contents can be read back.
-    if version and not approvals.query.where and cutoff > first:
+    if version and _every_call(approvals) and cutoff > first:
         esc, lapsed = _past_events(version, sorted(names), first, cutoff)
         ends = [(since, _day_start(first), False), (_day_start(cutoff), now, True)]
     else:
         esc, lapsed = {}, {}
         ends = [(since, now, True)]
-    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+    if _written_out(approvals):
         for kind, pid, name, n in _every_events(ends):
             if kind == "e":
                 esc[pid] = esc.get(pid, 0) + n
@@ -1007,7 +1018,7 @@ def _untallied(approvals: QuerySet[Approval], now: dt.datetime) -> list[Untallie
     """The closed calls among `approvals` not folded yet, newest first; None when there
     are more than FATIGUE_SCAN (no sweeper yet), which the page's parts then count or
     walk each their own way."""
-    if not approvals.query.where and connections[approvals.db].vendor == "postgresql":
+    if _written_out(approvals):
         with connections[approvals.db].cursor() as cur:
             cur.execute(_UNTALLIED_SQL, [now, FATIGUE_SCAN + 1])
             rows = list(cur.fetchall())
@@ -1249,7 +1260,7 @@ def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: 
     untallied = _untallied(approvals, now)
     tallied = None if hourly or in_database is not None else _window_tallied(
         window, user, names, version, since=since, now=now, present=present, untallied=untallied,
-        every_call=not approvals.query.where,
+        every_call=_every_call(approvals),
     )
     figures = tallied or window_figures(window, days=days, in_database=in_database)
     escalations, lapsed = _events(user, approvals, names, version, since=since, now=now)

@@ -11,17 +11,19 @@ shows to `reviews:decisions`, which decides each through `approval_decide`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from agents import access
 from agents.actions import BatchResult
-from agents.models import Approval
+from agents.engine.policy import rule_label
+from agents.models import Approval, ApprovalVote, Run
 from agents.web.formatting import short_duration
 
 from . import cards
@@ -31,14 +33,12 @@ PAGE = cards.PAGE  # entries (groups or lone cards) a page shows
 GROUP_ROWS = 50  # a group's rows shown (and selectable); the rest are counted
 VALUE_CHARS = 80  # a value longer than this is cut in the table, in full behind a toggle
 REASON = "why asked"  # the pseudo-field for the policy's reason, when it differs
-# What a group reads of a call and its run: not the task (a card's), nor the run's engine
-# state, counters or script, which 50 rows a group would otherwise carry. Every field
-# cards._load() looks at must be here (claimed_by: whether to read a claimant's name),
-# or each row pays a query for it.
-ROW_FIELDS = (
-    "pk", "run_id", "kind", "tool", "risk", "args", "edited_args", "args_sha256", "reason", "rule", "required",
-    "status", "round", "created_at", "group_key", "decided_by", "edited_by", "claimed_by", "run__created_by",
-    "run__profile",
+# What a group's row reads of a call, its run and profile: the columns of `Call`, in its
+# order (args_sha256 and edited_args make its args_hash). Values, not Approvals: 50 rows
+# a group, and building an Approval and its run for each cost three times the query.
+CALL_COLUMNS = (
+    "pk", "run_id", "run__created_by_id", "tool", "risk", "run__profile__name", "rule", "reason", "args", "required",
+    "created_at", "args_sha256", "edited_args",
 )
 
 
@@ -62,11 +62,48 @@ class Cell:
         return cls(text[: VALUE_CHARS - 1] + "…", text)
 
 
+@dataclass(frozen=True)
+class Call:
+    """A pending call as a group shows it: its row, or (the first) the group's header."""
+
+    pk: int
+    run_id: int
+    launcher: int | None  # who launched the run (separation of duties)
+    tool: str
+    risk: str
+    agent_name: str
+    rule: Any
+    reason: str
+    args: Any
+    required: int
+    created_at: dt.datetime
+    args_hash: str
+    votes: tuple[ApprovalVote, ...] = ()  # this round's, for a call that needs several
+
+    @classmethod
+    def read(cls, row: Sequence[Any]) -> Call:
+        """A call from the values of CALL_COLUMNS."""
+        *head, stored, edited_args = row
+        return cls(*head, args_hash=Approval.hash_of(stored, head[8], edited_args))
+
+    @classmethod
+    def of(cls, a: Approval) -> Call:
+        """A call from an approval read as a card (cards._load), with its votes."""
+        return cls(
+            a.pk, a.run_id, a.run.created_by_id, a.tool, a.risk, a.agent_name, a.rule, a.reason, a.args, a.required,
+            a.created_at, a.args_hash, tuple(cards._votes(a)),
+        )
+
+    @property
+    def rule_label(self) -> str:
+        return rule_label(self.rule) if isinstance(self.rule, dict) else ""
+
+
 @dataclass
 class Row:
     """One call of a group: its link, checkbox (id and args_hash) and age."""
 
-    approval: Approval
+    call: Call
     cells: list[Cell]
     waited: str
     since: int  # the call's creation, in seconds since the epoch (the page's clock advances it)
@@ -76,7 +113,7 @@ class Row:
 
     @property
     def args_hash(self) -> str:
-        return self.approval.args_hash
+        return self.call.args_hash
 
     @property
     def selectable(self) -> bool:
@@ -95,8 +132,8 @@ class Group:
     results: list[BatchResult] = field(default_factory=list)  # a batch's answer, shown above it
 
     @property
-    def first(self) -> Approval:
-        return self.rows[0].approval
+    def first(self) -> Call:
+        return self.rows[0].call
 
     @property
     def more(self) -> int:
@@ -115,7 +152,7 @@ class GroupPage:
     has_next: bool
 
 
-def _shape(rows: list[Approval]) -> tuple[list[str], list[str]]:
+def _shape(rows: list[Call]) -> tuple[list[str], list[str]]:
     """(fields the same in every row, fields that differ), each in the first row's order."""
     first = rows[0].args if isinstance(rows[0].args, dict) else {}
     same: list[str] = []
@@ -136,29 +173,31 @@ def _alike(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any) -> Group:
-    """The group card of `approvals` (the shown rows, oldest first) of `count` in all."""
-    same_names, differ = _shape(approvals)
-    reasons = {a.reason for a in approvals}
+def build_group(key: str, count: int, calls: list[Call], *, viewer: Any) -> Group:
+    """The group card of `calls` (the shown rows, oldest first) of `count` in all."""
+    same_names, differ = _shape(calls)
+    reasons = {c.reason for c in calls}
     now = timezone.now()
-    first = approvals[0].args if isinstance(approvals[0].args, dict) else {}
+    first = calls[0].args if isinstance(calls[0].args, dict) else {}
     same = [(name, Cell.of(first[name])) for name in same_names]
     if len(reasons) > 1:
         differ = [*differ, REASON]
+    # The runs the viewer launched: whether their policies separate duties (few, if any).
+    own = {c.run_id for c in calls if viewer is not None and c.launcher is not None and c.launcher == viewer.pk}
+    runs = Run.objects.defer("script").in_bulk(own) if own else {}
     rows = []
-    for a in approvals:
-        args = a.args if isinstance(a.args, dict) else {}
-        votes = cards._votes(a)
-        mine = next((v.decision for v in votes if v.by_id == viewer.pk), "")
+    for c in calls:
+        args = c.args if isinstance(c.args, dict) else {}
+        mine = next((v.decision for v in c.votes if v.by_id == viewer.pk), "")
         rows.append(
             Row(
-                approval=a,
-                cells=[Cell.of(a.reason) if name == REASON else Cell.of(args.get(name)) for name in differ],
-                waited=short_duration((now - a.created_at).total_seconds()),
-                since=int(a.created_at.timestamp()),
-                votes=sum(v.decision == "approve" for v in votes),
+                call=c,
+                cells=[Cell.of(c.reason) if name == REASON else Cell.of(args.get(name)) for name in differ],
+                waited=short_duration((now - c.created_at).total_seconds()),
+                since=int(c.created_at.timestamp()),
+                votes=sum(v.decision == "approve" for v in c.votes),
                 mine=mine,
-                separated=access.duties_separated(viewer, a.run),
+                separated=c.run_id in runs and access.duties_separated(viewer, runs[c.run_id]),
             )
         )
     return Group(key=key, count=count, rows=rows, same=same, differ=differ)
@@ -166,30 +205,40 @@ def build_group(key: str, count: int, approvals: list[Approval], *, viewer: Any)
 
 def _rows(
     pending: QuerySet[Approval], counts: dict[str, int], lone: Sequence[int] = ()
-) -> tuple[dict[str, list[Approval]], dict[int, Approval]]:
+) -> tuple[dict[str, list[Call]], dict[int, Approval]]:
     """The first GROUP_ROWS calls of each group (`counts`: key -> calls), oldest first,
     and the calls `lone` (by id) shown as cards. The groups that fit are read in one
     query with the lone calls (as cards read them: a query less a page, which cost more
     than the fields the rows carry along); each bigger group by its own LIMITed query
     along approval_pending_group (few a page: a window over every call of the page's
     groups sorted 5,000 rows to keep 50, and a UNION of one part a group cost more to
-    compile than to run)."""
+    compile than to run), as values (CALL_COLUMNS)."""
     small = [k for k, n in counts.items() if n <= GROUP_ROWS]
-    parts = [cards._select(pending.filter(Q(group_key__in=small) | Q(pk__in=lone)))] if small or lone else []
-    rows = pending.select_related("run").only(*ROW_FIELDS).annotate(agent_name=F("run__profile__name"))
-    parts += [rows.filter(group_key=k).order_by("created_at", "pk")[:GROUP_ROWS] for k, n in counts.items() if n > GROUP_ROWS]
-    by_key: dict[str, list[Approval]] = {k: [] for k in counts}
+    by_key: dict[str, list[Call]] = {k: [] for k in counts}
     alone: dict[int, Approval] = {}
     wanted = set(lone)
-    for part in parts:
-        for a in cards._load(part):
+    if small or lone:
+        for a in cards._load(cards._select(pending.filter(Q(group_key__in=small) | Q(pk__in=lone)))):
             if a.pk in wanted:
                 alone[a.pk] = a
             elif a.group_key in by_key:
-                by_key[a.group_key].append(a)
-    for found in by_key.values():
-        found.sort(key=lambda a: (a.created_at, a.pk))
+                by_key[a.group_key].append(Call.of(a))
+    for key in (k for k, n in counts.items() if n > GROUP_ROWS):
+        found = pending.filter(group_key=key).order_by("created_at", "pk").values_list(*CALL_COLUMNS)[:GROUP_ROWS]
+        by_key[key] = _with_votes([Call.read(row) for row in found])
+    for calls in by_key.values():
+        calls.sort(key=lambda c: (c.created_at, c.pk))
     return by_key, alone
+
+
+def _with_votes(calls: list[Call]) -> list[Call]:
+    """`calls` with this round's votes of those needing several (read as cards read
+    them: none for the rest, which the first vote decides)."""
+    several = [c.pk for c in calls if c.required > 1]
+    if not several:
+        return calls
+    votes = {a.pk: tuple(cards._votes(a)) for a in cards._load(Approval.objects.filter(pk__in=several))}
+    return [replace(c, votes=votes.get(c.pk, ())) for c in calls]
 
 
 def pending_calls(user: Any, filters: Filters) -> QuerySet[Approval]:
@@ -266,12 +315,11 @@ def group_of(user: Any, key: str, filters: Filters) -> Group | Card | None:
         return None
     pending = pending_calls(user, filters).filter(group_key=key)
     count = pending.count()
-    approvals = _rows(pending, {key: count})[0].get(key, []) if count else []
-    if not approvals:
-        return None
     if count == 1:
-        return cards.build(approvals, viewer=user)[0]
-    return build_group(key, count, approvals, viewer=user)
+        last = cards.build(cards._load(cards._select(pending)), viewer=user)
+        return last[0] if last else None
+    calls = _rows(pending, {key: count})[0].get(key, []) if count else []
+    return build_group(key, count, calls, viewer=user) if calls else None
 
 
 OUTCOME_LABELS = {

@@ -231,9 +231,14 @@ class Approval(models.Model):
     def args_hash(self) -> str:
         """The hash a decision names to say it saw the call as it stands
         (engine.decisions.stale_vote); a purged run's approval keeps it stored."""
-        if self.args_sha256:
-            return self.args_sha256
-        return fingerprints.args_hash(self.current_args)
+        return Approval.hash_of(self.args_sha256, self.args, self.edited_args)
+
+    @staticmethod
+    def hash_of(stored: str, args: Any, edited_args: Any) -> str:
+        """`args_hash` from the columns alone (a group's rows read no instances)."""
+        if stored:
+            return stored
+        return fingerprints.args_hash(edited_args if edited_args is not None else args)
 
     @property
     def edited(self) -> bool:

@@ -193,9 +193,18 @@ def test_a_group_page_reads_as_many_queries_whatever_the_number_of_rows_its_grou
     assert queries() == few
 
 
-def test_the_launchers_own_calls_are_not_selectable_where_duties_are_separated(defaults, lena, as_user) -> None:
+# A group's rows are read as cards read their calls while the group fits GROUP_ROWS,
+# and as values (groups.CALL_COLUMNS) past it: each row must say the same either way.
+ROW_PATHS = pytest.mark.parametrize("cap", [groups.GROUP_ROWS, 1], ids=["with-cards", "past-the-cap"])
+
+
+@ROW_PATHS
+def test_the_launchers_own_calls_are_not_selectable_where_duties_are_separated(
+    defaults, lena, as_user, monkeypatch, cap
+) -> None:
     from django.contrib.auth.models import Group
 
+    monkeypatch.setattr(groups, "GROUP_ROWS", cap)
     lena.groups.add(Group.objects.get(name="reviewer"))
     rules = [REFUND]
     for i in range(2):
@@ -203,7 +212,27 @@ def test_the_launchers_own_calls_are_not_selectable_where_duties_are_separated(d
                          script=[{"call": {"tool": "fail", "args": {"order": f"A-{i}"}}}, {"final": "ok"}])
         driver.drive(run.pk)
     [card] = group_html(grouped(as_user(lena)))
-    assert 'name="ids"' not in card and card.count(">yours<") == 2 and "Approve selected" not in card
+    assert card.count(">yours<") == min(2, cap) and "Approve selected" not in card
+    assert 'name="ids"' not in card
+
+
+@ROW_PATHS
+def test_a_row_of_a_call_needing_two_votes_counts_them_and_says_the_viewers(defaults, rita, rob, as_user,
+                                                                             monkeypatch, cap) -> None:
+    monkeypatch.setattr(groups, "GROUP_ROWS", cap)
+    two = {**REFUND, "approvals": 2}
+    first, second = refunds(2, rules=[two])
+    assert approval_decide(approval_id=first.pk, user=rob, decision="approve").outcome == "voted"
+    assert approval_decide(approval_id=first.pk, user=rita, decision="approve").outcome == "decided"
+    approval_decide(approval_id=second.pk, user=rob, decision="approve")
+    third = refunds(1, rules=[two])[0]  # the group is two calls again
+    [card] = group_html(grouped(as_user(rob)))
+    rows = dict(re.findall(r'<tr data-approval-id="(\d+)">(.*?)</tr>', card, re.S))
+    assert list(rows) == [str(second.pk), str(third.pk)][:cap]
+    assert "1 of 2 approvals" in rows[str(second.pk)] and "you voted approve" in rows[str(second.pk)]
+    assert 'name="ids"' not in rows[str(second.pk)]  # rob voted: his row is not his to pick again
+    if cap > 1:
+        assert "0 of 2 approvals" in rows[str(third.pk)] and f'value="{third.pk}"' in rows[str(third.pk)]
 
 
 def test_a_launcher_sees_groups_of_their_own_runs_only_and_no_form(defaults, lena, leo, as_user) -> None:

@@ -172,15 +172,22 @@ def in_no_project(user: Any) -> bool:
     return ids is not None and not ids
 
 
-def profile_projects(user: Any) -> dict[int, int]:
-    """Every profile's project, by profile id, read once per request (a small table):
-    the scopes below filter runs by `profile_id IN (...)`, which the runs' indexes
-    serve, instead of joining the profiles."""
+def _profiles(user: Any) -> list[AgentProfile]:
+    """Every profile (a small table) by name, with what the scopes ask of it, read once
+    per user object: a request's scopes, review scope and agent choices share it."""
     cache = getattr(user, "_airlock_profiles", None)
     if cache is None:
-        cache = dict(AgentProfile.objects.values_list("pk", "project_id"))
+        fields = ("pk", "project_id", "name", "reviewer_group", "backup_group")
+        cache = list(AgentProfile.objects.only(*fields).order_by("name"))
         user._airlock_profiles = cache
-    return cache
+    return cast(list[AgentProfile], cache)
+
+
+def profile_projects(user: Any) -> dict[int, int]:
+    """Every profile's project, by profile id: the scopes below filter runs by
+    `profile_id IN (...)`, which the runs' indexes serve, instead of joining the
+    profiles."""
+    return {p.pk: p.project_id for p in _profiles(user)}
 
 
 def _profiles_in(user: Any, ids: set[int]) -> list[int]:
@@ -267,7 +274,7 @@ def review_scope(user: Any) -> ReviewScope:
     elif not _may_review_anything(user):
         scope = ReviewScope(False, frozenset(), frozenset())
     else:
-        profiles = list(AgentProfile.objects.only("pk", "project_id", "reviewer_group", "backup_group"))
+        profiles = _profiles(user)
         primary = frozenset(p.pk for p in profiles if may_review(user, p, escalated=False))
         backup = frozenset(p.pk for p in profiles if may_review(user, p, escalated=True)) - primary
         # With no profile at all, "every profile" is what a reviewer of every project reviews.
@@ -397,11 +404,11 @@ def launchable_profiles(user: Any) -> QuerySet[AgentProfile]:
     return profiles if ids is None else profiles.filter(project_id__in=ids)
 
 
-def visible_profiles(user: Any, *, project: int | None = None) -> QuerySet[AgentProfile]:
-    """The profiles of the projects `user` belongs to: the filters' agent choices."""
+def visible_profile_names(user: Any, *, project: int | None = None) -> list[str]:
+    """The names of the profiles of the projects `user` belongs to (of `project`), in
+    order: the filters' agent choices, from the profiles the scopes read anyway."""
     ids = _narrow(member_projects(user), project)
-    profiles = AgentProfile.objects.all()
-    return profiles if ids is None else profiles.filter(project_id__in=ids)
+    return [p.name for p in _profiles(user) if ids is None or p.project_id in ids]
 
 
 # -- runs and approvals --------------------------------------------------------------

@@ -547,7 +547,7 @@ def filter_choices(tools: Iterable[str], user: Any, project: int | None = None) 
     """The filter form's options; `tools` are those with pending calls (pending_summary),
     the agents those of `user`'s projects (of `project`)."""
     return {
-        "agents": list(access.visible_profiles(user, project=project).order_by("name").values_list("name", flat=True)),
+        "agents": access.visible_profile_names(user, project=project),
         "tools": list(tools),
         "risks": list(RISKS),
         "sorts": [(value, label) for value, (label, _order) in SORTS.items()],

@@ -128,7 +128,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         older = f"?{base}&before={_cursor(rows[-1])}" if base else f"?before={_cursor(rows[-1])}"
     if rows and has_newer:
         newer = f"?{base}&after={_cursor(rows[0])}" if base else f"?after={_cursor(rows[0])}"
-    agents = list(access.visible_profiles(request.user, project=project).order_by("name").values_list("name", flat=True))
+    agents = access.visible_profile_names(request.user, project=project)
     # A wrong filter is the visitor's mistake, named on the page: not "No runs match".
     problems = form.problems()
     if problems:

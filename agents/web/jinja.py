@@ -35,13 +35,14 @@ from jinja2 import Environment, StrictUndefined
 
 from agents.engine.policy import shadow_label
 from agents.web import formatting
-from agents.web.markup import plural, url_for
+from agents.web.markup import fixed_links, plural, url_for
 from agents.web.timeline import cut_for_model, page_text
 
 
 def fragment(name: str, context: dict[str, Any]) -> SafeString:
     """The Jinja2 template `name` rendered with `context`, for a Django page to print."""
-    html = engines["jinja2"].get_template(name).render(context)
+    with fixed_links():
+        html = engines["jinja2"].get_template(name).render(context)
     # Safe: Jinja2 escaped every value the template did not mark safe itself.
     return mark_safe(html.replace("&#34;", "&quot;").replace("&#39;", "&#x27;"))
 

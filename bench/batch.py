@@ -3,8 +3,8 @@ ungrouped with 10,000 pending calls, 5,000 of them near-identical, against the m
 page; and a batch decision of 200 calls against as many single decisions.
 
 Prints and writes into bench/results.json (key "batch"). The pages are measured as
-bench/pages.py measures them (in-process, p50 of 30 requests after 3 warm ones, at a
-small scale and at the full one for the query counts). The decisions alternate single,
+bench/pages.py measures them (in-process, p50 of 30 requests after 3 warm ones, taking
+turns with the minimal page, at a small scale and at the full one for the query counts). The decisions alternate single,
 batch, batch, single (200 calls each), so both meet the same database.
 """
 
@@ -76,8 +76,7 @@ def add_pending(t: Any, count: int) -> float:
 def measure_pages(client: Any) -> dict[str, Any]:
     from bench import pages
 
-    urls = {"minimal": "/bench/minimal/", "reviews": "/reviews/", "grouped": "/reviews/?group=1"}
-    return {name: pages.measure(client, url) for name, url in urls.items()}
+    return pages.measure(client, {"minimal": "/bench/minimal/", "reviews": "/reviews/", "grouped": "/reviews/?group=1"})
 
 
 def decisions(user: Any) -> dict[str, Any]:

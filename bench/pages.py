@@ -60,30 +60,35 @@ def seed_to(t: dict[str, Any], runs: int, pending: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(client: Any, url: str) -> dict[str, Any]:
+def measure(client: Any, urls: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each page of `urls` (name -> URL): its queries, p50 and p95 in ms, and size. The
+    timed requests take turns (one of each page, TIMED times over), so a change in the
+    machine's load meets every page alike: measured one page after another, a busy
+    second under one page and not the next moved their ratio by a third."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    for _ in range(WARM):
-        assert client.get(url).status_code == 200, url
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(url)
-    # Counted now: the next request's start clears the log the context reads lazily.
-    queries = len(captured)
-    assert response.status_code == 200, url
-    times = []
-    for _ in range(TIMED):
-        start = time.perf_counter()
-        client.get(url)
-        times.append((time.perf_counter() - start) * 1000)
     from bench.workers import percentile
 
-    return {
-        "queries": queries,
-        "p50_ms": percentile(times, 50),
-        "p95_ms": percentile(times, 95),
-        "bytes": len(response.content),
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, url in urls.items():
+        for _ in range(WARM):
+            assert client.get(url).status_code == 200, url
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(url)
+        # Counted now: the next request's start clears the log the context reads lazily.
+        out[name] = {"queries": len(captured), "bytes": len(response.content)}
+        assert response.status_code == 200, url
+    times: dict[str, list[float]] = {name: [] for name in urls}
+    for _ in range(TIMED):
+        for name, url in urls.items():
+            start = time.perf_counter()
+            client.get(url)
+            times[name].append((time.perf_counter() - start) * 1000)
+    for name, page in out.items():
+        page["p50_ms"] = percentile(times[name], 50)
+        page["p95_ms"] = percentile(times[name], 95)
+    return out
 
 
 def measure_all(client: Any, *, timeline: Any) -> dict[str, Any]:
@@ -93,7 +98,7 @@ def measure_all(client: Any, *, timeline: Any) -> dict[str, Any]:
         "runs": "/runs/",
         "timeline": f"/runs/{timeline.pk}/",
     }
-    return {name: measure(client, url) for name, url in pages.items()}
+    return measure(client, pages)
 
 
 def pages_bench() -> dict[str, Any]:

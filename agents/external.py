@@ -123,10 +123,10 @@ def _lock_query() -> rows.Joined:
     # up another's run by asking for it. SQLite has no row locks (nor needs them: it
     # takes one writer at a time).
     lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"])
+    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"], prepared=True)
 
 
-_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"])
+_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True)
 
 
 def _locked(run_id: int, user: Any, *, lock: bool = True) -> Run:
@@ -305,13 +305,15 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     return _answer(proposed, run)
 
 
-# The reads every proposal, report and answer makes, written out (agents/runs/rows.py).
+# The reads every proposal, report and answer makes, written out (agents/runs/rows.py);
+# the two on every allowed call's path are prepared too.
 _IDENTICAL = rows.Joined(
     ClientCall, [],
     "a.run_id = %s AND (a.fingerprint = %s OR a.call_id IN"
     " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s)) ORDER BY a.id DESC LIMIT 1",
+    prepared=True,
 )
-_BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1")
+_BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1", prepared=True)
 _APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")
 
 

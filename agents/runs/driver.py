@@ -90,10 +90,10 @@ class StoreJournal:
 
     def executed(self, fingerprint: str) -> int:
         if self.counts is None:
-            # Written out (agents/runs/rows.py): every proposal of an external run asks.
+            # Written out and prepared (agents/runs/rows.py): every proposal of an external run asks.
             self.counts = dict(rows.fetch(
                 "SELECT fingerprint, COUNT(*) FROM agents_toolcall WHERE run_id = %s"
-                " AND status IN ('succeeded', 'failed') GROUP BY fingerprint", [self.run.pk],
+                " AND status IN ('succeeded', 'failed') GROUP BY fingerprint", [self.run.pk], prepared=True,
             ))
         return self.counts.get(fingerprint, 0)
 

@@ -5,18 +5,14 @@ path in store.py writes the same rows on SQLite)."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
-import weakref
-from typing import TYPE_CHECKING, Any, cast
-
-from django.conf import settings
-from django.db import connection
+from typing import TYPE_CHECKING, Any
 
 from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
+from agents.runs import prepared
 from agents.runs.sanitize import bounded_result, clean
 
 if TYPE_CHECKING:
@@ -176,48 +172,8 @@ def commit_statement(
             + " UNION ALL ".join(selects) + ")"
         )
     sql.append(" SELECT version FROM r")
-    found = _fetch_prepared("".join(sql), p)
+    # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
+    # (messages 1 or 2, with or without an intent...), each planned once per connection;
+    # planning it afresh cost 4x its execution.
+    found = prepared.fetchone("".join(sql), p)
     return None if found is None else int(found[0])
-
-
-# One prepared-statement cursor per database connection, reused for every transition.
-_prepared_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def _fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run a statement bound and prepared on the server; its first row.
-
-    Django binds parameters on the client, so PostgreSQL plans the transition statement
-    afresh every time (planning cost 4x its execution). The statement text has a few
-    shapes only (messages 1 or 2, with or without an intent...), so each shape is
-    planned once per connection and reused. Only this statement is prepared: the rest of
-    Django keeps client-side binding, and AIRLOCK_PREPARED_STATEMENTS=0 turns it off for
-    a pooler that cannot keep prepared statements (docs/deployment.md).
-    """
-    if not settings.AIRLOCK_PREPARED_STATEMENTS:
-        with connection.cursor() as plain:
-            plain.execute(sql, params)
-            return cast("tuple[Any, ...] | None", plain.fetchone())
-    connection.ensure_connection()
-    raw = connection.connection
-    cursor = _prepared_cursors.get(raw)
-    if cursor is None:
-        cursor = _prepared_cursors[raw] = _prepared_cursor_class()(raw)
-    # Django's wrapper keeps its error translation, execute wrappers and query log; it
-    # is not closed, so the cursor lives as long as its connection.
-    wrapped = connection._prepare_cursor(cursor)
-    wrapped.execute(sql, params)
-    return cast("tuple[Any, ...] | None", wrapped.fetchone())
-
-
-@functools.cache
-def _prepared_cursor_class() -> type:
-    # Imported late: the module needs psycopg, which SQLite deployments may lack.
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
-    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs.setdefault("prepare", True)
-            return super().execute(query, params, **kwargs)
-
-    return PreparedCursor

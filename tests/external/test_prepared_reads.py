@@ -26,7 +26,7 @@ HOT = {
     "run locked": "FOR UPDATE OF a",
     "identical call": "a.fingerprint = $2 OR a.call_id IN",
     "call by key": "a.run_id = $1 AND a.key = $2",
-    "repeat count": "COUNT(*) FROM agents_toolcall WHERE run_id = $1",
+    "repeat count": "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2",
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -161,40 +162,45 @@ def _deps(run: Run, state: engine.RunState, decision: Decision | None) -> tuple[
 
 
 def _step_decision(
-    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None
-) -> tuple[engine.RunState, engine.Move | None]:
+    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None,
+    record: Callable[[engine.RunState, engine.Move], ClientCall | None] | None = None,
+) -> tuple[engine.RunState, engine.Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
-    first. Returns the state after and the transition that took the decision (None if
-    none did). With `owner`, the commit that leaves a call of Airlock's own tool to run
-    also takes the run's lease for `owner` (free, expired or theirs), so the drive that
-    runs it claims nothing; held by another, the commit goes without it."""
+    first. Returns the state after, the transition that took the decision (None if
+    none did) and the row `record` made of that transition (it gets the state after
+    and the transition; its row is written by the transition's own commit). With
+    `owner`, the commit that leaves a call of Airlock's own tool to run also takes the
+    run's lease for `owner` (free, expired or theirs), so the drive that runs it claims
+    nothing; held by another, the commit goes without it."""
     deps, client = _deps(run, state, decision)
     for _ in range(4):
         outcome = engine.step(state, deps)
         if outcome is None:
             break
         after, t = outcome
+        decided = client.decision is None and t.kind == "model"
+        row = record(after, t) if decided and record is not None else None
         runs_here = owner is not None and after.state == states.ACTING and not (after.current_call or {}).get("client")
         try:
             try:
                 store.commit(run, state, after, t, actor=actor_name(user), lease_owner=owner if runs_here else None,
-                             claim=runs_here)
+                             claim=runs_here, record=row)
             except store.StaleRun:
                 if not runs_here:
                     raise
                 # Someone holds the lease (a woken worker): commit without it, as they may run it.
-                store.commit(run, state, after, t, actor=actor_name(user))
+                store.commit(run, state, after, t, actor=actor_name(user), record=row)
         except store.StaleRun:
             # Cannot happen while we hold the run's lock (every commit of a run updates
             # that row); should a change make it possible, the client retries, no 500.
             raise ActionError("busy", f"run {run.pk} moved meanwhile; try again", status=409) from None
         state = after
-        if client.decision is None and t.kind == "model":
-            return state, t
+        if decided:
+            return state, t, row
         if state.state in states.TERMINAL:
             break
-    return state, None
+    return state, None, None
 
 
 class _ToolRunning(Exception):
@@ -259,19 +265,23 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
         call_id = f"ext_{state.model_calls}"
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
         owner = driver.worker_name()
-        after, t = _step_decision(run, state, user, decision, owner)
-        proposed = None
-        if t is not None and "invalid" in t.detail:
-            invalid = t.detail["invalid"]
-        elif t is not None and "verdict" in t.detail:
+
+        def record(after: engine.RunState, t: engine.Move) -> ClientCall | None:
+            # The proposal's row, written by the commit of the transition that judged it.
+            if "verdict" not in t.detail:
+                return None
             verdict = t.detail["verdict"]
             current = after.current_call if after.current_call and after.current_call["id"] == call_id else None
-            proposed = ClientCall.objects.create(
+            return ClientCall(
                 run=run, call_id=call_id, fingerprint=fp, tool=tool, args=args,
                 key=current["key"] if current else idempotency_key(run.pk, after.steps, tool, args),
                 client=bool(current and current.get("client")), verdict=verdict["action"],
                 reason=verdict.get("reason", ""), rule=verdict.get("rule"),
             )
+
+        after, t, proposed = _step_decision(run, state, user, decision, owner, record)
+        if t is not None and "invalid" in t.detail:
+            invalid = t.detail["invalid"]
     if invalid is not None:
         raise ActionError(invalid["error"], invalid["detail"], status=400)
     if after.state in states.TERMINAL:
@@ -486,7 +496,7 @@ def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run
         state = store.load(run)
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
-        after, _t = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
+        after, _t, _row = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
     if after.state != states.DONE:
         raise _ended(run)
     return run

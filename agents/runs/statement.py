@@ -8,8 +8,10 @@ import datetime as dt
 import json
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
+
 from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
-from agents.models import Approval, Run
+from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
 from agents.runs import prepared
@@ -60,12 +62,14 @@ class Params(dict[str, Any]):
 
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
-    now: dt.datetime, events: Events, claimant: str | None,
+    now: dt.datetime, events: Events, claimant: str | None, record: ClientCall | None = None,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
     Every insert selects FROM the version-checked run update, so when another actor
     moved the run first the update matches nothing and nothing else is written.
+    `record` (an external agent's proposal) is inserted too, and gets its id and
+    `created_at` from this statement.
     """
     j = json.dumps
     p = Params()
@@ -171,9 +175,22 @@ def commit_statement(
             ", o AS (INSERT INTO agents_outboxevent (msg_id, type, run_id, approval_id, created_at) "
             + " UNION ALL ".join(selects) + ")"
         )
-    sql.append(" SELECT version FROM r")
+    if record is not None:
+        sql.append(
+            ", cc AS (INSERT INTO agents_clientcall (run_id, key, call_id, fingerprint, tool, args, client, verdict, reason,"
+            f" rule, created_at) SELECT r.id, {p('cc_key', record.key)}, {p('cc_call_id', record.call_id)},"
+            f" {p('cc_fp', record.fingerprint)}, {p('cc_tool', record.tool)}, {p('cc_args', j(record.args), '::jsonb')},"
+            f" {p('cc_client', record.client)}, {p('cc_verdict', record.verdict)}, {p('cc_reason', record.reason)},"
+            f" {p('cc_rule', None if record.rule is None else j(record.rule), '::jsonb')}, %(now)s FROM r RETURNING id)"
+        )
+    sql.append(" SELECT version FROM r" if record is None else " SELECT version, (SELECT id FROM cc) FROM r")
     # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
     # (messages 1 or 2, with or without an intent...), each planned once per connection;
     # planning it afresh cost 4x its execution.
     found = prepared.fetchone("".join(sql), p)
-    return None if found is None else int(found[0])
+    if found is None:
+        return None
+    if record is not None:
+        record.pk, record.created_at = found[1], now
+        record._state.adding, record._state.db = False, connection.alias
+    return int(found[0])

@@ -151,19 +151,26 @@ def _ended(run: Run) -> ActionError:
     return ActionError("run_ended", {"state": run.state, "error": run.error, "answer": run.answer}, status=409)
 
 
-def _deps(run: Run, state: engine.RunState, decision: Decision | None) -> tuple[Deps, ExternalClient]:
+def _deps(
+    run: Run, state: engine.RunState, decision: Decision | None, counts: dict[str, int] | None = None
+) -> tuple[Deps, ExternalClient]:
+    """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
+    run's lock, so the journal does not read them again."""
     from agents.tools import OnDemand
 
     client = ExternalClient(decision)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.
     registry = OnDemand(run.profile, state.tools)
-    return Deps(model=client, registry=registry, journal=driver.StoreJournal(run)), client
+    journal = driver.StoreJournal(run)
+    journal.counts.update(counts or {})
+    return Deps(model=client, registry=registry, journal=journal), client
 
 
 def _step_decision(
     run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None,
     record: Callable[[engine.RunState, engine.Move], ClientCall | None] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> tuple[engine.RunState, engine.Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
@@ -172,8 +179,8 @@ def _step_decision(
     and the transition; its row is written by the transition's own commit). With
     `owner`, the commit that leaves a call of Airlock's own tool to run also takes the
     run's lease for `owner` (free, expired or theirs), so the drive that runs it claims
-    nothing; held by another, the commit goes without it."""
-    deps, client = _deps(run, state, decision)
+    nothing; held by another, the commit goes without it. `counts`: see `_deps`."""
+    deps, client = _deps(run, state, decision, counts)
     for _ in range(4):
         outcome = engine.step(state, deps)
         if outcome is None:
@@ -252,7 +259,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
             raise ActionError("invalid_call", "tool must be a tool's name")
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
-        same = _identical(run, fp)
+        same, repeats = _identical(run, fp)
         if same is not None:
             return _answer(same, run)
         if run.state in states.TERMINAL:
@@ -279,7 +286,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
                 reason=verdict.get("reason", ""), rule=verdict.get("rule"),
             )
 
-        after, t, proposed = _step_decision(run, state, user, decision, owner, record)
+        after, t, proposed = _step_decision(run, state, user, decision, owner, record, counts={fp: repeats})
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
     if invalid is not None:
@@ -317,12 +324,6 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
 
 # The reads every proposal, report and answer makes, written out (agents/runs/rows.py);
 # the two on every allowed call's path are prepared too.
-_IDENTICAL = rows.Joined(
-    ClientCall, [],
-    "a.run_id = %s AND (a.fingerprint = %s OR a.call_id IN"
-    " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s)) ORDER BY a.id DESC LIMIT 1",
-    prepared=True,
-)
 _BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1", prepared=True)
 _APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")
 
@@ -332,11 +333,31 @@ def _journal() -> rows.Rows:
     return rows.Rows(ToolCall, ["status", "result"])
 
 
-def _identical(run: Run, fp: str) -> ClientCall | None:
+@functools.cache
+def _identical_query() -> tuple[str, rows.Columns]:
+    # Always one row: the call's columns (NULLs when there is none) and the count.
+    call = rows.Columns(ClientCall, "a")
+    sql = (
+        f"SELECT {call.sql}, (SELECT COUNT(*) FROM agents_toolcall n"  # noqa: S608
+        " WHERE n.run_id = %s AND n.fingerprint = %s AND n.status IN ('succeeded', 'failed'))"
+        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id ="
+        " (SELECT c.id FROM agents_clientcall c WHERE c.run_id = %s AND (c.fingerprint = %s OR c.call_id IN"
+        " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s))"
+        " ORDER BY c.id DESC LIMIT 1)"
+    )
+    return sql, call
+
+
+def _identical(run: Run, fp: str) -> tuple[ClientCall | None, int]:
     """The run's earlier call identical to this one: proposed as such, or the call a
-    reviewer's edit turned into this one (its journal entry has the fingerprint)."""
-    found = _IDENTICAL.fetch([run.pk, fp, run.pk, fp])
-    return found[0] if found else None
+    reviewer's edit turned into this one (its journal entry has the fingerprint); and
+    how many times a call with this fingerprint ran to an end in the run, the repeat
+    count the engine checks a new call against (StoreJournal.executed's). One prepared
+    statement for both, under the run's lock: a proposal's two questions about its
+    fingerprint cost one round trip."""
+    sql, call = _identical_query()
+    [row] = rows.fetch(sql, [run.pk, fp, run.pk, fp, run.pk, fp], prepared=True)
+    return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 
 def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:

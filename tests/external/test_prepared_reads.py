@@ -1,7 +1,7 @@
-"""The decision API's hot reads (the token, the run, the identical call, the call by key,
-the repeat count) are prepared on the server on PostgreSQL (agents/runs/prepared.py):
-they give what the plain reads give, and AIRLOCK_PREPARED_STATEMENTS=0 sends them plain
-with the same answers."""
+"""The decision API's hot reads (the token, the run, the identical call with its repeat
+count, the call by key) are prepared on the server on PostgreSQL
+(agents/runs/prepared.py): they give what the plain reads give, and
+AIRLOCK_PREPARED_STATEMENTS=0 sends them plain with the same answers."""
 
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ NOTE = {"customer": "A", "note": "called back"}
 HOT = {
     "token": "FROM agents_apitoken a",
     "run locked": "FOR UPDATE OF a",
-    "identical call": "a.fingerprint = $2 OR a.call_id IN",
+    "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
     "call by key": "a.run_id = $1 AND a.key = $2",
-    "repeat count": "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2",
 }
+# The journal's own repeat count: a proposal has read it with the identical call.
+JOURNAL_COUNT = "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2"
 
 
 def fields(obj: Any) -> dict[str, Any]:
@@ -78,9 +79,17 @@ def test_each_prepared_read_gives_what_the_plain_read_gives(api, external_run, l
             assert fields(prepared_run.profile) == fields(plain_run.profile)
             assert fields(prepared_run.created_by) == fields(plain_run.created_by)
             assert query.fetch([run_id, lena.pk + 1000, False]) == []  # not hers: nothing
-    for query, params in ((external._IDENTICAL, [run_id, fp, run_id, fp]), (external._BY_KEY, [run_id, call.key])):
-        [found] = query.fetch(params)
-        assert fields(found) == fields(plain(query).fetch(params)[0]) == fields(call)
+    [found] = external._BY_KEY.fetch([run_id, call.key])
+    assert fields(found) == fields(plain(external._BY_KEY).fetch([run_id, call.key])[0]) == fields(call)
+
+    run = Run.objects.get(pk=run_id)
+    same, ran = external._identical(run, fp)
+    assert same is not None and fields(same) == fields(call) and ran == 1
+    other = fingerprint("crm_update", {**NOTE, "note": "other"})
+    assert external._identical(run, other) == (None, 0)
+    sql, _columns = external._identical_query()
+    params = [run_id, fp, run_id, fp, run_id, fp]
+    assert rows.fetch(sql, params, prepared=True) == rows.fetch(sql, params)
 
     raw = token_create(user=lena)[1]
     user = token_user(raw)
@@ -103,6 +112,7 @@ def test_a_round_trip_prepares_its_hot_reads_once(settings, api, external_run) -
     first = prepared_statements()
     for name, text in HOT.items():
         assert any(text in s for s in first), f"the {name} read was not prepared"
+    assert not any(JOURNAL_COUNT in s for s in first), "the proposal read its repeat count twice"
     round_trip(api, external_run())
     assert sorted(prepared_statements()) == sorted(first)  # reused, none added
 

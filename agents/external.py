@@ -128,16 +128,25 @@ def _lock_query() -> rows.Joined:
 
 
 _READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True)
+# A report's run with the reported call beside it (`run.by_key`, None if the run has no
+# such call): the two reads of every report in one statement.
+_READ_WITH_CALL = rows.Joined(
+    Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True,
+    beside=[("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s")],
+)
 
 
-def _locked(run_id: int, user: Any, *, lock: bool = True) -> Run:
+def _locked(run_id: int, user: Any, *, lock: bool = True, key: str | None = None) -> Run:
     """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
     the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
     finish of a run queues here, and so does a reviewer's decision
     (actions.approval_decide locks the same row): each sees the last one's commit.
-    `lock=False` reads it only (a report, whose commit checks the version instead)."""
-    query = _lock_query() if lock else _READ
-    found = query.fetch([run_id, user.pk, user.is_superuser]) if 0 < run_id <= access.MAX_ID else []
+    `lock=False` reads it only (a report, whose commit checks the version instead);
+    with a `key` too, the run's call of that key comes in the same read (`_call`)."""
+    query, params = _lock_query() if lock else _READ, [run_id, user.pk, user.is_superuser]
+    if not lock and _valid_key(key):
+        query, params = _READ_WITH_CALL, [key, *params]
+    found = query.fetch(params) if 0 < run_id <= access.MAX_ID else []
     if not found:
         _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
@@ -414,8 +423,17 @@ def _plain(data: Any) -> Any:
     return json.loads(json.dumps(data, default=lambda v: v.isoformat()))
 
 
+def _valid_key(key: Any) -> bool:
+    return isinstance(key, str) and len(key) <= 64
+
+
 def _call(run: Run, key: str) -> ClientCall:
-    found = _BY_KEY.fetch([run.pk, key]) if isinstance(key, str) and len(key) <= 64 else []
+    """The run's call of `key`, or a 404: read beside the run if `_locked` was given the
+    key, else now."""
+    if "by_key" in run.__dict__:
+        found = [c for c in (run.__dict__["by_key"],) if c is not None]
+    else:
+        found = _BY_KEY.fetch([run.pk, key]) if _valid_key(key) else []
     if not found:
         raise ActionError("not_found", f"run {run.pk} has no call {key!r}", status=404)
     return cast(ClientCall, found[0])
@@ -469,7 +487,7 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
     # No lock: the commit is conditional on the run's version, so a report that meets
     # another move of the run (a second report of the call, the deadline) reads again.
     for _ in range(REPORT_ATTEMPTS):
-        run = _locked(run_id, user, lock=False)
+        run = _locked(run_id, user, lock=False, key=key)
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",

@@ -25,7 +25,7 @@ HOT = {
     "token": "FROM agents_apitoken a",
     "run locked": "FOR UPDATE OF a",
     "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
-    "call by key": "a.run_id = $1 AND a.key = $2",
+    "report's run with its call": "c0.run_id = a.id AND c0.key = $1",
 }
 # The journal's own repeat count: a proposal has read it with the identical call.
 JOURNAL_COUNT = "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2"
@@ -81,6 +81,11 @@ def test_each_prepared_read_gives_what_the_plain_read_gives(api, external_run, l
             assert query.fetch([run_id, lena.pk + 1000, False]) == []  # not hers: nothing
     [found] = external._BY_KEY.fetch([run_id, call.key])
     assert fields(found) == fields(plain(external._BY_KEY).fetch([run_id, call.key])[0]) == fields(call)
+    [beside] = external._READ_WITH_CALL.fetch([call.key, run_id, lena.pk, False])
+    [alone] = external._READ.fetch([run_id, lena.pk, False])
+    assert fields(beside.by_key) == fields(call) and fields(beside) == fields(alone)
+    [without] = external._READ_WITH_CALL.fetch(["no such key", run_id, lena.pk, False])
+    assert without.by_key is None and without.pk == run_id
 
     run = Run.objects.get(pk=run_id)
     same, ran = external._identical(run, fp)

@@ -23,7 +23,10 @@ through agents/gateway/bridge.py), one process, on this machine's PostgreSQL; fo
 50 waiting clients it has 64 threads, sized for them as that section says. The
 upstream is examples/mcp_server.py. `python bench/gateway.py [CALLS] [uvicorn]` runs it
 alone; `uvicorn` serves `config.asgi` instead, the other way to serve Airlock (the
-figures the bench printed before this round were uvicorn's).
+figures the bench printed before this round were uvicorn's). The gateway is slower
+behind gunicorn (the WSGI bridge; a waiting client is a thread): the waiting clients'
+slowest answer measured 0.44-1.36 s there against 0.32-0.51 s under uvicorn
+(docs/gateway.md, "What a call costs").
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -123,20 +124,29 @@ def _lock_query() -> rows.Joined:
     # up another's run by asking for it. SQLite has no row locks (nor needs them: it
     # takes one writer at a time).
     lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"])
+    return rows.Joined(Run, ["profile", "created_by"], _DRIVEN + lock, defer=["script"], prepared=True)
 
 
-_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"])
+_READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True)
+# A report's run with the reported call beside it (`run.by_key`, None if the run has no
+# such call): the two reads of every report in one statement.
+_READ_WITH_CALL = rows.Joined(
+    Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True,
+    beside=[("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s")],
+)
 
 
-def _locked(run_id: int, user: Any, *, lock: bool = True) -> Run:
+def _locked(run_id: int, user: Any, *, lock: bool = True, key: str | None = None) -> Run:
     """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
     the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
     finish of a run queues here, and so does a reviewer's decision
     (actions.approval_decide locks the same row): each sees the last one's commit.
-    `lock=False` reads it only (a report, whose commit checks the version instead)."""
-    query = _lock_query() if lock else _READ
-    found = query.fetch([run_id, user.pk, user.is_superuser]) if 0 < run_id <= access.MAX_ID else []
+    `lock=False` reads it only (a report, whose commit checks the version instead);
+    with a `key` too, the run's call of that key comes in the same read (`_call`)."""
+    query, params = _lock_query() if lock else _READ, [run_id, user.pk, user.is_superuser]
+    if not lock and _valid_key(key):
+        query, params = _READ_WITH_CALL, [key, *params]
+    found = query.fetch(params) if 0 < run_id <= access.MAX_ID else []
     if not found:
         _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
@@ -150,51 +160,63 @@ def _ended(run: Run) -> ActionError:
     return ActionError("run_ended", {"state": run.state, "error": run.error, "answer": run.answer}, status=409)
 
 
-def _deps(run: Run, state: engine.RunState, decision: Decision | None) -> tuple[Deps, ExternalClient]:
+def _deps(
+    run: Run, state: engine.RunState, decision: Decision | None, counts: dict[str, int] | None = None
+) -> tuple[Deps, ExternalClient]:
+    """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
+    run's lock, so the journal does not read them again."""
     from agents.tools import OnDemand
 
     client = ExternalClient(decision)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.
     registry = OnDemand(run.profile, state.tools)
-    return Deps(model=client, registry=registry, journal=driver.StoreJournal(run)), client
+    journal = driver.StoreJournal(run)
+    journal.counts.update(counts or {})
+    return Deps(model=client, registry=registry, journal=journal), client
 
 
 def _step_decision(
-    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None
-) -> tuple[engine.RunState, engine.Move | None]:
+    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None,
+    record: Callable[[engine.RunState, engine.Move], ClientCall | None] | None = None,
+    counts: dict[str, int] | None = None,
+) -> tuple[engine.RunState, engine.Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
-    first. Returns the state after and the transition that took the decision (None if
-    none did). With `owner`, the commit that leaves a call of Airlock's own tool to run
-    also takes the run's lease for `owner` (free, expired or theirs), so the drive that
-    runs it claims nothing; held by another, the commit goes without it."""
-    deps, client = _deps(run, state, decision)
+    first. Returns the state after, the transition that took the decision (None if
+    none did) and the row `record` made of that transition (it gets the state after
+    and the transition; its row is written by the transition's own commit). With
+    `owner`, the commit that leaves a call of Airlock's own tool to run also takes the
+    run's lease for `owner` (free, expired or theirs), so the drive that runs it claims
+    nothing; held by another, the commit goes without it. `counts`: see `_deps`."""
+    deps, client = _deps(run, state, decision, counts)
     for _ in range(4):
         outcome = engine.step(state, deps)
         if outcome is None:
             break
         after, t = outcome
+        decided = client.decision is None and t.kind == "model"
+        row = record(after, t) if decided and record is not None else None
         runs_here = owner is not None and after.state == states.ACTING and not (after.current_call or {}).get("client")
         try:
             try:
                 store.commit(run, state, after, t, actor=actor_name(user), lease_owner=owner if runs_here else None,
-                             claim=runs_here)
+                             claim=runs_here, record=row)
             except store.StaleRun:
                 if not runs_here:
                     raise
                 # Someone holds the lease (a woken worker): commit without it, as they may run it.
-                store.commit(run, state, after, t, actor=actor_name(user))
+                store.commit(run, state, after, t, actor=actor_name(user), record=row)
         except store.StaleRun:
             # Cannot happen while we hold the run's lock (every commit of a run updates
             # that row); should a change make it possible, the client retries, no 500.
             raise ActionError("busy", f"run {run.pk} moved meanwhile; try again", status=409) from None
         state = after
-        if client.decision is None and t.kind == "model":
-            return state, t
+        if decided:
+            return state, t, row
         if state.state in states.TERMINAL:
             break
-    return state, None
+    return state, None, None
 
 
 class _ToolRunning(Exception):
@@ -246,7 +268,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
             raise ActionError("invalid_call", "tool must be a tool's name")
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
-        same = _identical(run, fp)
+        same, repeats = _identical(run, fp)
         if same is not None:
             return _answer(same, run)
         if run.state in states.TERMINAL:
@@ -259,19 +281,23 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
         call_id = f"ext_{state.model_calls}"
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
         owner = driver.worker_name()
-        after, t = _step_decision(run, state, user, decision, owner)
-        proposed = None
-        if t is not None and "invalid" in t.detail:
-            invalid = t.detail["invalid"]
-        elif t is not None and "verdict" in t.detail:
+
+        def record(after: engine.RunState, t: engine.Move) -> ClientCall | None:
+            # The proposal's row, written by the commit of the transition that judged it.
+            if "verdict" not in t.detail:
+                return None
             verdict = t.detail["verdict"]
             current = after.current_call if after.current_call and after.current_call["id"] == call_id else None
-            proposed = ClientCall.objects.create(
+            return ClientCall(
                 run=run, call_id=call_id, fingerprint=fp, tool=tool, args=args,
                 key=current["key"] if current else idempotency_key(run.pk, after.steps, tool, args),
                 client=bool(current and current.get("client")), verdict=verdict["action"],
                 reason=verdict.get("reason", ""), rule=verdict.get("rule"),
             )
+
+        after, t, proposed = _step_decision(run, state, user, decision, owner, record, counts={fp: repeats})
+        if t is not None and "invalid" in t.detail:
+            invalid = t.detail["invalid"]
     if invalid is not None:
         raise ActionError(invalid["error"], invalid["detail"], status=400)
     if after.state in states.TERMINAL:
@@ -305,13 +331,9 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
     return _answer(proposed, run)
 
 
-# The reads every proposal, report and answer makes, written out (agents/runs/rows.py).
-_IDENTICAL = rows.Joined(
-    ClientCall, [],
-    "a.run_id = %s AND (a.fingerprint = %s OR a.call_id IN"
-    " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s)) ORDER BY a.id DESC LIMIT 1",
-)
-_BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1")
+# The reads every proposal, report and answer makes, written out (agents/runs/rows.py);
+# the two on every allowed call's path are prepared too.
+_BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1", prepared=True)
 _APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")
 
 
@@ -320,11 +342,31 @@ def _journal() -> rows.Rows:
     return rows.Rows(ToolCall, ["status", "result"])
 
 
-def _identical(run: Run, fp: str) -> ClientCall | None:
+@functools.cache
+def _identical_query() -> tuple[str, rows.Columns]:
+    # Always one row: the call's columns (NULLs when there is none) and the count.
+    call = rows.Columns(ClientCall, "a")
+    sql = (
+        f"SELECT {call.sql}, (SELECT COUNT(*) FROM agents_toolcall n"  # noqa: S608
+        " WHERE n.run_id = %s AND n.fingerprint = %s AND n.status IN ('succeeded', 'failed'))"
+        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id ="
+        " (SELECT c.id FROM agents_clientcall c WHERE c.run_id = %s AND (c.fingerprint = %s OR c.call_id IN"
+        " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s))"
+        " ORDER BY c.id DESC LIMIT 1)"
+    )
+    return sql, call
+
+
+def _identical(run: Run, fp: str) -> tuple[ClientCall | None, int]:
     """The run's earlier call identical to this one: proposed as such, or the call a
-    reviewer's edit turned into this one (its journal entry has the fingerprint)."""
-    found = _IDENTICAL.fetch([run.pk, fp, run.pk, fp])
-    return found[0] if found else None
+    reviewer's edit turned into this one (its journal entry has the fingerprint); and
+    how many times a call with this fingerprint ran to an end in the run, the repeat
+    count the engine checks a new call against (StoreJournal.executed's). One prepared
+    statement for both, under the run's lock: a proposal's two questions about its
+    fingerprint cost one round trip."""
+    sql, call = _identical_query()
+    [row] = rows.fetch(sql, [run.pk, fp, run.pk, fp, run.pk, fp], prepared=True)
+    return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 
 def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
@@ -381,8 +423,17 @@ def _plain(data: Any) -> Any:
     return json.loads(json.dumps(data, default=lambda v: v.isoformat()))
 
 
+def _valid_key(key: Any) -> bool:
+    return isinstance(key, str) and len(key) <= 64
+
+
 def _call(run: Run, key: str) -> ClientCall:
-    found = _BY_KEY.fetch([run.pk, key]) if isinstance(key, str) and len(key) <= 64 else []
+    """The run's call of `key`, or a 404: read beside the run if `_locked` was given the
+    key, else now."""
+    if "by_key" in run.__dict__:
+        found = [c for c in (run.__dict__["by_key"],) if c is not None]
+    else:
+        found = _BY_KEY.fetch([run.pk, key]) if _valid_key(key) else []
     if not found:
         raise ActionError("not_found", f"run {run.pk} has no call {key!r}", status=404)
     return cast(ClientCall, found[0])
@@ -436,7 +487,7 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
     # No lock: the commit is conditional on the run's version, so a report that meets
     # another move of the run (a second report of the call, the deadline) reads again.
     for _ in range(REPORT_ATTEMPTS):
-        run = _locked(run_id, user, lock=False)
+        run = _locked(run_id, user, lock=False, key=key)
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",
@@ -484,7 +535,7 @@ def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run
         state = store.load(run)
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
-        after, _t = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
+        after, _t, _row = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
     if after.state != states.DONE:
         raise _ended(run)
     return run

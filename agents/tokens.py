@@ -21,7 +21,8 @@ PREFIX = "airlock_"
 def _active() -> tuple[str, rows.Columns, rows.Columns]:
     """Every API request and gateway call reads its token, the token's user and the
     user's roles (which every access rule asks next): one statement, a row per role (or
-    one of NULLs), written out (agents/runs/rows.py) so no queryset is built each time."""
+    one of NULLs), written out (agents/runs/rows.py) so no queryset is built each time,
+    and prepared on the server so it is not planned each time either."""
     token, user = rows.Columns(ApiToken, "a"), rows.Columns(get_user_model(), "b0")
     sql = (
         f"SELECT {token.sql}, {user.sql}, r.kind, r.name, r.project_id FROM {ApiToken._meta.db_table} a"  # noqa: S608
@@ -61,7 +62,7 @@ def token_user(raw: str) -> Any:
     if not raw or len(raw) > 200:
         return None
     sql, token_columns, user_columns = _active()
-    found = rows.fetch(sql, [digest(raw), True])
+    found = rows.fetch(sql, [digest(raw), True], prepared=True)
     if not found:
         return None
     token = token_columns.instance(found[0])

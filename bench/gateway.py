@@ -17,8 +17,16 @@ section "gateway" to bench/results.json and prints its lines with their targets)
    approval: the web process's RSS and PostgreSQL's connections while they wait, and the
    delay from each decision's commit to its client's answer (target: all within 1 s).
 
-The web process is uvicorn over `config.asgi`, on this machine's PostgreSQL; the
-upstream is examples/mcp_server.py. `python bench/gateway.py [CALLS]` runs it alone.
+The web process is what a deployment runs (docs/deployment.md, "The web service"):
+gunicorn with `config/gunicorn.py` (threaded workers over `config.wsgi`, the gateway
+through agents/gateway/bridge.py), one process, on this machine's PostgreSQL; for the
+50 waiting clients it has 64 threads, sized for them as that section says. The
+upstream is examples/mcp_server.py. `python bench/gateway.py [CALLS] [uvicorn]` runs it
+alone; `uvicorn` serves `config.asgi` instead, the other way to serve Airlock (the
+figures the bench printed before this round were uvicorn's). The gateway is slower
+behind gunicorn (the WSGI bridge; a waiting client is a thread): the waiting clients'
+slowest answer measured 0.44-1.36 s there against 0.32-0.51 s under uvicorn
+(docs/gateway.md, "What a call costs").
 """
 
 from __future__ import annotations
@@ -95,13 +103,20 @@ def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int, offset: i
     return anyio.run(go)
 
 
+SERVERS = ("gunicorn", "uvicorn")
+
+
 class Stand:
     """The upstream example server, its registration, a launcher's token and a web
-    process (uvicorn over config.asgi) with the given environment."""
+    process (`server`: gunicorn over config.wsgi, or uvicorn over config.asgi) with the
+    given environment."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, server: str = "gunicorn") -> None:
         from bench.run import setup_django
 
+        if server not in SERVERS:
+            raise ValueError(f"server is one of {', '.join(SERVERS)}")
+        self.server = server
         setup_django()
         from django.contrib.auth.models import Group, User
         from django.core.management import call_command
@@ -142,9 +157,15 @@ class Stand:
     @contextmanager
     def web(self, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         port = _free_port()
+        if self.server == "gunicorn":
+            # config/gunicorn.py as deployed, in one process: its RSS is the figure's.
+            command = ["-m", "gunicorn", "-c", "config/gunicorn.py", "config.wsgi:application"]
+            env = {"WEB_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "1", **env}
+        else:
+            command = ["-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+                       "--log-level", "warning"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"], cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env},
+            [sys.executable, *command], cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING", **env},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
@@ -226,6 +247,13 @@ def decision_round_trip(stand: Stand, base: str, n: int) -> dict[str, Any]:
     }
 
 
+def _serving_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The process that answers requests: gunicorn's one worker (the arbiter only
+    forks it), or uvicorn itself."""
+    children = pathlib.Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return int(children[0]) if children else proc.pid
+
+
 def _rss_bytes(pid: int) -> int:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -260,7 +288,8 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
     texts: dict[str, str] = {}
     # One unmeasured session first: imports and first requests, so RSS "before" is warm.
     _timed_calls(url, {"Authorization": f"Bearer {stand.token}"}, "bench__lookup", 3, offset=10_000_000)
-    rss_before = _rss_bytes(proc.pid)
+    pid = _serving_pid(proc) if stand.server == "gunicorn" else proc.pid
+    rss_before = _rss_bytes(pid)
 
     async def one(i: int) -> None:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {stand.token}"}, timeout=httpx2.Timeout(90.0))
@@ -282,7 +311,7 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
             raise RuntimeError("the clients' calls did not all reach the queue")
         time.sleep(0.2)
     time.sleep(1.0)  # all are in their wait loops now
-    rss_waiting = _rss_bytes(proc.pid)
+    rss_waiting = _rss_bytes(pid)
     connections_waiting = _database_connections()
     decided: dict[str, float] = {}
     for approval in Approval.objects.filter(status="pending").order_by("pk"):
@@ -304,13 +333,17 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
     }
 
 
-def gateway_bench(calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS) -> dict[str, Any]:
-    stand = Stand(calls + round_trips)
+def gateway_bench(
+    calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS, server: str = "gunicorn"
+) -> dict[str, Any]:
+    stand = Stand(calls + round_trips, server)
     try:
         with stand.web() as (base, _proc):
-            results: dict[str, Any] = {"gateway": gateway_vs_direct(stand, base, calls)}
+            results: dict[str, Any] = {"server": server, "gateway": gateway_vs_direct(stand, base, calls)}
             results["decision_api"] = decision_round_trip(stand, base, round_trips)
-        with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60") as (base, proc):
+        # Each waiting client holds one of gunicorn's threads: as many as deployment.md says to size for.
+        threads = str(max(32, 2 * clients))
+        with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60", WEB_THREADS=threads) as (base, proc):
             results["waiting"] = waiting_clients(stand, base, proc, clients)
     finally:
         stand.close()
@@ -337,7 +370,8 @@ def print_gateway(r: dict[str, Any]) -> None:
     g, d, w = r["gateway"], r["decision_api"], r["waiting"]
     mb = 1024 * 1024
     print(
-        f"\ngateway ({g['calls']} calls each side, alternating): direct p50 {g['direct_p50_ms']:.1f} ms, through "
+        f"\n[{r.get('server', 'uvicorn')}] gateway ({g['calls']} calls each side, alternating): direct p50 "
+        f"{g['direct_p50_ms']:.1f} ms, through "
         f"the gateway {g['gateway_p50_ms']:.1f} ms (added {g['added_p50_ms']:+.1f} ms); throughput "
         f"{g['gateway_calls_per_s']:.0f}/s vs {g['direct_calls_per_s']:.0f}/s direct = {g['throughput_ratio']:.2f}"
     )
@@ -365,7 +399,8 @@ def print_gateway(r: dict[str, Any]) -> None:
 
 def main() -> None:
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    found = gateway_bench(calls=calls, round_trips=calls)
+    server = sys.argv[2] if len(sys.argv) > 2 else "gunicorn"
+    found = gateway_bench(calls=calls, round_trips=calls, server=server)
     found["targets"] = targets(found)
     out = ROOT / "bench" / "results.json"
     results = json.loads(out.read_text()) if out.exists() else {}

@@ -76,11 +76,14 @@ class StoreJournal:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.known: dict[str, JournalEntry] = {}
-        self.counts: dict[str, int] | None = None
+        # How many times each fingerprint asked about ran to an end (succeeded or
+        # failed); `empty`: the run has run nothing, so every count is 0.
+        self.counts: dict[str, int] = {}
+        self.empty = False
 
     def starts_empty(self) -> None:
         """The run has not been picked up yet, so it has run no tool: nothing to count."""
-        self.counts = {}
+        self.empty = True
 
     def get(self, key: str) -> JournalEntry | None:
         if key in self.known:
@@ -89,12 +92,14 @@ class StoreJournal:
         return JournalEntry(row["status"], row["result"]) if row else None
 
     def executed(self, fingerprint: str) -> int:
-        if self.counts is None:
-            # Written out (agents/runs/rows.py): every proposal of an external run asks.
-            self.counts = dict(rows.fetch(
-                "SELECT fingerprint, COUNT(*) FROM agents_toolcall WHERE run_id = %s"
-                " AND status IN ('succeeded', 'failed') GROUP BY fingerprint", [self.run.pk],
-            ))
+        if fingerprint not in self.counts and not self.empty:
+            # Only this fingerprint, through the (run, fingerprint) index, so the count
+            # costs the same however many calls the run has made; written out and
+            # prepared (agents/runs/rows.py): every proposal of an external run asks.
+            self.counts[fingerprint] = rows.fetch(
+                "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = %s AND fingerprint = %s"
+                " AND status IN ('succeeded', 'failed')", [self.run.pk, fingerprint], prepared=True,
+            )[0][0]
         return self.counts.get(fingerprint, 0)
 
     def begin(self, key: str) -> bool:
@@ -118,7 +123,7 @@ class StoreJournal:
         if t.journal_result is not None:
             r = t.journal_result
             self.known[r["key"]] = JournalEntry(r["status"], statement.result_fields(r)["result"])
-            if self.counts is not None:
+            if r["fp"] in self.counts or self.empty:
                 self.counts[r["fp"]] = self.counts.get(r["fp"], 0) + 1
 
 

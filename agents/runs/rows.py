@@ -8,7 +8,9 @@ with its profile 0.55 ms for 0.1 ms of SQL; docs/performance.md). Here the SQL i
 written once, and each value goes through the converters the ORM applies (a
 JSONField's decoding, SQLite's datetimes), so a row or an instance holds what a
 queryset would have given, on PostgreSQL and SQLite alike. Writes never come through
-here.
+here. A read made on most API requests, whose text is fixed, is also prepared on the
+server (`prepared=True`, agents/runs/prepared.py), so PostgreSQL plans it once per
+connection instead of on every request.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from django.db import connection, models
+
+from agents.runs import prepared as server
 
 
 class Columns:
@@ -58,7 +62,11 @@ class Columns:
         return self.model.from_db(connection.alias, self.attnames, self.values(row))
 
 
-def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+def fetch(sql: str, params: Sequence[Any], *, prepared: bool = False) -> list[tuple[Any, ...]]:
+    """The rows of `sql`; with `prepared`, a statement of fixed text, prepared on the
+    server (agents/runs/prepared.py)."""
+    if prepared:
+        return server.fetchall(sql, params)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -69,14 +77,19 @@ class Joined:
     (what `select_related(*related)` gives; a null key attaches None), for the rows
     matching `where`: SQL on the alias `a` for the model's table and `b0`, `b1`... for
     the related ones, which may end in ORDER BY. Fields named in `defer` are left
-    unread, as `defer()` leaves them."""
+    unread, as `defer()` leaves them. `prepared`: see `fetch`. `beside`: (attribute,
+    model, ON clause) for a row of another table read in the same statement (aliases
+    `c0`, `c1`...; LEFT JOIN, its `%s` before the WHERE clause's), set on each instance
+    under that attribute, None when no row matched (what a Prefetch's `to_attr` does)."""
 
     def __init__(
-        self, model: type[models.Model], related: Sequence[str], where: str, *, defer: Sequence[str] = ()
+        self, model: type[models.Model], related: Sequence[str], where: str, *, defer: Sequence[str] = (),
+        prepared: bool = False, beside: Sequence[tuple[str, type[models.Model], str]] = (),
     ) -> None:
         # One name may come bare: a str is a sequence too, and would be read letter by letter.
         names = (related,) if isinstance(related, str) else tuple(related)
         self.model, self.related, self.where, self.defer = model, names, where, set(defer)
+        self.prepared, self.beside = prepared, tuple(beside)
 
     @functools.cached_property
     def _parts(self) -> tuple[str, Columns, list[tuple[Any, Columns]]]:
@@ -95,21 +108,29 @@ class Joined:
             )
             select.append(other.sql)
             joined.append((field, other))
+        for i, (attribute, model, on) in enumerate(self.beside):
+            other = Columns(model, f"c{i}")
+            joins.append(f" LEFT JOIN {qn(model._meta.db_table)} c{i} ON {on}")
+            select.append(other.sql)
+            joined.append((attribute, other))
         sql = f"SELECT {', '.join(select)} FROM {qn(self.model._meta.db_table)} a{''.join(joins)} WHERE {self.where}"
         return sql, own, joined
 
     def fetch(self, params: Sequence[Any]) -> list[Any]:
         sql, own, joined = self._parts
         found = []
-        for row in fetch(sql, params):
+        for row in fetch(sql, params, prepared=self.prepared):
             instance = own.instance(row)
             at = own.width
             for field, other in joined:
                 part = row[at : at + other.width]
-                # A null foreign key (LEFT JOIN): no related row, as select_related gives.
-                field.set_cached_value(
-                    instance, None if getattr(instance, field.attname) is None else other.instance(part)
-                )
+                if isinstance(field, str):  # a row beside: its primary key (first) is NULL when none matched
+                    setattr(instance, field, None if part[0] is None else other.instance(part))
+                else:
+                    # A null foreign key (LEFT JOIN): no related row, as select_related gives.
+                    field.set_cached_value(
+                        instance, None if getattr(instance, field.attname) is None else other.instance(part)
+                    )
                 at += other.width
             found.append(instance)
         return found

@@ -5,18 +5,16 @@ path in store.py writes the same rows on SQLite)."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
-import weakref
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import connection
 
 from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
-from agents.models import Approval, Run
+from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
+from agents.runs import prepared
 from agents.runs.sanitize import bounded_result, clean
 
 if TYPE_CHECKING:
@@ -64,12 +62,14 @@ class Params(dict[str, Any]):
 
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
-    now: dt.datetime, events: Events, claimant: str | None,
+    now: dt.datetime, events: Events, claimant: str | None, record: ClientCall | None = None,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
     Every insert selects FROM the version-checked run update, so when another actor
     moved the run first the update matches nothing and nothing else is written.
+    `record` (an external agent's proposal) is inserted too, and gets its id and
+    `created_at` from this statement.
     """
     j = json.dumps
     p = Params()
@@ -175,49 +175,22 @@ def commit_statement(
             ", o AS (INSERT INTO agents_outboxevent (msg_id, type, run_id, approval_id, created_at) "
             + " UNION ALL ".join(selects) + ")"
         )
-    sql.append(" SELECT version FROM r")
-    found = _fetch_prepared("".join(sql), p)
-    return None if found is None else int(found[0])
-
-
-# One prepared-statement cursor per database connection, reused for every transition.
-_prepared_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def _fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run a statement bound and prepared on the server; its first row.
-
-    Django binds parameters on the client, so PostgreSQL plans the transition statement
-    afresh every time (planning cost 4x its execution). The statement text has a few
-    shapes only (messages 1 or 2, with or without an intent...), so each shape is
-    planned once per connection and reused. Only this statement is prepared: the rest of
-    Django keeps client-side binding, and AIRLOCK_PREPARED_STATEMENTS=0 turns it off for
-    a pooler that cannot keep prepared statements (docs/deployment.md).
-    """
-    if not settings.AIRLOCK_PREPARED_STATEMENTS:
-        with connection.cursor() as plain:
-            plain.execute(sql, params)
-            return cast("tuple[Any, ...] | None", plain.fetchone())
-    connection.ensure_connection()
-    raw = connection.connection
-    cursor = _prepared_cursors.get(raw)
-    if cursor is None:
-        cursor = _prepared_cursors[raw] = _prepared_cursor_class()(raw)
-    # Django's wrapper keeps its error translation, execute wrappers and query log; it
-    # is not closed, so the cursor lives as long as its connection.
-    wrapped = connection._prepare_cursor(cursor)
-    wrapped.execute(sql, params)
-    return cast("tuple[Any, ...] | None", wrapped.fetchone())
-
-
-@functools.cache
-def _prepared_cursor_class() -> type:
-    # Imported late: the module needs psycopg, which SQLite deployments may lack.
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
-    class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs.setdefault("prepare", True)
-            return super().execute(query, params, **kwargs)
-
-    return PreparedCursor
+    if record is not None:
+        sql.append(
+            ", cc AS (INSERT INTO agents_clientcall (run_id, key, call_id, fingerprint, tool, args, client, verdict, reason,"
+            f" rule, created_at) SELECT r.id, {p('cc_key', record.key)}, {p('cc_call_id', record.call_id)},"
+            f" {p('cc_fp', record.fingerprint)}, {p('cc_tool', record.tool)}, {p('cc_args', j(record.args), '::jsonb')},"
+            f" {p('cc_client', record.client)}, {p('cc_verdict', record.verdict)}, {p('cc_reason', record.reason)},"
+            f" {p('cc_rule', None if record.rule is None else j(record.rule), '::jsonb')}, %(now)s FROM r RETURNING id)"
+        )
+    sql.append(" SELECT version FROM r" if record is None else " SELECT version, (SELECT id FROM cc) FROM r")
+    # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
+    # (messages 1 or 2, with or without an intent...), each planned once per connection;
+    # planning it afresh cost 4x its execution.
+    found = prepared.fetchone("".join(sql), p)
+    if found is None:
+        return None
+    if record is not None:
+        record.pk, record.created_at = found[1], now
+        record._state.adding, record._state.db = False, connection.alias
+    return int(found[0])

@@ -21,7 +21,9 @@ from django.utils import timezone
 from agents import faults
 from agents.engine import patch, states
 from agents.engine.step import Move, RunState
-from agents.models import Approval, ApprovalClaim, Grant, Message, OutboxEvent, Run, ToolCall, Transition
+from agents.models import (
+    Approval, ApprovalClaim, ClientCall, Grant, Message, OutboxEvent, Run, ToolCall, Transition,
+)
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox
 from agents.ops import telemetry
@@ -252,6 +254,7 @@ def commit(
     lease_owner: str | None = None,
     claim: bool = False,
     user: Any = None,
+    record: ClientCall | None = None,
 ) -> None:
     """Write one transition and its effects atomically, or raise StaleRun.
 
@@ -261,7 +264,8 @@ def commit(
     it: a worker picking up a queued run needs no claim commit of its own. On
     PostgreSQL the whole transition is one statement (one round trip); elsewhere it is
     one ORM transaction. Both write the same rows. `user` is the person behind a grant
-    or a revocation.
+    or a revocation. `record`, an external agent's proposal (an unsaved ClientCall of
+    this run), is written by the same commit and saved on return.
     """
     now = timezone.now()
     engine, engine_text = clean_json(after.engine_json())
@@ -292,9 +296,9 @@ def commit(
     one_statement = t.grant is None and t.grant_revoke is None
     claimant = lease_owner if claim else None
     if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
-        seq = statement.commit_statement(run, cached, engine_text, row, messages, t, now, events, claimant)
+        seq = statement.commit_statement(run, cached, engine_text, row, messages, t, now, events, claimant, record)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now, events, claimant, user)
+        seq = _commit_orm(run, cached, row, messages, t, now, events, claimant, user, record)
     if seq is None:
         # Another worker (or a reviewer, or the sweeper) committed first, or holds the
         # lease we meant to claim; their transition stands and nothing of ours was written.
@@ -330,6 +334,7 @@ def _commit_orm(
     events: Events,
     claimant: str | None,
     user: Any = None,
+    record: ClientCall | None = None,
 ) -> int | None:
     with transaction.atomic():
         current = Run.objects.filter(pk=run.pk, version=run.version)
@@ -342,6 +347,8 @@ def _commit_orm(
         Transition.objects.create(run=run, seq=seq, **row)
         Message.objects.bulk_create([Message(run=run, seq=seq, **m) for m in messages])
         _apply_effects(run, t, now, events, user)
+        if record is not None:
+            record.save(force_insert=True)
     return seq
 
 

@@ -1,7 +1,7 @@
 """PostgreSQL's one-statement commit and the ORM transaction (SQLite's path, and
 PostgreSQL's with AIRLOCK_STORE_ONE_STATEMENT off) write the same rows for the same
-transitions: the transitions, messages, tool calls, approvals, outbox events and the
-run's cache fields."""
+transitions: the transitions, messages, tool calls, approvals, outbox events, an
+external agent's proposals and the run's cache fields."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from agents.actions import approval_decide
-from agents.models import AgentProfile, Approval, Message, OutboxEvent, Run, ToolCall
-from tests.helpers import call, person, requires_postgres, tainted_write
+from agents.models import AgentProfile, Approval, ClientCall, Message, OutboxEvent, Run, ToolCall
+from tests.helpers import CRM_UPDATE, call, person, requires_postgres, tainted_write
 
 # The write tool runs on its own thread and connection: it must see the committed run.
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres()]
@@ -64,6 +64,11 @@ def written(run: Run) -> dict[str, Any]:
             )
         ),
         "events": list(OutboxEvent.objects.filter(run=run).order_by("pk").values("type", "data", "approval__status")),
+        "proposals": list(
+            ClientCall.objects.filter(run=run)
+            .order_by("pk")
+            .values("key", "call_id", "fingerprint", "tool", "args", "client", "verdict", "reason", "rule")
+        ),
     }
     for t in rows["transitions"]:
         t["payload"].get("patch", {}).pop("run_id", None)  # the launch's patch carries the id
@@ -93,5 +98,31 @@ def test_both_commit_paths_write_the_same_rows(settings, launch, drive: Callable
     one, orm = results[True], results[False]
     assert len(one["transitions"]) > 8 and one["tool_calls"] and one["approvals"] and one["events"]
     assert [a["shadow"] for a in one["approvals"]] == [[{"rule": 1, "verdict": "deny"}]]
+    for table in one:
+        assert one[table] == orm[table], table
+
+
+def test_both_commit_paths_write_the_same_proposals(settings, api) -> None:
+    """An external agent's proposal is written by its transition's commit: an allowed
+    client tool (then reported), Airlock's own tool (run at once), a denied call."""
+    AgentProfile.objects.create(name="ext", provider="external", client_tools=[CRM_UPDATE], tools=["echo", "fail"])
+    policy = {"rules": [{"tool": "fail", "then": "deny", "reason": "nobody calls fail"}]}
+    results, answers = {}, {}
+    for one_statement in (True, False):
+        settings.AIRLOCK_STORE_ONE_STATEMENT = one_statement
+        lena = api("lena")
+        run_id = lena.post("/api/runs", {"agent": "ext", "task": "tidy", "policy": policy}).data["id"]
+        crm = lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": {"customer": "A", "note": "n"}})
+        said = [crm, lena.post(f"/api/runs/{run_id}/calls/{crm.data['key']}/result", {"ok": True, "output": "ok"})]
+        said += [lena.post(f"/api/runs/{run_id}/calls", {"tool": t, "args": {"text": "x"}}) for t in ("echo", "fail")]
+        assert [a.status_code for a in said] == [200] * 4, [a.data for a in said]
+        answers[one_statement] = [{k: v for k, v in a.data.items() if k != "key"} for a in said]
+        results[one_statement] = written(Run.objects.get(pk=run_id))
+        assert ClientCall.objects.filter(run_id=run_id, created_at__isnull=False).count() == 3
+    one, orm = results[True], results[False]
+    assert [(p["tool"], p["verdict"], p["client"]) for p in one["proposals"]] == [
+        ("crm_update", "allow", True), ("echo", "allow", False), ("fail", "deny", False),
+    ]
+    assert answers[True] == answers[False]
     for table in one:
         assert one[table] == orm[table], table

@@ -1,0 +1,137 @@
+"""The decision API's hot reads (the token, the run, the identical call with its repeat
+count, the call by key) are prepared on the server on PostgreSQL
+(agents/runs/prepared.py): they give what the plain reads give, and
+AIRLOCK_PREPARED_STATEMENTS=0 sends them plain with the same answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from agents import access, external
+from agents.engine.fingerprints import fingerprint
+from agents.models import ClientCall, Run, ToolCall
+from agents.runs import driver, rows
+from agents.tokens import token_create, token_user
+from tests.helpers import requires_postgres
+
+pytestmark = pytest.mark.django_db
+
+NOTE = {"customer": "A", "note": "called back"}
+# The statements a round trip prepares, by a piece of each one's text.
+HOT = {
+    "token": "FROM agents_apitoken a",
+    "run locked": "FOR UPDATE OF a",
+    "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
+    "report's run with its call": "c0.run_id = a.id AND c0.key = $1",
+}
+# The journal's own repeat count: a proposal has read it with the identical call.
+JOURNAL_COUNT = "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2"
+
+
+def fields(obj: Any) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields if f.attname in obj.__dict__}
+
+
+def plain(query: rows.Joined) -> rows.Joined:
+    """The same read, never prepared."""
+    return rows.Joined(query.model, query.related, query.where, defer=sorted(query.defer))
+
+
+def round_trip(api: Any, run_id: int) -> list[dict[str, Any]]:
+    """Propose, report, propose the same call again (answered from the first), report
+    it again (the first report stands): the answers, less what names the run."""
+    lena = api("lena")
+    answers = [lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE})]
+    key = answers[0].data["key"]
+    answers.append(lena.post(f"/api/runs/{run_id}/calls/{key}/result", {"ok": True, "output": "done"}))
+    answers.append(lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE}))
+    answers.append(lena.post(f"/api/runs/{run_id}/calls/{key}/result", {"ok": True, "output": "again"}))
+    assert [a.status_code for a in answers] == [200, 200, 200, 200], [a.data for a in answers]
+    return [{k: v for k, v in a.data.items() if k != "key"} for a in answers]
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cur.fetchall()]
+
+
+def forget_prepared() -> None:
+    connection.ensure_connection()
+    with connection.cursor() as cur:
+        cur.execute("DEALLOCATE ALL")
+
+
+def test_each_prepared_read_gives_what_the_plain_read_gives(api, external_run, lena) -> None:
+    run_id = external_run()
+    round_trip(api, run_id)
+    call = ClientCall.objects.get(run_id=run_id)
+    fp = fingerprint("crm_update", NOTE)
+
+    with transaction.atomic():
+        for query in (external._lock_query(), external._READ):
+            [prepared_run] = query.fetch([run_id, lena.pk, False])
+            [plain_run] = plain(query).fetch([run_id, lena.pk, False])
+            assert fields(prepared_run) == fields(plain_run) and prepared_run.state == "planning"
+            assert fields(prepared_run.profile) == fields(plain_run.profile)
+            assert fields(prepared_run.created_by) == fields(plain_run.created_by)
+            assert query.fetch([run_id, lena.pk + 1000, False]) == []  # not hers: nothing
+    [found] = external._BY_KEY.fetch([run_id, call.key])
+    assert fields(found) == fields(plain(external._BY_KEY).fetch([run_id, call.key])[0]) == fields(call)
+    [beside] = external._READ_WITH_CALL.fetch([call.key, run_id, lena.pk, False])
+    [alone] = external._READ.fetch([run_id, lena.pk, False])
+    assert fields(beside.by_key) == fields(call) and fields(beside) == fields(alone)
+    [without] = external._READ_WITH_CALL.fetch(["no such key", run_id, lena.pk, False])
+    assert without.by_key is None and without.pk == run_id
+
+    run = Run.objects.get(pk=run_id)
+    same, ran = external._identical(run, fp)
+    assert same is not None and fields(same) == fields(call) and ran == 1
+    other = fingerprint("crm_update", {**NOTE, "note": "other"})
+    assert external._identical(run, other) == (None, 0)
+    sql, _columns = external._identical_query()
+    params = [run_id, fp, run_id, fp, run_id, fp]
+    assert rows.fetch(sql, params, prepared=True) == rows.fetch(sql, params)
+
+    raw = token_create(user=lena)[1]
+    user = token_user(raw)
+    assert fields(user) == fields(lena) and user._airlock_token_project is None
+    roles = access._roles_of(user)
+    access.forget_roles(lena)
+    assert roles == access._roles_of(lena)
+
+    journal = driver.StoreJournal(Run.objects.get(pk=run_id))
+    ran = ToolCall.objects.filter(run_id=run_id, fingerprint=fp, status__in=("succeeded", "failed")).count()
+    assert journal.executed(fp) == ran == 1
+    assert journal.executed(fingerprint("crm_update", {**NOTE, "note": "other"})) == 0
+
+
+@requires_postgres()
+def test_a_round_trip_prepares_its_hot_reads_once(settings, api, external_run) -> None:
+    assert settings.AIRLOCK_PREPARED_STATEMENTS
+    forget_prepared()
+    round_trip(api, external_run())
+    first = prepared_statements()
+    for name, text in HOT.items():
+        assert any(text in s for s in first), f"the {name} read was not prepared"
+    assert not any(JOURNAL_COUNT in s for s in first), "the proposal read its repeat count twice"
+    round_trip(api, external_run())
+    assert sorted(prepared_statements()) == sorted(first)  # reused, none added
+
+
+@requires_postgres()
+def test_turned_off_nothing_is_prepared_and_the_answers_are_the_same(settings, api, external_run) -> None:
+    on = round_trip(api, external_run())
+    settings.AIRLOCK_PREPARED_STATEMENTS = False
+    forget_prepared()
+    off_run = external_run()
+    off = round_trip(api, off_run)
+    assert prepared_statements() == []
+    assert off == on
+    assert ClientCall.objects.filter(run_id=off_run).count() == 1
+    assert list(ToolCall.objects.filter(run_id=off_run).values_list("status", "result")) == [
+        ("succeeded", {"ok": True, "result": "done"})
+    ]

@@ -1,8 +1,8 @@
 """Section 6 of `make bench`: page cost with a big database, against a minimal page.
 
 Server time is measured in-process through Django's test client (the whole middleware
-stack and template rendering, no network); query counts with CaptureQueriesContext.
-Each page is measured at a small scale and at the full one: a constant query count
+stack and template rendering, no network), the pages of a comparison taking turns
+(`measure`); query counts with CaptureQueriesContext. Each page is measured at a small scale and at the full one: a constant query count
 means no query per row.
 """
 

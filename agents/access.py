@@ -183,15 +183,11 @@ def _profiles(user: Any) -> list[AgentProfile]:
     return cast(list[AgentProfile], cache)
 
 
-def profile_projects(user: Any) -> dict[int, int]:
-    """Every profile's project, by profile id: the scopes below filter runs by
+def _profiles_in(user: Any, ids: set[int]) -> list[int]:
+    """The ids of the profiles of projects `ids`: the scopes below filter runs by
     `profile_id IN (...)`, which the runs' indexes serve, instead of joining the
     profiles."""
-    return {p.pk: p.project_id for p in _profiles(user)}
-
-
-def _profiles_in(user: Any, ids: set[int]) -> list[int]:
-    return [pk for pk, project in profile_projects(user).items() if project in ids]
+    return [p.pk for p in _profiles(user) if p.project_id in ids]
 
 
 def project_of(run: Run) -> int:

@@ -347,8 +347,7 @@ def _identical_query() -> tuple[str, rows.Columns]:
     # Always one row: the call's columns (NULLs when there is none) and the count.
     call = rows.Columns(ClientCall, "a")
     sql = (
-        f"SELECT {call.sql}, (SELECT COUNT(*) FROM agents_toolcall n"  # noqa: S608
-        " WHERE n.run_id = %s AND n.fingerprint = %s AND n.status IN ('succeeded', 'failed'))"
+        f"SELECT {call.sql}, ({driver.REPEATS})"  # noqa: S608
         " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id ="
         " (SELECT c.id FROM agents_clientcall c WHERE c.run_id = %s AND (c.fingerprint = %s OR c.call_id IN"
         " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s))"

@@ -65,6 +65,13 @@ def release_connection() -> None:
 # -- the journal ---------------------------------------------------------------------
 
 
+# How many times a call of one fingerprint ran to an end in a run (params: run id,
+# fingerprint): the repeat count the engine checks a new call against.
+REPEATS = (
+    "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = %s AND fingerprint = %s AND status IN ('succeeded', 'failed')"
+)
+
+
 class StoreJournal:
     """The journal of one run, for one driver.
 
@@ -96,10 +103,7 @@ class StoreJournal:
             # Only this fingerprint, through the (run, fingerprint) index, so the count
             # costs the same however many calls the run has made; written out and
             # prepared (agents/runs/rows.py): every proposal of an external run asks.
-            self.counts[fingerprint] = rows.fetch(
-                "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = %s AND fingerprint = %s"
-                " AND status IN ('succeeded', 'failed')", [self.run.pk, fingerprint], prepared=True,
-            )[0][0]
+            self.counts[fingerprint] = rows.fetch(REPEATS, [self.run.pk, fingerprint], prepared=True)[0][0]
         return self.counts.get(fingerprint, 0)
 
     def begin(self, key: str) -> bool:

@@ -39,12 +39,17 @@ class Upstream:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.schemas: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[None]:
         http = httpx2.AsyncClient(timeout=httpx2.Timeout(30.0))
         async with http, Client(streamable_http_client(self.url, http_client=http), cache=None) as client:
             self.client = client
+            # Listed once: the SDK's server checks a call's Mcp-Param headers against its
+            # tool's schema, and without `get_tool_input_schema` it would list the tools
+            # (here: a round trip upstream) on every call to find it.
+            self.schemas.update({PREFIX + t.name: t.input_schema for t in (await client.list_tools()).tools})
             yield
 
 
@@ -56,7 +61,8 @@ def build(upstream: Upstream) -> Any:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await upstream.client.call_tool(params.name.removeprefix(PREFIX), params.arguments or {})
 
-    server = Server("bench-sdk-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
+    server = Server("bench-sdk-proxy", on_list_tools=list_tools, on_call_tool=call_tool,
+                    get_tool_input_schema=upstream.schemas.get)
     manager = StreamableHTTPSessionManager(server, stateless=True, json_response=True)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

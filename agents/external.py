@@ -309,12 +309,19 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
         # took; without it (a worker held it) the driver's claim checks that version,
         # so a run that moved since is read again there, not trusted.
         made: list[Deps] = []
+        leased = run.lease_owner == owner
 
         def deps(driven: Run) -> Deps:
             made.append(driver.deps_for(driven, after.tools))
+            journal = made[0].journal
+            if leased and t is not None and isinstance(journal, driver.StoreJournal):
+                # Our commit wrote the call's intent and took the lease, so nobody has
+                # touched the call since: the drive need not read its journal entry back.
+                # (Without the lease a worker may have begun it meanwhile: read it then.)
+                journal.committed(t)
             return made[0]
 
-        run = driver.drive(run.pk, run=run, state=after, owner=owner, leased=run.lease_owner == owner, deps=deps)
+        run = driver.drive(run.pk, run=run, state=after, owner=owner, leased=leased, deps=deps)
         if run.state == states.ACTING and run.lease_owner is None:
             # A worker held the lease when we tried (and may have let go before seeing
             # the call): wake one rather than wait for the sweeper's idle check.

@@ -63,3 +63,19 @@ def test_an_allowed_call_reads_its_transcript_at_most_once(gw, upstream, token, 
     # run's version (agents/runs/store.py). Either way the drive that runs the call is
     # handed the state the proposal committed instead of loading it again.
     assert _transcript_reads(captured) == reads
+
+
+def _journal_reads(captured: CaptureQueriesContext) -> int:
+    return sum(1 for q in captured.captured_queries if q["sql"] and '"agents_toolcall"."idempotency_key" =' in q["sql"])
+
+
+def test_an_allowed_call_does_not_read_back_the_intent_its_proposal_wrote(gw, upstream, token) -> None:
+    _caller, sid = _opened(token)
+    _call(token, sid, "web__lookup", {"record_id": "alpha"})
+    with CaptureQueriesContext(connection) as captured:
+        reply = _call(token, sid, "web__lookup", {"record_id": "beta"})
+    assert not reply.is_error and reply.text == "the second record"
+    # The proposal's commit wrote the call's intent and took the run's lease, so the
+    # drive that runs the call knows its journal entry without reading it.
+    assert _journal_reads(captured) == 0
+    assert ToolCall.objects.filter(tool="web__lookup", status="succeeded").count() == 2

@@ -32,6 +32,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from agents import jsonsafe
+from agents.ops.middleware import log_denial
 from agents.runs import driver
 
 from . import core
@@ -39,6 +40,9 @@ from . import core
 T = TypeVar("T")
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
 MAX_BODY = 4 * 1024 * 1024
+# On every answer, as Django's SecurityMiddleware puts it on the pages': a browser never
+# takes the gateway's JSON for something else.
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 POLL_SECONDS = 0.1
 # A waiting call reads its own status when its run moved (the watcher's one query a
 # tick says so), and at least this often whatever the watcher saw.
@@ -238,7 +242,7 @@ async def managers() -> Managers:
 
 async def _answer(send: Any, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
     raw = json.dumps(body).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), NOSNIFF]
     head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": raw})
@@ -330,6 +334,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
                                       "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {unparsed}"}})
             return
     except core.Refused as refused:
+        if refused.status in (401, 403):
+            # Both doors log it here, as DenialLogMiddleware does Django's refusals.
+            log_denial(refused.status, scope["method"], scope["path"], refused.who)
         await _answer(send, refused.status, {"error": refused.error, "detail": refused.detail}, refused.headers)
         return
 
@@ -345,8 +352,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return await receive()
 
     async def stamped(event: dict[str, Any]) -> None:
-        if event["type"] == "http.response.start" and opening and event["status"] < 400:
-            event = {**event, "headers": [*event.get("headers", []), (b"mcp-session-id", sid.encode())]}
+        if event["type"] == "http.response.start":
+            added = [NOSNIFF, (b"mcp-session-id", sid.encode())] if opening and event["status"] < 400 else [NOSNIFF]
+            event = {**event, "headers": [*event.get("headers", []), *added]}
         await send(event)
 
     found = await managers()

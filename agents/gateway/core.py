@@ -21,6 +21,7 @@ from agents.engine import states
 from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
 from agents.models import AgentProfile, GatewaySession, Run
+from agents.ops.middleware import who_of
 from agents.runs import driver, rows
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
@@ -30,9 +31,12 @@ from agents.tools.mcp.mapping import hints_for
 class Refused(Exception):
     """An HTTP answer before the MCP layer: status, error name, detail."""
 
-    def __init__(self, status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, error: str, detail: str, headers: dict[str, str] | None = None, who: str = "anonymous"
+    ) -> None:
         super().__init__(detail)
         self.status, self.error, self.detail, self.headers = status, error, detail, headers or {}
+        self.who = who  # for the denial's log line (agents.ops.middleware.who_of)
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,8 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
         # Another project's profile is answered exactly like one that does not exist.
         raise Refused(404, "not_found", f"no external agent profile {profile_name!r}")
     if not access.can_launch(user, profile.project_id):
-        raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role")
+        raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role",
+                      who=who_of(user))
     return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
 
 

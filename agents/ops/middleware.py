@@ -26,10 +26,7 @@ def _escaped(text: str) -> str:
 
 def _who(request: HttpRequest) -> str:
     # The API authenticates bearer tokens itself and puts the user on `request.auth`.
-    user: Any = getattr(request, "auth", None) or getattr(request, "user", None)
-    if user is None or not getattr(user, "is_authenticated", False):
-        return "anonymous"
-    return _escaped(str(user.get_username()))
+    return who_of(getattr(request, "auth", None) or getattr(request, "user", None))
 
 
 LOGIN_PAGES = (settings.LOGIN_URL, "/admin/login/")
@@ -49,14 +46,10 @@ class DenialLogMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
+        if getattr(response, "denial_logged", False):
+            return response  # the view logged its own (the MCP gateway: agents/gateway/app.py)
         if response.status_code in (401, 403) or _login_redirect(request, response):
-            log.warning(
-                "denied status=%s method=%s path=%s user=%s",
-                response.status_code,
-                _escaped(str(request.method)),
-                _escaped(request.path),
-                _who(request),
-            )
+            log_denial(response.status_code, str(request.method), request.path, _who(request))
         return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:
@@ -64,6 +57,19 @@ class DenialLogMiddleware:
         # missing run; the log says what it was. (The API logs it in its own handler.)
         if isinstance(exception, RunHidden):
             denied(request, "another user's run")
+
+
+def log_denial(status: int, method: str, path: str, who: str) -> None:
+    """The line of a refused request (401, 403, a login redirect); `who` as `_who`
+    gives it (escaped), "anonymous" for nobody."""
+    log.warning("denied status=%s method=%s path=%s user=%s", status, _escaped(method), _escaped(path), who)
+
+
+def who_of(user: Any) -> str:
+    """`user` as the log line names it: escaped, or "anonymous"."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return "anonymous"
+    return _escaped(str(user.get_username()))
 
 
 def denied(request: HttpRequest, what: str) -> None:

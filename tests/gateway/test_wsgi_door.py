@@ -1,0 +1,128 @@
+"""`config.wsgi`, what gunicorn serves, hands `/mcp/` to the gateway before Django's
+request handling (agents/gateway/bridge.py, `application`), as `config.asgi` does; the
+gateway logs its own refusals, once, whichever way a request came in."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents.gateway.app import MAX_BODY
+from agents.models import AgentProfile, GatewaySession
+from agents.tokens import token_create
+from config.wsgi import application
+from tests.gateway.test_auth import ACCEPT, INIT, post
+from tests.helpers import requires_postgres
+
+# The gateway's queries run on its own threads: the rows must be committed to be seen.
+pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def ext(defaults: None) -> AgentProfile:
+    return AgentProfile.objects.create(name="ext", provider="external", tools=["echo"])
+
+
+class Body(io.BytesIO):
+    """A request body that counts what the application read of it."""
+
+    taken = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self.taken += len(chunk)
+        return chunk
+
+
+def wsgi(path: str, body: bytes, token: str | None = None, length: int | None = None,
+         **headers: str) -> tuple[int, dict[str, str], bytes, Body]:
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "POST", "PATH_INFO": path, "HTTP_HOST": "testserver", "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body) if length is None else length), "HTTP_ACCEPT": ACCEPT, **headers,
+    }
+    if token is not None:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    environ["wsgi.input"] = stream = Body(body)
+    setup_testing_defaults(environ)
+    started: list[Any] = []
+    parts = application(environ, lambda status, head, exc_info=None: started.append((status, head)))
+    try:
+        content = b"".join(parts)
+    finally:
+        getattr(parts, "close", lambda: None)()
+    status, head = started[0]
+    return int(status.split()[0]), {k.lower(): v for k, v in head}, content, stream
+
+
+def test_the_wsgi_door_answers_mcp_before_djangos_request_handling(ext: AgentProfile, lena: User) -> None:
+    _t, raw = token_create(user=lena)
+    status, head, content, _ = wsgi("/mcp/ext/", json.dumps(INIT).encode(), token=raw)
+    assert status == 200, content
+    sid = head["mcp-session-id"]
+    assert GatewaySession.objects.get(session_id=sid).user == lena
+    assert int(head["content-length"]) == len(content)
+    # None of Django's middleware ran: no session cookie, no CSRF cookie, no page headers;
+    # the gateway sets what its JSON needs itself.
+    assert "set-cookie" not in head and "x-frame-options" not in head
+    assert head["x-content-type-options"] == "nosniff"
+    listing = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode()
+    status, _head, content, _ = wsgi("/mcp/ext/", listing, token=raw, HTTP_MCP_SESSION_ID=sid)
+    assert status == 200 and [t["name"] for t in json.loads(content)["result"]["tools"]] == ["echo"]
+
+
+def test_the_rest_of_the_site_still_goes_through_django() -> None:
+    # A cookie-less POST to a page meets Django's CSRF check, which /mcp/ never does.
+    status, head, _content, _ = wsgi("/reviews/", b"")
+    assert status == 403 and head["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize("door", ["config.wsgi", "Django's URLs"])
+def test_a_refusal_is_logged_once_whichever_way_it_came(ext: AgentProfile, rita: User, caplog, door: str) -> None:
+    _t, rita_token = token_create(user=rita)  # a reviewer: may not drive an agent
+    for token, status in ((None, 401), ("not-a-token", 401), (rita_token, 403)):
+        caplog.clear()
+        if door == "config.wsgi":
+            answered = wsgi("/mcp/ext/", json.dumps(INIT).encode(), token=token)[0]
+        else:
+            answered = post(Client(), "/mcp/ext/", INIT, token=token).status_code
+        assert answered == status
+        who = rita.username if status == 403 else "anonymous"
+        lines = [r.getMessage() for r in caplog.records if r.name == "airlock.access"]
+        assert lines == [f"denied status={status} method=POST path=/mcp/ext/ user={who}"]
+        assert "not-a-token" not in caplog.text and rita_token not in caplog.text
+    assert not GatewaySession.objects.exists()
+
+
+def test_a_body_over_the_limit_is_refused_unread(ext: AgentProfile, lena: User) -> None:
+    _t, raw = token_create(user=lena)
+    huge = b"x" * (MAX_BODY + 1000)
+    status, head, content, stream = wsgi("/mcp/ext/", huge, token=raw, length=20 * MAX_BODY)
+    assert status == 413 and json.loads(content)["error"] == "too_large"
+    assert head["x-content-type-options"] == "nosniff"
+    assert stream.taken == MAX_BODY + 1  # one byte past the limit, never the 80 MB it announced
+    assert not GatewaySession.objects.exists()
+
+
+def test_a_held_call_streams_its_progress_through_the_door(gw, upstream, token, settings) -> None:
+    settings.AIRLOCK_GATEWAY_WAIT_SECONDS = 1.5
+    status, head, _content, _ = wsgi("/mcp/gw/", json.dumps(INIT).encode(), token=token)
+    assert status == 200
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "web__delete_record", "arguments": {"record_id": "beta"}, "_meta": {"progressToken": "p1"}}}
+    status, answer, content, _ = wsgi("/mcp/gw/", json.dumps(call).encode(), token=token,
+                                      HTTP_MCP_SESSION_ID=head["mcp-session-id"],
+                                      HTTP_MCP_PROTOCOL_VERSION=INIT["params"]["protocolVersion"])
+    assert status == 200 and answer["content-type"].startswith("text/event-stream")
+    assert "content-length" not in answer  # streamed as the loop sends it
+    events = [json.loads(line[5:]) for line in content.decode().splitlines() if line.startswith("data:")]
+    progress = [e for e in events if e.get("method") == "notifications/progress"]
+    assert progress and all(e["params"]["progressToken"] == "p1" for e in progress)
+    assert events[-1]["id"] == 2
+    assert events[-1]["result"]["structuredContent"]["airlock"]["status"] == "pending_approval"
+    assert upstream.calls("delete_record") == []  # held: nothing ran

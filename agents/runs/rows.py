@@ -80,16 +80,19 @@ class Joined:
     unread, as `defer()` leaves them. `prepared`: see `fetch`. `beside`: (attribute,
     model, ON clause) for a row of another table read in the same statement (aliases
     `c0`, `c1`...; LEFT JOIN, its `%s` before the WHERE clause's), set on each instance
-    under that attribute, None when no row matched (what a Prefetch's `to_attr` does)."""
+    under that attribute, None when no row matched (what a Prefetch's `to_attr` does).
+    `annotate`: (attribute, SQL expression on those aliases) read in the same statement
+    and set on each instance (what `annotate()` gives)."""
 
     def __init__(
         self, model: type[models.Model], related: Sequence[str], where: str, *, defer: Sequence[str] = (),
         prepared: bool = False, beside: Sequence[tuple[str, type[models.Model], str]] = (),
+        annotate: Sequence[tuple[str, str]] = (),
     ) -> None:
         # One name may come bare: a str is a sequence too, and would be read letter by letter.
         names = (related,) if isinstance(related, str) else tuple(related)
         self.model, self.related, self.where, self.defer = model, names, where, set(defer)
-        self.prepared, self.beside = prepared, tuple(beside)
+        self.prepared, self.beside, self.annotate = prepared, tuple(beside), tuple(annotate)
 
     @functools.cached_property
     def _parts(self) -> tuple[str, Columns, list[tuple[Any, Columns]]]:
@@ -113,6 +116,7 @@ class Joined:
             joins.append(f" LEFT JOIN {qn(model._meta.db_table)} c{i} ON {on}")
             select.append(other.sql)
             joined.append((attribute, other))
+        select += [expression for _attribute, expression in self.annotate]
         sql = f"SELECT {', '.join(select)} FROM {qn(self.model._meta.db_table)} a{''.join(joins)} WHERE {self.where}"
         return sql, own, joined
 
@@ -132,6 +136,8 @@ class Joined:
                         instance, None if getattr(instance, field.attname) is None else other.instance(part)
                     )
                 at += other.width
+            for (attribute, _expression), value in zip(self.annotate, row[at:], strict=True):
+                setattr(instance, attribute, value)
             found.append(instance)
         return found
 

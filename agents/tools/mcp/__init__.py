@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import functools
 import json
 import logging
 from collections.abc import Collection, Iterator
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db import connection as db_connection
 from django.db import transaction
 from django.utils import timezone
 
@@ -297,25 +299,76 @@ def _spec(tool: McpTool) -> ToolSpec:
     )
 
 
-# McpTool.offered(), in SQL.
-_OFFERED = rows.Joined(McpTool, ["server"], "a.status = 'active' AND a.enabled = %s AND b0.enabled = %s ORDER BY a.id")
+# McpTool.offered(), in SQL (aliases: `a` the tool, `b0` its server).
+_OFFERED = "a.status = 'active' AND a.enabled = %s AND b0.enabled = %s"
+# A tool's row and its server's as PostgreSQL prints them: any change to either changes it.
+_FINGERPRINT = "md5(a::text || b0::text)"
+
+
+def _offered(names: Collection[str] | None) -> tuple[str, list[Any]] | None:
+    """The WHERE clause and parameters of the offered tools (only those `names` when
+    given); None when `names` names no MCP tool."""
+    if names is None:
+        return _OFFERED, [True, True]
+    wanted = sorted({n for n in names if SEPARATOR in n})  # built-in names have no `__`
+    if not wanted:
+        return None
+    return f"{_OFFERED} AND a.name IN ({rows.placeholders(wanted)})", [True, True, *wanted]
+
+
+@functools.lru_cache(maxsize=64)
+def _read(where: str, fingerprinted: bool = False) -> rows.Joined:
+    annotate = [("fingerprint", _FINGERPRINT)] if fingerprinted else []
+    return rows.Joined(McpTool, ["server"], f"{where} ORDER BY a.id", annotate=annotate)
 
 
 def offered_tools(names: Collection[str] | None = None) -> list[McpTool]:
     """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
     true, only those `names` when given. Every drive asks, so the query is written out
     (agents/runs/rows.py)."""
-    if names is None:
-        return _OFFERED.fetch([True, True])
-    wanted = sorted({n for n in names if SEPARATOR in n})  # built-in names have no `__`
-    if not wanted:
+    found = _offered(names)
+    return [] if found is None else _read(found[0]).fetch(found[1])
+
+
+# Each offered tool's spec, built once per version of its rows (PostgreSQL): under the
+# tool's id and the fingerprint of its row and its server's, so an operator's change to
+# either (an override, a new pin, a server's URL or timeout) builds it again. A read
+# first asks only for the ids and fingerprints of the offered tools; the rows themselves
+# are read and built only when one of them is new. A spec holds no secret (a server's
+# headers and environment are read when it calls) and nothing of a request.
+_SPECS: dict[tuple[Any, ...], ToolSpec | None] = {}
+_SPECS_KEPT = 4096
+_UNBUILT: Any = object()
+
+
+def _offered_specs(names: Collection[str] | None = None) -> list[ToolSpec]:
+    found = _offered(names)
+    if found is None:
         return []
-    named = rows.Joined(
-        McpTool, ["server"],
-        f"a.status = 'active' AND a.enabled = %s AND b0.enabled = %s AND a.name IN ({rows.placeholders(wanted)})"
-        " ORDER BY a.id",
+    where, params = found
+    if db_connection.vendor != "postgresql":
+        return _built(_read(where).fetch(params))
+    listing = settings.AIRLOCK_MCP_LISTING_SECONDS  # a spec's, so part of its key
+    qn = db_connection.ops.quote_name
+    marks = rows.fetch(
+        f"SELECT a.id, {_FINGERPRINT} FROM {qn(McpTool._meta.db_table)} a JOIN {qn(McpServer._meta.db_table)} b0"
+        f" ON b0.id = a.server_id WHERE {where} ORDER BY a.id", params,
     )
-    return named.fetch([True, True, *wanted])
+    kept = [_SPECS.get((pk, mark, listing), _UNBUILT) for pk, mark in marks]
+    if any(spec is _UNBUILT for spec in kept):
+        if len(_SPECS) > _SPECS_KEPT:
+            _SPECS.clear()
+        # Read again with each row's fingerprint, so a row changed since the marks is
+        # kept under its own; the specs are those of this read.
+        kept = []
+        for tool in _read(where, fingerprinted=True).fetch(params):
+            key = (tool.pk, tool.fingerprint, listing)
+            spec = _SPECS.get(key, _UNBUILT)
+            if spec is _UNBUILT:
+                built = _built([tool])  # a refused tool is kept as None: logged once a version
+                spec = _SPECS[key] = built[0] if built else None
+            kept.append(spec)
+    return [spec for spec in kept if isinstance(spec, ToolSpec)]
 
 
 # The specs of every offered MCP tool, read once for the scope of `read_once()`.
@@ -333,7 +386,7 @@ def read_once() -> Iterator[None]:
     if _ONCE.get() is not None:
         yield  # an outer scope reads for us
         return
-    token = _ONCE.set(_built(offered_tools()))
+    token = _ONCE.set(_offered_specs())
     try:
         yield
     finally:
@@ -347,7 +400,7 @@ def specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     if once is not None:
         wanted = None if names is None else set(names)
         return once if wanted is None else [s for s in once if s.name in wanted]
-    return _built(offered_tools(names))
+    return _offered_specs(names)
 
 
 def _built(tools: list[McpTool]) -> list[ToolSpec]:

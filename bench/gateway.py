@@ -26,7 +26,8 @@ alone; `uvicorn` serves `config.asgi` instead, the other way to serve Airlock (t
 figures the bench printed before this round were uvicorn's). The gateway is slower
 behind gunicorn (the WSGI bridge; a waiting client is a thread): the waiting clients'
 slowest answer measured 0.44-1.36 s there against 0.32-0.51 s under uvicorn
-(docs/gateway.md, "What a call costs").
+in the fifth round, 0.29-0.47 s and 0.25 s in the sixth (docs/gateway.md, "What a call
+costs").
 """
 
 from __future__ import annotations
@@ -379,7 +380,7 @@ def print_gateway(r: dict[str, Any]) -> None:
     print(
         f"  the floor, an SDK-only pass-through proxy (bench/sdk_proxy.py, no Airlock): p50 {f['p50_ms']:.1f} ms "
         f"(added {f['added_p50_ms']:+.1f} ms); throughput {f['calls_per_s']:.0f}/s = {f['throughput_ratio']:.2f} "
-        "of direct"
+        f"of direct; so Airlock's own share of a call is {g['gateway_p50_ms'] - f['p50_ms']:+.1f} ms"
     )
     print(
         f"decision API ({d['round_trips']} round trips): propose + report p50 {d['p50_ms']:.1f} ms "

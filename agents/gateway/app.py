@@ -28,8 +28,11 @@ import mcp_types as types
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
 
 from agents import jsonsafe
 from agents.ops.middleware import log_denial
@@ -66,11 +69,15 @@ async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 @dataclass(frozen=True)
 class Gate:
-    """What the front learned of a request, for its MCP handlers (in the ASGI scope)."""
+    """What the front learned of a request, for its MCP handlers (in the ASGI scope):
+    with `started`, the front also proposed the request's tools/call (`call`: its tool
+    and arguments), in the same trip to the database as the token and the session."""
 
     caller: core.Caller
     session_pk: int
     run_id: int | None = None
+    call: tuple[str, Any] | None = None
+    started: Any = None
 
 
 def _gate(ctx: Any) -> Gate:
@@ -94,7 +101,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
     notifications, if the client asked, each second), then answers as it stands."""
     gate = _gate(ctx)
-    started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {}, gate.run_id)
+    if gate.call is not None and gate.call == (params.name, params.arguments or {}):
+        started = gate.started
+    else:
+        started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {},
+                           gate.run_id)
     if isinstance(started, core.Reply):
         return _result(started)
     answer, run_id = started
@@ -263,6 +274,26 @@ async def _read_body(receive: Any) -> bytes | None:
             return b"".join(chunks)
 
 
+def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]) -> tuple[str, Any] | None:
+    """A tools/call that the SDK will hand to `call_tool` as it stands, as (tool,
+    arguments): its envelope, its params and the headers the SDK checks first (Accept,
+    and Content-Type) pass the SDK's own checks. Its proposal may then ride on the
+    front's trip to the database, a trip and a pool checkout fewer; anything else is
+    left to the SDK, which refuses it before anything is proposed."""
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    try:
+        request = types.JSONRPCRequest.model_validate(message)
+        params = types.CallToolRequestParams.model_validate(request.params)
+    except ValidationError:
+        return None
+    has_json, has_sse = check_accept_headers(Request(scope))
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if not has_json or (_wants_progress(message) and not has_sse) or content_type != "application/json":
+        return None
+    return params.name, params.arguments or {}
+
+
 def _wants_progress(message: Any) -> bool:
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return False
@@ -324,11 +355,20 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 "initialize with one of the supported versions",
                 "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
             return
-        # One trip to the database threads: the token, the profile, then the session.
-        caller, sid, session_pk, run_id = await db(
-            core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
-            client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
-        )
+        # One trip to the database threads: the token, the profile, then the session (and
+        # a tools/call's proposal, when the SDK will take the call as it stands).
+        call = None if opening or unparsed is not None else _sdk_takes_call(message, scope, headers)
+        started = None
+        if call is not None:
+            caller, sid, session_pk, run_id, started = await db(
+                core.admit_and_start, authorization, match["profile"], sid=sid, run_header=run_header,
+                tool=call[0], args=call[1],
+            )
+        else:
+            caller, sid, session_pk, run_id = await db(
+                core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
+                client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
+            )
         if unparsed is not None:
             await _answer(send, 400, {"jsonrpc": "2.0", "id": None,
                                       "error": {"code": types.PARSE_ERROR, "message": f"Parse error: {unparsed}"}})
@@ -341,7 +381,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
 
     inner = dict(scope)
-    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk, run_id=run_id)
+    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk, run_id=run_id, call=call, started=started)
     sent = False
 
     async def replay() -> dict[str, Any]:

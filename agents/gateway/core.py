@@ -108,6 +108,16 @@ def admit(
     return caller, sid, *session_find(caller, sid, run_header)
 
 
+def admit_and_start(
+    header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, tool: str, args: Any,
+) -> tuple[Caller, str, int, int | None, tuple[CallAnswer, int] | Reply]:
+    """`admit` a tools/call's request and `call_start` its call, in one trip to the
+    database threads (app.py: for a tools/call the SDK will take as it stands)."""
+    caller, sid, session_pk, run_id = admit(header, profile_name, sid=sid, run_header=run_header, opening=False,
+                                            client_name="", protocol_version="")
+    return caller, sid, session_pk, run_id, call_start(caller, session_pk, tool, args, run_id)
+
+
 def session_open(caller: Caller, *, client_name: str, protocol_version: str, run_header: str | None) -> str:
     """A new session's id (the `Mcp-Session-Id` the initialize answer carries). With
     `Airlock-Run`, the session continues that run: the caller's own, of this profile,

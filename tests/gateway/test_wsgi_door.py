@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.gateway.app import MAX_BODY
-from agents.models import AgentProfile, GatewaySession
+from agents.models import AgentProfile, Approval, GatewaySession, ToolCall
 from agents.tokens import token_create
 from config.wsgi import application
 from tests.gateway.test_auth import ACCEPT, INIT, post
@@ -126,3 +126,59 @@ def test_a_held_call_streams_its_progress_through_the_door(gw, upstream, token, 
     assert events[-1]["id"] == 2
     assert events[-1]["result"]["structuredContent"]["airlock"]["status"] == "pending_approval"
     assert upstream.calls("delete_record") == []  # held: nothing ran
+
+
+def _session(token: str) -> dict[str, str]:
+    status, head, _content, _ = wsgi("/mcp/gw/", json.dumps(INIT).encode(), token=token)
+    assert status == 200
+    return {"HTTP_MCP_SESSION_ID": head["mcp-session-id"], "HTTP_MCP_PROTOCOL_VERSION": INIT["params"]["protocolVersion"]}
+
+
+def _tools_call(tool: str, args: Any, **extra: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                       "params": {"name": tool, "arguments": args, **extra}}).encode()
+
+
+def test_a_tools_call_is_proposed_in_the_fronts_one_trip_to_the_database(gw, upstream, token, monkeypatch) -> None:
+    from agents.gateway import app
+
+    session = _session(token)
+    trips: list[str] = []
+    real = app.db
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(app, "db", counted)
+    status, _head, content, _ = wsgi("/mcp/gw/", _tools_call("web__lookup", {"record_id": "beta"}), token=token,
+                                     **session)
+    assert status == 200 and json.loads(content)["result"]["content"][0]["text"] == "the second record"
+    assert trips == ["admit_and_start"]  # the token, the session, the proposal and its drive: one trip
+    assert ToolCall.objects.get(tool="web__lookup").status == "succeeded"
+
+
+@pytest.mark.parametrize("why, answered", [("accepts no JSON", 406), ("not JSON", 400), ("bad params", 200),
+                                           ("no id", 202)])
+def test_a_tools_call_the_sdk_refuses_proposes_nothing(gw, upstream, token, why: str, answered: int) -> None:
+    """What the SDK refuses (or takes as a notification, and drops) is never proposed,
+    though the front reads the call before the SDK does."""
+    session = _session(token)
+    headers = dict(session)
+    body = _tools_call("web__delete_record", {"record_id": "beta"})
+    if why == "accepts no JSON":
+        headers["HTTP_ACCEPT"] = "text/html"
+    elif why == "not JSON":
+        headers["CONTENT_TYPE"] = "text/plain"
+    elif why == "bad params":
+        body = _tools_call("web__delete_record", ["beta"])
+    else:
+        message = json.loads(body)
+        del message["id"]
+        body = json.dumps(message).encode()
+    status, _head, content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+    assert status == answered
+    if why == "bad params":
+        assert json.loads(content)["error"]["code"] == -32602
+    assert not ToolCall.objects.exists() and not Approval.objects.exists()
+    assert upstream.calls() == []

@@ -130,7 +130,9 @@ class ThreadRunner:
     Python cannot kill a thread: a timed-out tool's thread is abandoned (it is a
     daemon, and exits once its call returns) and its result is dropped; the next call
     gets a fresh thread. Otherwise the thread is reused, since starting one per call
-    costs more than a quick tool. Exceptions become error results.
+    costs more than a quick tool (about 160 us against 10): by this runner's next call,
+    and once the runner is closed by the next runner of the process (`_IDLE`). Exceptions
+    become error results.
     """
 
     def __init__(self) -> None:
@@ -138,7 +140,7 @@ class ThreadRunner:
 
     def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         started = time.monotonic()
-        worker = self._worker if self._worker is not None else _Worker()
+        worker = self._worker if self._worker is not None else _idle_worker()
         future = worker.submit(lambda: self.call(spec, args, ctx))
         try:
             value = self.wait(future, ctx.timeout)
@@ -179,11 +181,37 @@ class ThreadRunner:
         return spec.func(args, ctx)
 
     def close(self) -> None:
-        """Let the helper thread end: a driver calls this when it is done with the run,
-        else every drive would leave one idle thread behind in a long-lived worker."""
+        """Give the helper thread back: a driver calls this when it is done with the
+        run. The process keeps a few idle for the next runners (a gateway call or a
+        worker's drive makes one each) and lets the others end, else every drive would
+        leave one idle thread behind in a long-lived worker."""
         if self._worker is not None:
-            self._worker.abandon()
+            _park(self._worker)
             self._worker = None
+
+
+# Idle helper threads of finished runners, for the next ones: at most IDLE_KEPT.
+_IDLE: list[_Worker] = []
+IDLE_KEPT = 8
+
+
+def _idle_worker() -> _Worker:
+    while True:
+        try:
+            worker = _IDLE.pop()
+        except IndexError:
+            return _Worker()
+        # A thread of the parent process, or one that ended: the fork left its object
+        # behind without its thread (is_alive is False in the child).
+        if worker.alive():
+            return worker
+
+
+def _park(worker: _Worker) -> None:
+    if len(_IDLE) < IDLE_KEPT and worker.alive():
+        _IDLE.append(worker)
+    else:
+        worker.abandon()
 
 
 class _Worker:
@@ -192,10 +220,17 @@ class _Worker:
             queue.SimpleQueue()
         )
         self._abandoned = False
-        threading.Thread(target=self._loop, name="airlock-tool", daemon=True).start()
+        self._busy = False  # a job submitted and not finished
+        self._thread = threading.Thread(target=self._loop, name="airlock-tool", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """Running and idle: fit to take another runner's calls."""
+        return not self._abandoned and not self._busy and self._thread.is_alive()
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._busy = True
         self._jobs.put((fn, future))
         return future
 
@@ -209,13 +244,18 @@ class _Worker:
             if job is None:
                 return
             fn, future = job
+            value: Any = None
             try:
-                future.set_result(fn())
+                value = fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                self._busy = False  # before the caller wakes: it may give the thread back at once
                 future.set_exception(exc)
+            else:
+                self._busy = False
+                future.set_result(value)
             # Drop the finished job before waiting for the next one: the future holds
             # the tool's result (10 MB, say), and an idle thread would keep it alive.
-            del job, fn, future
+            del job, fn, future, value
 
 
 def _ms(started: float) -> int:

@@ -16,6 +16,10 @@ section "gateway" to bench/results.json and prints its lines with their targets)
 3. **50 waiting clients**: 50 MCP sessions at once, each with one call held for
    approval: the web process's RSS and PostgreSQL's connections while they wait, and the
    delay from each decision's commit to its client's answer (target: all within 1 s).
+4. **Other servers' tools**: the gateway call of 1. with 500 MCP tools of another
+   server registered (offered to other profiles), against the same call without them,
+   alternating: their ratio (Airlock's own target, <= 1.1: a call reads its profile's
+   tools, not the deployment's).
 
 The web process is what a deployment runs (docs/deployment.md, "The web service"):
 gunicorn with `config/gunicorn.py` (threaded workers over `config.wsgi`, the gateway
@@ -55,6 +59,8 @@ TARGET_ADDED_P50_MS = 5.0
 TARGET_THROUGHPUT_RATIO = 0.5
 TARGET_ROUND_TRIP_P50_MS = 10.0
 TARGET_DECISION_DELAY_S = 1.0
+# Airlock's own target, not the issue's: a call costs what its profile's tools cost.
+TARGET_OTHER_TOOLS_RATIO = 1.1
 WAITING_CLIENTS = 50
 NOTE_TOOL = {
     "name": "note", "description": "Writes a note in the client's own notebook.",
@@ -214,6 +220,41 @@ def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
     }
 
 
+OTHER_TOOLS = 500
+
+
+def other_servers_tools(stand: Stand, base: str, n: int, tools: int = OTHER_TOOLS) -> dict[str, Any]:
+    """The gateway call of `gateway_vs_direct` with `tools` more MCP tools registered on
+    another server (offered to other profiles, not this one) against the same call
+    without them, in alternating rounds: a call should cost the same however many
+    tools the rest of the deployment has."""
+    from agents.models import McpServer, McpTool
+
+    other, _ = McpServer.objects.get_or_create(name="others", defaults={"transport": "http",
+                                                                         "url": "http://127.0.0.1:9/mcp"})
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "a parameter"}
+                                               for i in range(12)}}
+    url, headers = f"{base}/mcp/bench-gateway/", {"Authorization": f"Bearer {stand.token}"}
+    without: list[float] = []
+    with_them: list[float] = []
+    rounds = 4
+    try:
+        for r in range(rounds):
+            McpTool.objects.filter(server=other).delete()
+            without += _timed_calls(url, headers, "bench__lookup", n // rounds, offset=50_000_000 + r * n)
+            McpTool.objects.bulk_create([
+                McpTool(server=other, mcp_name=f"t{i}", name=f"others__t{i}", description="Does a thing. " * 20,
+                        input_schema=schema, sha256="0" * 64)
+                for i in range(tools)
+            ])
+            with_them += _timed_calls(url, headers, "bench__lookup", n // rounds, offset=60_000_000 + r * n)
+    finally:
+        other.delete()
+    alone, among = statistics.median(without) * 1000, statistics.median(with_them) * 1000
+    return {"tools": tools, "calls": len(without), "alone_p50_ms": round(alone, 2),
+            "among_p50_ms": round(among, 2), "ratio": round(among / alone, 3)}
+
+
 def decision_round_trip(stand: Stand, base: str, n: int) -> dict[str, Any]:
     """Propose + report of the allowed client tool `note` over HTTP, one client, `n`
     times (after a few unmeasured ones): seconds per round trip, and each half."""
@@ -342,6 +383,7 @@ def gateway_bench(
         with stand.web() as (base, _proc):
             results: dict[str, Any] = {"server": server, "gateway": gateway_vs_direct(stand, base, calls)}
             results["decision_api"] = decision_round_trip(stand, base, round_trips)
+            results["other_tools"] = other_servers_tools(stand, base, calls // 2)
         # Each waiting client holds one of gunicorn's threads: as many as deployment.md says to size for.
         threads = str(max(32, 2 * clients))
         with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60", WEB_THREADS=threads) as (base, proc):
@@ -360,6 +402,9 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     t.check("gateway: throughput / direct (sequential, one client)", r["gateway"]["throughput_ratio"], ">=",
             TARGET_THROUGHPUT_RATIO)
     t.check("decision API: propose + report p50 ms", r["decision_api"]["p50_ms"], "<=", TARGET_ROUND_TRIP_P50_MS)
+    o = r["other_tools"]
+    t.check(f"gateway: call p50 with {o['tools']} other servers' tools / without", o["ratio"], "<=",
+            TARGET_OTHER_TOOLS_RATIO)
     w = r["waiting"]
     if w["decision_delay_max_s"] is not None:
         t.check(f"gateway: {w['clients']} waiting clients, slowest decision-to-answer s", w["decision_delay_max_s"],
@@ -385,6 +430,11 @@ def print_gateway(r: dict[str, Any]) -> None:
     print(
         f"decision API ({d['round_trips']} round trips): propose + report p50 {d['p50_ms']:.1f} ms "
         f"(propose {d['propose_p50_ms']:.1f}, report {d['report_p50_ms']:.1f})"
+    )
+    o = r["other_tools"]
+    print(
+        f"a gateway call with {o['tools']} other servers' MCP tools registered: p50 {o['among_p50_ms']:.1f} ms "
+        f"against {o['alone_p50_ms']:.1f} ms without them ({o['ratio']:.2f}x; {o['calls']} calls each)"
     )
     delay = "n/a" if w["decision_delay_p50_s"] is None else (
         f"p50 {w['decision_delay_p50_s'] * 1000:.0f} ms, max {w['decision_delay_max_s'] * 1000:.0f} ms")

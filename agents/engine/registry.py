@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from . import schemas
 
+# A profile's `NAME__*` names every tool of server NAME (the prefix is `NAME__`).
+PATTERN = "__*"
+
 Risk = Literal["read", "write", "irreversible"]
 Returns = Literal["internal", "external"]
 RetrySafety = Literal["safe", "unsafe"]
@@ -155,6 +158,16 @@ def client_tool_specs(data: Any) -> list[ToolSpec]:
     return specs
 
 
+def covering(tools: Iterable[str] | None) -> Callable[[str], bool]:
+    """A test of whether a tool's name is among `tools`: a name as given, or one of a
+    `NAME__*` pattern's (None: every tool)."""
+    if tools is None:
+        return lambda name: True
+    names = set(tools)
+    prefixes = tuple(t[:-1] for t in names if t.endswith(PATTERN))
+    return lambda name: name in names or (bool(prefixes) and name.startswith(prefixes))
+
+
 class Registry:
     def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
         self._specs: dict[str, ToolSpec] = {}
@@ -180,11 +193,7 @@ class Registry:
             return None
         expanded: list[str] = []
         for name in names:
-            if name.endswith("__*"):
-                prefix = name[:-1]
-                found = [n for n in sorted(self._specs) if n.startswith(prefix)]
-            else:
-                found = [name]
+            found = list(filter(covering((name,)), sorted(self._specs))) if name.endswith(PATTERN) else [name]
             expanded.extend(n for n in found if n not in expanded)
         return expanded
 

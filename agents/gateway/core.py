@@ -197,8 +197,8 @@ def offered(profile: AgentProfile) -> list[ToolSpec]:
     """The tools the gateway offers for `profile`: its registered tools (built-in, and
     MCP tools whose pinned definition is active), not its client tools (those are for
     the decision API: an MCP client has no way to report their results) nor the ones it
-    denies, in the profile's order."""
-    reg = registry()
+    denies, in the profile's order. Only the profile's MCP tools are read."""
+    reg = registry(profile.tools or None)
     names = reg.expand(profile.tools) if profile.tools else reg.names()
     denied = set(profile.denied_tools or ())
     return [spec for n in names or () if n not in denied and (spec := reg.get(n)) is not None]
@@ -243,9 +243,10 @@ def call_start(
 
     A tool the gateway does not offer is refused before anything is proposed: the
     client learns nothing of tools outside its list, and no upstream is reached.
-    The offered-tools check, the policy and the drive read the MCP tools once."""
+    The offered-tools check, the policy and the drive read the MCP tools once, and
+    only the profile's: a call costs the same however many tools other servers have."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
-    with mcp_tools.read_once():
+    with mcp_tools.read_once(profile.tools or None):
         if tool not in {s.name for s in offered(profile)}:
             return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
                          is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
@@ -276,7 +277,10 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
         # conditional update, so of two gateways (or a worker) one drives.
         lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
         if run.state == states.ACTING and (run.lease_owner is None or lapsed):
-            with mcp_tools.read_once():
+            profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
+            # A tool the profile no longer offers (changed while the call waited) is
+            # outside the scope: the drive reads it on its own, as before.
+            with mcp_tools.read_once(profile.tools or None):
                 driver.drive(run_id)
     answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     driver.release_connection()

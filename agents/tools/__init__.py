@@ -35,8 +35,9 @@ def _local() -> list[ToolSpec]:
 
 
 def registry(tools: Collection[str] | None = None) -> Registry:
-    """The tools on offer; with `tools` (a run's snapshotted names), the MCP tools among
-    them only: the built-in ones cost nothing, an MCP tool costs a row and a spec."""
+    """The tools on offer; with `tools` (a run's snapshotted names, or a profile's names
+    and `NAME__*` patterns), the MCP tools among them only: the built-in ones cost
+    nothing, an MCP tool costs a row and a spec."""
     from . import mcp
 
     reg = Registry(_local())

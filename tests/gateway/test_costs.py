@@ -10,7 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.gateway import core
-from agents.models import ToolCall
+from agents.models import McpServer, McpTool, ToolCall
+from agents.runs import rows
 from tests.helpers import requires_postgres
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
@@ -44,6 +45,34 @@ def test_an_allowed_call_reads_the_offered_mcp_tools_once(gw, upstream, token) -
     # The offered-tools check, the policy's registry and the drive: one read between them.
     assert _mcp_tool_reads(captured) == 1
     assert ToolCall.objects.filter(tool="web__lookup", status="succeeded").count() == 2
+
+
+def test_a_call_reads_only_its_profiles_mcp_tools(gw, upstream, token, monkeypatch) -> None:
+    # Another server's 60 tools, offered to other profiles: a gateway call of `gw`
+    # (`web__*`) reads none of their rows, so it costs the same however many there are.
+    other = McpServer.objects.create(name="other", transport="http", url="http://127.0.0.1:9/mcp")
+    McpTool.objects.bulk_create([
+        McpTool(server=other, mcp_name=f"t{i}", name=f"other__t{i}", description="t", input_schema={"type": "object"},
+                sha256="0" * 64)
+        for i in range(60)
+    ])
+    web = set(McpTool.objects.filter(server__name="web").values_list("pk", flat=True))
+    read: list[int] = []
+    real = rows.fetch
+
+    def counting(sql: str, params: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+        found = real(sql, params, **kwargs)
+        if 'FROM "agents_mcptool"' in sql:
+            read.extend(row[0] for row in found)
+        return found
+
+    monkeypatch.setattr(rows, "fetch", counting)
+    caller, sid = _opened(token)
+    assert {t["name"] for t in core.tool_list(caller)} >= {"web__lookup", "web__delete_record"}
+    _call(token, sid, "web__lookup", {"record_id": "alpha"})
+    reply = _call(token, sid, "web__lookup", {"record_id": "beta"})
+    assert not reply.is_error and reply.text == "the second record"
+    assert read and set(read) <= web
 
 
 def _transcript_reads(captured: CaptureQueriesContext) -> int:

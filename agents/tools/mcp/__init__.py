@@ -23,7 +23,7 @@ from django.db import connection as db_connection
 from django.db import transaction
 from django.utils import timezone
 
-from agents.engine.registry import ToolContext, ToolError, ToolSpec
+from agents.engine.registry import PATTERN, ToolContext, ToolError, ToolSpec, covering
 from agents.engine.schemas import SchemaRefused, schema_problem
 from agents.models import McpServer, McpTool
 from agents.runs import rows
@@ -301,19 +301,34 @@ def _spec(tool: McpTool) -> ToolSpec:
 
 # McpTool.offered(), in SQL (aliases: `a` the tool, `b0` its server).
 _OFFERED = "a.status = 'active' AND a.enabled = %s AND b0.enabled = %s"
-# A tool's row and its server's as PostgreSQL prints them: any change to either changes it.
-_FINGERPRINT = "md5(a::text || b0::text)"
+# The version of a tool's row and its server's: any change to either changes it. An
+# UPDATE never rewrites a row in place; it writes a new version at a new `ctid`, stamped
+# with the writing transaction's `xmin`, so the pair names one version of a row (two
+# updates in one transaction share the xmin, not the ctid). It costs nothing to read,
+# where a hash of each row's text (md5(a::text || b0::text), before) cost 12 ms a read
+# with 500 tools registered: every gateway call and every drive reads the marks.
+_FINGERPRINT = "a.xmin::text || a.ctid::text || ' ' || b0.xmin::text || b0.ctid::text"
 
 
 def _offered(names: Collection[str] | None) -> tuple[str, list[Any]] | None:
     """The WHERE clause and parameters of the offered tools (only those `names` when
-    given); None when `names` names no MCP tool."""
+    given: tool names, or a profile's `NAME__*` patterns); None when `names` names no
+    MCP tool."""
     if names is None:
         return _OFFERED, [True, True]
-    wanted = sorted({n for n in names if SEPARATOR in n})  # built-in names have no `__`
-    if not wanted:
+    mcp_names = {n for n in names if SEPARATOR in n}  # built-in names have no `__`
+    prefixes = sorted({n[:-1] for n in mcp_names if n.endswith(PATTERN)})
+    wanted = sorted(n for n in mcp_names if not n.endswith(PATTERN))
+    if not wanted and not prefixes:
         return None
-    return f"{_OFFERED} AND a.name IN ({rows.placeholders(wanted)})", [True, True, *wanted]
+    # substr, not LIKE: exact on both databases (SQLite's LIKE ignores case, and `_`
+    # in a server's name is a LIKE wildcard), as Registry.expand's startswith is.
+    alternatives = [f"a.name IN ({rows.placeholders(wanted)})"] if wanted else []
+    alternatives += ["substr(a.name, 1, %s) = %s"] * len(prefixes)
+    params = [True, True, *wanted, *(x for prefix in prefixes for x in (len(prefix), prefix))]
+    return f"{_OFFERED} AND ({' OR '.join(alternatives)})", params
+
+
 
 
 @functools.lru_cache(maxsize=64)
@@ -353,6 +368,9 @@ def _offered_specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     marks = rows.fetch(
         f"SELECT a.id, {_FINGERPRINT} FROM {qn(McpTool._meta.db_table)} a JOIN {qn(McpServer._meta.db_table)} b0"
         f" ON b0.id = a.server_id WHERE {where} ORDER BY a.id", params,
+        # Every offered tool (a gateway call's read) is one fixed text, so it is prepared;
+        # a run's own names make texts of many shapes, which stay unprepared.
+        prepared=names is None,
     )
     kept = [_SPECS.get((pk, mark, listing), _UNBUILT) for pk, mark in marks]
     if any(spec is _UNBUILT for spec in kept):
@@ -371,22 +389,34 @@ def _offered_specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     return [spec for spec in kept if isinstance(spec, ToolSpec)]
 
 
-# The specs of every offered MCP tool, read once for the scope of `read_once()`.
-_ONCE: contextvars.ContextVar[list[ToolSpec] | None] = contextvars.ContextVar("airlock_mcp_once", default=None)
+@dataclass(frozen=True)
+class _Once:
+    specs: list[ToolSpec]
+    tools: tuple[str, ...] | None  # what the scope read (names and patterns); None: every offered tool
+
+
+# The specs of the offered MCP tools, read once for the scope of `read_once()`.
+_ONCE: contextvars.ContextVar[_Once | None] = contextvars.ContextVar("airlock_mcp_once", default=None)
 
 
 @contextlib.contextmanager
-def read_once() -> Iterator[None]:
+def read_once(tools: Collection[str] | None = None) -> Iterator[None]:
     """Within: every `specs()` (the gateway's offered-tools check, the policy's registry,
     the drive that runs the call) answers from one read of the offered MCP tools. A
     gateway call asked three times, a query and a spec build each; one read also means
     the check, the verdict and the execution judge the same pinned rows. Scopes are
     per thread of work (a context variable), never across requests: a definition
-    disabled meanwhile is seen by the next call."""
+    disabled meanwhile is seen by the next call.
+
+    `tools`: the names and `NAME__*` patterns the scope's work asks about (a profile's
+    tools), so a gateway call reads its profile's rows, not every server's; None reads
+    every offered tool. Within a scope `specs()` is the scope's tools, and a name
+    outside them is read on its own."""
     if _ONCE.get() is not None:
         yield  # an outer scope reads for us
         return
-    token = _ONCE.set(_offered_specs())
+    scope = None if tools is None else tuple(tools)
+    token = _ONCE.set(_Once(_offered_specs(scope), scope))
     try:
         yield
     finally:
@@ -398,8 +428,12 @@ def specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     profile offers, not every tool of every server."""
     once = _ONCE.get()
     if once is not None:
-        wanted = None if names is None else set(names)
-        return once if wanted is None else [s for s in once if s.name in wanted]
+        if names is None:
+            return once.specs
+        inside = covering(once.tools)
+        if all(inside(n) for n in names if SEPARATOR in n):
+            among = covering(names)
+            return [s for s in once.specs if among(s.name)]
     return _offered_specs(names)
 
 

@@ -10,7 +10,9 @@ section "gateway" to bench/results.json and prints its lines with their targets)
    A third side, alternating with the two, is the floor under any gateway built on the
    SDK: bench/sdk_proxy.py, a pass-through proxy made of the SDK's server and client
    the way the gateway is, with nothing of Airlock's (its added p50 and throughput
-   ratio are printed beside the gateway's, with no target of their own).
+   ratio are printed beside the gateway's, with no target of their own). Each round
+   also samples the machine (`machine()`: a PostgreSQL round trip, a durable commit, a
+   fixed piece of Python), since the same code measured 2x apart between sessions.
 2. **Decision API round trip**: propose + report of an allowed client tool, two HTTP
    requests and two commits, p50 (target <= 10 ms).
 3. **50 waiting clients**: 50 MCP sessions at once, each with one call held for
@@ -188,6 +190,39 @@ class Stand:
             proc.wait(timeout=20)
 
 
+# A fixed piece of pure-Python work (JSON in and out, as every request does): the
+# machine's speed for the interpreter, beside its database's in `machine()`.
+_REFERENCE = {"run": 1, "calls": [{"tool": "lookup", "args": {"record_id": f"r{i}"}, "ok": True} for i in range(40)]}
+
+
+def machine(samples: int = 200) -> dict[str, float]:
+    """This machine's speed right now, for reading the figures against another run's
+    (the same code measured 2x apart between sessions on this shared machine): a
+    PostgreSQL round trip (`SELECT 1`), a durable commit (one-row INSERT, autocommit)
+    and the fixed Python work `_REFERENCE`, p50 of `samples` each."""
+    import psycopg
+
+    def p50(fn: Any) -> float:
+        took = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            fn()
+            took.append(time.perf_counter() - start)
+        return statistics.median(took)
+
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        # A table of its own, not a temporary one: those skip the WAL, so their commit
+        # is not durable.
+        conn.execute("create table if not exists bench_machine (body text)")
+        found = {
+            "db_round_trip_us": p50(lambda: conn.execute("select 1").fetchall()) * 1e6,
+            "db_commit_us": p50(lambda: conn.execute("insert into bench_machine values ('x')")) * 1e6,
+        }
+        conn.execute("drop table bench_machine")
+    found["python_reference_us"] = p50(lambda: [json.loads(json.dumps(_REFERENCE)) for _ in range(20)]) * 1e6
+    return found
+
+
 def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
     """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio;
     the same for the SDK-only proxy under `sdk_proxy`. The sides alternate in rounds, so
@@ -195,8 +230,10 @@ def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
     direct: list[float] = []
     through: list[float] = []
     proxied: list[float] = []
+    speeds: list[dict[str, float]] = []
     rounds = 4
     for r in range(rounds):
+        speeds.append(machine())
         direct += _timed_calls(stand.upstream_url, {}, "lookup", n // rounds, offset=r * n)
         proxied += _timed_calls(stand.proxy_url, {}, "bench__lookup", n // rounds, offset=r * n)
         through += _timed_calls(f"{base}/mcp/bench-gateway/", {"Authorization": f"Bearer {stand.token}"},
@@ -204,6 +241,7 @@ def gateway_vs_direct(stand: Stand, base: str, n: int) -> dict[str, Any]:
     direct_p50, through_p50 = statistics.median(direct) * 1000, statistics.median(through) * 1000
     proxy_p50 = statistics.median(proxied) * 1000
     return {
+        "machine": {key: round(statistics.median(s[key] for s in speeds), 1) for key in speeds[0]},
         "sdk_proxy": {
             "p50_ms": round(proxy_p50, 2),
             "added_p50_ms": round(proxy_p50 - direct_p50, 2),
@@ -420,6 +458,12 @@ def print_gateway(r: dict[str, Any]) -> None:
         f"{g['direct_p50_ms']:.1f} ms, through "
         f"the gateway {g['gateway_p50_ms']:.1f} ms (added {g['added_p50_ms']:+.1f} ms); throughput "
         f"{g['gateway_calls_per_s']:.0f}/s vs {g['direct_calls_per_s']:.0f}/s direct = {g['throughput_ratio']:.2f}"
+    )
+    m = g["machine"]
+    print(
+        f"  the machine in the same rounds: PostgreSQL round trip {m['db_round_trip_us']:.0f} us, durable commit "
+        f"{m['db_commit_us']:.0f} us, fixed Python work {m['python_reference_us']:.0f} us (to read these figures "
+        "against another run's)"
     )
     f = g["sdk_proxy"]
     print(

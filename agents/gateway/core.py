@@ -52,10 +52,11 @@ class Caller:
 
 
 # Every gateway request reads these: written out (agents/runs/rows.py), they skip
-# building a queryset each time.
-_EXTERNAL_PROFILE = rows.Joined(AgentProfile, [], "a.name = %s AND a.provider = %s")
+# building a queryset each time, and prepared, they skip planning each time.
+_EXTERNAL_PROFILE = rows.Joined(AgentProfile, [], "a.name = %s AND a.provider = %s", prepared=True)
 _OPEN_SESSION = rows.Joined(
-    GatewaySession, [], "a.session_id = %s AND a.user_id = %s AND a.profile_id = %s AND a.closed_at IS NULL"
+    GatewaySession, [], "a.session_id = %s AND a.user_id = %s AND a.profile_id = %s AND a.closed_at IS NULL",
+    prepared=True,
 )
 
 

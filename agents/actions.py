@@ -20,6 +20,7 @@ from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import TASK_MAX_CHARS, LimitError
+from agents.engine.registry import PATTERN
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.notifications import events as outbox
@@ -190,11 +191,12 @@ def _launch(
 def run_tools(profile: AgentProfile, *, expand: bool = False) -> list[str] | None:
     """The tool names a new run (or fork) of `profile` snapshots; None: all. `expand`
     lists the registry's names even without a `NAME__*` entry (launch rules check them)."""
-    tools = profile.tools or None
-    if expand or (tools and any(name.endswith("__*") for name in tools)):
+    tools = profile.tool_names()
+    if expand or (tools and any(name.endswith(PATTERN) for name in tools)):
         from agents.tools import registry
 
-        offered = registry()
+        # Only the profile's MCP tools are read, unless every name is wanted.
+        offered = registry(None if expand else tools)
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
         tools = offered.expand(tools)
     if profile.provider == "external":

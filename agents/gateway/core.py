@@ -199,8 +199,9 @@ def offered(profile: AgentProfile) -> list[ToolSpec]:
     MCP tools whose pinned definition is active), not its client tools (those are for
     the decision API: an MCP client has no way to report their results) nor the ones it
     denies, in the profile's order. Only the profile's MCP tools are read."""
-    reg = registry(profile.tools or None)
-    names = reg.expand(profile.tools) if profile.tools else reg.names()
+    tools = profile.tool_names()
+    reg = registry(tools)
+    names = reg.expand(tools) if tools else reg.names()
     denied = set(profile.denied_tools or ())
     return [spec for n in names or () if n not in denied and (spec := reg.get(n)) is not None]
 
@@ -247,7 +248,7 @@ def call_start(
     The offered-tools check, the policy and the drive read the MCP tools once, and
     only the profile's: a call costs the same however many tools other servers have."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
-    with mcp_tools.read_once(profile.tools or None):
+    with mcp_tools.read_once(profile.tool_names()):
         if tool not in {s.name for s in offered(profile)}:
             return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
                          is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
@@ -281,7 +282,7 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
             profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
             # A tool the profile no longer offers (changed while the call waited) is
             # outside the scope: the drive reads it on its own, as before.
-            with mcp_tools.read_once(profile.tools or None):
+            with mcp_tools.read_once(profile.tool_names()):
                 driver.drive(run_id)
     answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
     driver.release_connection()

@@ -159,6 +159,11 @@ class AgentProfile(models.Model):
         self.client_specs()
         super().save(*args, **kwargs)
 
+    def tool_names(self) -> list[str] | None:
+        """The tool names and `NAME__*` patterns the profile offers; None for every
+        registered tool (what an empty list means)."""
+        return list(self.tools) if self.tools else None
+
     def client_specs(self) -> list[ToolSpec]:
         """The profile's client tools as specs; ValidationError naming the bad entry.
         Only an external profile may declare any."""

@@ -19,7 +19,7 @@ from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
-from agents.engine.limits import TASK_MAX_CHARS, LimitError
+from agents.engine.limits import TASK_MAX_CHARS, LimitError, Limits
 from agents.engine.registry import PATTERN
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
@@ -61,8 +61,15 @@ def run_launch(
     idempotency_key: str | None = None,
     idempotency_body: Any = None,
     by_launcher: bool = False,
+    continues: Run | None = None,
+    limit_defaults: dict[str, int] | None = None,
 ) -> Run:
     """Launch a run; `policy` may only tighten the profile's (docs/policy.md).
+
+    `continues` (the gateway's streams): the run this one carries on from, linked on
+    both timelines; a taint it had is carried over (`carried_taint`). `limit_defaults`:
+    limits for the keys the profile's own `limits` leave unset (a stream's run is sized
+    for a working day, docs/gateway.md).
 
     `by_launcher` (pages, API, gateway): `user` launches in their launcher role, so only
     a profile of a project where they hold it; another project's profile is answered
@@ -75,7 +82,7 @@ def run_launch(
     the same key with another body is a 409 `idempotency_conflict`."""
     launch = functools.partial(
         _launch, agent=agent, task=task, user=user, approver=approver, limits=limits, script=script, policy=policy,
-        by_launcher=by_launcher,
+        by_launcher=by_launcher, continues=continues, limit_defaults=limit_defaults,
     )
     if not idempotency_key:
         return launch()
@@ -117,6 +124,8 @@ def _launch(
     script: Any,
     policy: dict[str, Any] | None,
     by_launcher: bool,
+    continues: Run | None = None,
+    limit_defaults: dict[str, int] | None = None,
 ) -> Run:
     offered = access.launchable_profiles(user) if by_launcher else AgentProfile.objects.all()
     profile = agent if isinstance(agent, AgentProfile) else AgentProfile.objects.filter(name=agent).first()
@@ -144,7 +153,9 @@ def _launch(
     elif script is not None:
         raise ActionError("invalid_script", f"the {profile.name} agent takes no script")
     try:
-        run_limits = profile.base_limits().tightened(limits)
+        base = profile.base_limits() if limit_defaults is None else Limits.from_dict(
+            {**limit_defaults, **(profile.limits or {})})
+        run_limits = base.tightened(limits)
     except LimitError as exc:
         raise ActionError("invalid_limits", str(exc)) from None
     try:
@@ -175,10 +186,12 @@ def _launch(
         task=task,
         context_tokens=profile.context_tokens,
     )
+    if continues is not None and (source := carried_taint(continues)) is not None:
+        state.tainted, state.taint_source = True, source
     with transaction.atomic():
         run = Run(
             profile=profile, task=sanitize.clean(task), created_by=user, approver=approver, script=sanitize.clean(script),
-            trace_context=telemetry.new_trace_context(),
+            trace_context=telemetry.new_trace_context(), continues=continues,
         )
         # The id is the run's identity in every idempotency key: take it first.
         state.run_id = str(store.reserve_id(run))
@@ -186,6 +199,19 @@ def _launch(
         transaction.on_commit(lambda: faults.crash_point("after_launch_commit"))
         _after_commit(run.pk)
     return run
+
+
+def carried_taint(previous: Run) -> dict[str, Any] | None:
+    """The taint source a run continuing `previous` starts with: `previous`'s, if it was
+    tainted and last moved less than AIRLOCK_GATEWAY_TAINT_HOURS ago (a carried taint
+    names the run it came from). None: nothing to carry."""
+    if not previous.tainted:
+        return None
+    age = (timezone.now() - previous.updated_at).total_seconds()
+    if age >= settings.AIRLOCK_GATEWAY_TAINT_HOURS * 3600:
+        return None
+    source = (previous.engine or {}).get("taint_source") or {}
+    return {**source, "run": source.get("run", previous.pk)}
 
 
 def run_tools(profile: AgentProfile, *, expand: bool = False) -> list[str] | None:

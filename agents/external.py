@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from django.db import connection, transaction
 from django.db.models import prefetch_related_objects
+from django.utils import timezone
 
 from agents import access, broker
 from agents.actions import ActionError, actor_name
@@ -227,8 +228,16 @@ class _ToolRunning(Exception):
         self.detail = detail
 
 
-def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None) -> CallAnswer:
-    """Propose one call of an external run (see `_propose`). A different call that
+# The statuses a call ends in: an outcome the client can be given.
+FINISHED = frozenset({SUCCEEDED, FAILED, REJECTED, EXPIRED, DENIED})
+
+
+def call_propose(
+    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None, once: bool = False
+) -> CallAnswer:
+    """Propose one call of an external run (see `_propose`). `once` (the gateway): an
+    identical call whose outcome was delivered (`call_delivered`) is not answered
+    again; this call is a new intent, policed anew. A different call that
     meets Airlock's own tool running for another call (an agent calling tools in
     parallel) waits for it, up to RUNNING_WAIT_SECONDS, holding no lock or connection,
     then is proposed in turn; a call waiting for a human or for the client is refused
@@ -236,7 +245,7 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
     give_up = time.monotonic() + RUNNING_WAIT_SECONDS
     while True:
         try:
-            return _propose(run_id=run_id, tool=tool, args=args, user=user, usage=usage)
+            return _propose(run_id=run_id, tool=tool, args=args, user=user, usage=usage, once=once)
         except _ToolRunning as running:
             if time.monotonic() >= give_up:
                 raise ActionError("call_pending", running.detail, status=409) from None
@@ -244,14 +253,15 @@ def call_propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any = N
             time.sleep(POLL_SECONDS)
 
 
-def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> CallAnswer:
+def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: bool) -> CallAnswer:
     """Propose one call of an external run; what policy made of it and, for a
     registry tool that was allowed, its result.
 
     1. Lock the run, refusing who may not drive it; then bad usage, a tool name that
        is not text. An identical call (same tool, same canonical arguments) proposed
        before in this run answers with that call, whatever became of it: a retry never
-       runs anything twice. A run that ended: 409 run_ended.
+       runs anything twice (with `once`, only until its outcome was delivered). A run
+       that ended: 409 run_ended.
     2. A different call while one waits (for a reviewer, for the client's report):
        409 call_pending, with that call; while Airlock's tool runs: _ToolRunning.
     3. Step the engine with the call as the model's decision: one transition, the
@@ -269,7 +279,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any) -> Cal
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
         same, repeats = _identical(run, fp)
-        if same is not None:
+        if same is not None and not (once and same.delivered_at is not None):
             return _answer(same, run)
         if run.state in states.TERMINAL:
             raise _ended(run)
@@ -443,6 +453,13 @@ def _call(run: Run, key: str) -> ClientCall:
     if not found:
         raise ActionError("not_found", f"run {run.pk} has no call {key!r}", status=404)
     return cast(ClientCall, found[0])
+
+
+def call_delivered(*, run_id: int, key: str) -> None:
+    """The call's outcome was given to its caller (the gateway's streams): the caller's
+    next identical call is a new intent (`call_propose(once=True)`). Conditional, so
+    of two answers racing, both give the outcome and the mark is set once."""
+    ClientCall.objects.filter(run_id=run_id, key=key, delivered_at__isnull=True).update(delivered_at=timezone.now())
 
 
 def call_status(*, run_id: int, key: str, user: Any) -> CallAnswer:

@@ -373,6 +373,22 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "helpdesk@airlock.local")
 AIRLOCK_GATEWAY_WAIT_SECONDS = env_float("AIRLOCK_GATEWAY_WAIT_SECONDS", 20.0)
 if not 0 <= AIRLOCK_GATEWAY_WAIT_SECONDS <= 60:
     raise EnvError("AIRLOCK_GATEWAY_WAIT_SECONDS must be between 0 and 60 seconds")
+# 2026-07-28 era: a call held for a human answers `input_required` round after round
+# (each up to AIRLOCK_GATEWAY_WAIT_SECONDS) until this many seconds have passed since
+# its first round, then "pending_approval" (docs/gateway.md, "Holds"). 0 to 600.
+AIRLOCK_GATEWAY_HOLD_SECONDS = env_float("AIRLOCK_GATEWAY_HOLD_SECONDS", 120.0)
+if not 0 <= AIRLOCK_GATEWAY_HOLD_SECONDS <= 600:
+    raise EnvError("AIRLOCK_GATEWAY_HOLD_SECONDS must be between 0 and 600 seconds")
+# A stream's run that ended tainted passes its taint to the stream's next run if it
+# ended less than this many hours ago (exhausting a budget never launders taint).
+AIRLOCK_GATEWAY_TAINT_HOURS = env_float("AIRLOCK_GATEWAY_TAINT_HOURS", 24.0)
+if AIRLOCK_GATEWAY_TAINT_HOURS < 0:
+    raise EnvError("AIRLOCK_GATEWAY_TAINT_HOURS must be 0 or more hours")
+# A stream's run with no call for this long is finished (done) by the stream's next call,
+# which continues in a new run. Seconds; 0 never ends a run for idleness.
+AIRLOCK_GATEWAY_IDLE_SECONDS = env_int("AIRLOCK_GATEWAY_IDLE_SECONDS", 4 * 3600)
+if AIRLOCK_GATEWAY_IDLE_SECONDS < 0:
+    raise EnvError("AIRLOCK_GATEWAY_IDLE_SECONDS must be 0 or more seconds")
 
 # -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).

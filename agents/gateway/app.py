@@ -30,15 +30,15 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from agents import jsonsafe
+from agents import external, jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 
-from . import core
+from . import core, holds
 
 T = TypeVar("T")
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
@@ -70,14 +70,17 @@ async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 @dataclass(frozen=True)
 class Gate:
     """What the front learned of a request, for its MCP handlers (in the ASGI scope):
-    with `started`, the front also proposed the request's tools/call (`call`: its tool
-    and arguments), in the same trip to the database as the token and the session."""
+    the caller and where its calls go (`core.Admitted`); with `started`, the front also
+    proposed the request's tools/call (`call`: its tool and arguments), in the same trip
+    to the database as the token and the session."""
 
-    caller: core.Caller
-    session_pk: int
-    run_id: int | None = None
+    admitted: core.Admitted
     call: tuple[str, Any] | None = None
     started: Any = None
+
+    @property
+    def caller(self) -> core.Caller:
+        return self.admitted.caller
 
 
 def _gate(ctx: Any) -> Gate:
@@ -96,19 +99,35 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
     """A tools/call: proposed through the decision API's `call_propose`; a call that
     needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
-    notifications, if the client asked, each second), then answers as it stands."""
+    notifications, if the client asked, each second), then answers as it stands. In the
+    2026-07-28 era a call still held answers `input_required` with a sealed
+    `requestState` naming it (`holds`), for up to HOLD_ROUNDS rounds."""
     gate = _gate(ctx)
-    if gate.call is not None and gate.call == (params.name, params.arguments or {}):
+    modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+    held = holds.read(params.request_state, gate.caller) if modern and params.request_state else None
+    if held is not None:
+        started = await db(core.call_resume, gate.caller, held.run_id, held.key)
+    elif gate.call is not None and gate.call == (params.name, params.arguments or {}):
         started = gate.started
     else:
-        started = await db(core.call_start, gate.caller, gate.session_pk, params.name, params.arguments or {},
-                           gate.run_id)
+        started = await db(core.call_start, gate.admitted, params.name, params.arguments or {})
     if isinstance(started, core.Reply):
         return _result(started)
     answer, run_id = started
+    waited_from = time.time()
+    answer = await _wait(ctx, gate, answer, run_id)
+    if modern and answer.status == external.PENDING:  # held for a human (a running call answers "call again")
+        held = held if held is not None else holds.first(run_id, answer.key, since=waited_from)
+        if held.again():
+            return types.InputRequiredResult(request_state=holds.write(gate.caller, held))
+    return _result(core.reply(answer, run_id))
+
+
+async def _wait(ctx: Any, gate: Gate, answer: Any, run_id: int) -> Any:
+    """The call's answer once it stops waiting, or after AIRLOCK_GATEWAY_WAIT_SECONDS."""
     wait = settings.AIRLOCK_GATEWAY_WAIT_SECONDS
     give_up = time.monotonic() + wait
     last_progress = last_check = 0.0
@@ -123,7 +142,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         if moved or time.monotonic() - last_check >= RECHECK_SECONDS:
             last_check = time.monotonic()
             answer = await db(core.call_progress, gate.caller, run_id, answer)
-    return _result(core.reply(answer, run_id))
+    return answer
 
 
 class Watcher:
@@ -208,6 +227,8 @@ server = Server(
     on_list_tools=list_tools,
     on_call_tool=call_tool,
 )
+# A held call's `requestState` (2026-07-28), sealed and checked at the SDK's boundary.
+server.middleware.append(holds.boundary())
 
 
 class Managers:
@@ -347,27 +368,30 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         opening = isinstance(message, dict) and message.get("method") == "initialize"
         params = message.get("params") if opening and isinstance(message.get("params"), dict) else {}
         info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        # An MCP-Protocol-Version past the handshake era is the 2026-07-28 era: no
+        # session, each request stands alone (the SDK refuses a version it does not speak).
         version = headers.get("mcp-protocol-version")
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await db(core.authenticate, authorization, match["profile"])
-            await _answer(send, 400, {"jsonrpc": "2.0", "id": None, "error": {
-                "code": types.UNSUPPORTED_PROTOCOL_VERSION, "message": "this gateway speaks the session protocol: "
-                "initialize with one of the supported versions",
-                "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
-            return
+        modern = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        opening = opening and not modern
+        calling = isinstance(message, dict) and message.get("method") == "tools/call"
+        call_params = message.get("params") if calling and isinstance(message.get("params"), dict) else {}
+        meta = call_params.get("_meta")
+        conversation = headers.get(core.CONVERSATION_HEADER)
         # One trip to the database threads: the token, the profile, then the session (and
-        # a tools/call's proposal, when the SDK will take the call as it stands).
-        call = None if opening or unparsed is not None else _sdk_takes_call(message, scope, headers)
+        # a tools/call's proposal, when the SDK will take the call as it stands: in the
+        # handshake era, and never one that carries a requestState the SDK checks first).
+        call = None if opening or modern or unparsed is not None else _sdk_takes_call(message, scope, headers)
         started = None
         if call is not None:
-            caller, sid, session_pk, run_id, started = await db(
+            admitted, started = await db(
                 core.admit_and_start, authorization, match["profile"], sid=sid, run_header=run_header,
-                tool=call[0], args=call[1],
+                tool=call[0], args=call[1], conversation=conversation, meta=meta,
             )
         else:
-            caller, sid, session_pk, run_id = await db(
+            admitted = await db(
                 core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
                 client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
+                modern=modern, conversation=conversation, meta=meta,
             )
         if unparsed is not None:
             await _answer(send, 400, {"jsonrpc": "2.0", "id": None,
@@ -381,7 +405,8 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
 
     inner = dict(scope)
-    inner["airlock.gateway"] = Gate(caller=caller, session_pk=session_pk, run_id=run_id, call=call, started=started)
+    inner["airlock.gateway"] = Gate(admitted=admitted, call=call, started=started)
+    sid = admitted.sid
     sent = False
 
     async def replay() -> dict[str, Any]:
@@ -393,7 +418,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
     async def stamped(event: dict[str, Any]) -> None:
         if event["type"] == "http.response.start":
-            added = [NOSNIFF, (b"mcp-session-id", sid.encode())] if opening and event["status"] < 400 else [NOSNIFF]
+            added = [NOSNIFF, (b"mcp-session-id", (sid or "").encode())] if opening and event["status"] < 400 else [NOSNIFF]
             event = {**event, "headers": [*event.get("headers", []), *added]}
         await send(event)
 

@@ -20,7 +20,7 @@ from agents.actions import ActionError, run_launch
 from agents.engine import states
 from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
-from agents.models import AgentProfile, GatewaySession, Run
+from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
 from agents.runs import driver, rows
 from agents.tools import mcp as mcp_tools
@@ -87,108 +87,197 @@ def authenticate(header: str | None, profile_name: str) -> Caller:
     return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
 
 
-# -- sessions ---------------------------------------------------------------------------
+# -- sessions and streams ----------------------------------------------------------------
+
+# The limits a stream's run gets for the keys its profile's own `limits` leave unset:
+# sized for a client that stays connected for a working day (docs/gateway.md, "Streams").
+STREAM_LIMITS = {"max_steps": 2000, "deadline_seconds": 10 * 3600, "max_identical_calls": 100}
+# Where a client may name its conversation (a stream of its own under one token): this
+# header, or this key of a tools/call's `_meta`.
+CONVERSATION_HEADER = "airlock-conversation"
+CONVERSATION_META = "airlock/conversation"
+KEY_MAX = 200
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A request's caller and where its calls go: the session (handshake era; `sid` and
+    `session_pk`, 0 for none), the run `Airlock-Run` pinned (None: the stream's) and
+    the stream's conversation key."""
+
+    caller: Caller
+    sid: str | None = None
+    session_pk: int = 0
+    pinned: int | None = None
+    key: str = ""
+
+
+def conversation_key(header: str | None, meta: Any = None, session_key: str = "") -> str:
+    """The stream's conversation key: the `Airlock-Conversation` header, else the call's
+    `_meta["airlock/conversation"]`, else the one the session was opened with; '' for
+    none. At most KEY_MAX characters, NUL-free (400 otherwise)."""
+    value = header
+    if value is None and isinstance(meta, dict) and meta.get(CONVERSATION_META) is not None:
+        value = meta[CONVERSATION_META]
+        if not isinstance(value, str):
+            raise Refused(400, "invalid_conversation", f"_meta[{CONVERSATION_META!r}] must be text")
+    if value is None:
+        return session_key
+    value = value.strip()
+    if len(value) > KEY_MAX or "\x00" in value:
+        raise Refused(400, "invalid_conversation", f"a conversation key is at most {KEY_MAX} characters, no NUL")
+    return value
 
 
 def admit(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, opening: bool,
-    client_name: str, protocol_version: str,
-) -> tuple[Caller, str, int, int | None]:
-    """A POST's caller, session id, session row (0 for `initialize`, which opens the
-    session) and the session's run (None before its first call), checked in this
-    order: the token and profile (401, 404), then the session (400 without one, 404
-    for one that is not the caller's)."""
+    client_name: str, protocol_version: str, modern: bool = False, conversation: str | None = None,
+    meta: Any = None,
+) -> Admitted:
+    """A POST's caller and where its calls go, checked in this order: the token and
+    profile (401, 404); then, in the handshake era, the session (400 without one, 404
+    for one that is not the caller's; `initialize` opens one); then `Airlock-Run` (a run
+    of the caller's, of this profile). The 2026-07-28 era has no session: each request
+    names its caller alone."""
     caller = authenticate(header, profile_name)
+    if modern:
+        pinned = _run_from_header(caller, run_header) if run_header is not None else None
+        return Admitted(caller, pinned=pinned, key=conversation_key(conversation, meta))
     if opening:
         if sid:
             raise Refused(400, "session_exists", "initialize opens a session: send it without Mcp-Session-Id")
-        return caller, session_open(caller, client_name=client_name, protocol_version=protocol_version,
-                                    run_header=run_header), 0, None
+        pinned = _run_from_header(caller, run_header, opening=True) if run_header is not None else None
+        key = conversation_key(conversation)
+        return Admitted(caller, session_open(caller, client_name=client_name, protocol_version=protocol_version,
+                                             pinned=pinned, key=key), pinned=pinned, key=key)
     if not sid:
         raise Refused(400, "missing_session", "Bad Request: Missing session ID (initialize first)")
-    return caller, sid, *session_find(caller, sid, run_header)
+    session_pk, pinned, session_key = session_find(caller, sid)
+    if run_header is not None and str(pinned) != run_header.strip():
+        if pinned is not None:
+            raise Refused(409, "run_mismatch", f"this session drives run {pinned}, not {run_header!r}")
+        pinned = _run_from_header(caller, run_header)
+    return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key))
 
 
 def admit_and_start(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, tool: str, args: Any,
-) -> tuple[Caller, str, int, int | None, tuple[CallAnswer, int] | Reply]:
+    modern: bool = False, conversation: str | None = None, meta: Any = None,
+) -> tuple[Admitted, tuple[CallAnswer, int] | Reply]:
     """`admit` a tools/call's request and `call_start` its call, in one trip to the
     database threads (app.py: for a tools/call the SDK will take as it stands)."""
-    caller, sid, session_pk, run_id = admit(header, profile_name, sid=sid, run_header=run_header, opening=False,
-                                            client_name="", protocol_version="")
-    return caller, sid, session_pk, run_id, call_start(caller, session_pk, tool, args, run_id)
+    admitted = admit(header, profile_name, sid=sid, run_header=run_header, opening=False, client_name="",
+                     protocol_version="", modern=modern, conversation=conversation, meta=meta)
+    return admitted, call_start(admitted, tool, args)
 
 
-def session_open(caller: Caller, *, client_name: str, protocol_version: str, run_header: str | None) -> str:
-    """A new session's id (the `Mcp-Session-Id` the initialize answer carries). With
-    `Airlock-Run`, the session continues that run: the caller's own, of this profile,
-    not ended (else 404, as for any run that is not theirs)."""
-    run_id = _run_from_header(caller, run_header) if run_header is not None else None
+def session_open(
+    caller: Caller, *, client_name: str, protocol_version: str, pinned: int | None = None, key: str = ""
+) -> str:
+    """A new session's id (the `Mcp-Session-Id` the initialize answer carries). Its
+    calls go to the caller's stream under `key`, or to the run `Airlock-Run` pinned."""
     session = GatewaySession.objects.create(
-        session_id=secrets.token_hex(32), profile_id=caller.profile_id, user=caller.user, run_id=run_id,
-        client_name=client_name[:200], protocol_version=protocol_version[:20],
+        session_id=secrets.token_hex(32), profile_id=caller.profile_id, user=caller.user, run_id=pinned,
+        client_name=client_name[:200], protocol_version=protocol_version[:20], stream_key=key,
     )
     return session.session_id
 
 
-def _run_from_header(caller: Caller, value: str) -> int:
+def _run_from_header(caller: Caller, value: str, *, opening: bool = False) -> int:
+    """The run `Airlock-Run` names: the caller's own, of this profile (else 404, as for
+    any run that is not theirs). One that ended is refused when a session would open on
+    it (409); a call to it is answered `run_ended` as a tool result."""
     missing = Refused(404, "not_found", f"Airlock-Run: no run {value!r} of yours of {caller.profile_name} to continue")
     if not value.strip().isdigit():
         raise Refused(400, "invalid_run", "Airlock-Run must be a run id")
     run = Run.objects.filter(pk=int(value), profile_id=caller.profile_id).first()
     if run is None or not access.can_drive(caller.user, run):
         raise missing
-    if run.state in states.TERMINAL:
-        raise Refused(409, "run_ended", f"run {run.pk} ended ({run.state}); start a new session without Airlock-Run")
+    if opening and run.state in states.TERMINAL:
+        raise Refused(409, "run_ended", f"run {run.pk} ended ({run.state}); send calls without Airlock-Run to "
+                      "continue in your stream")
     return run.pk
 
 
-def session_find(caller: Caller, session_id: str, run_header: str | None) -> tuple[int, int | None]:
-    """The session's row id and its run (None until its first call); 404 for a session that is not this caller's (another
-    user's, another profile's, closed or unknown: the MCP client starts a new one)."""
+def session_find(caller: Caller, session_id: str) -> tuple[int, int | None, str]:
+    """The session's row id, the run it pinned (None: its stream's) and its stream's
+    key; 404 for a session that is not this caller's (another user's, another
+    profile's, closed or unknown: the MCP client starts a new one)."""
     found = _OPEN_SESSION.fetch([session_id[:64], caller.user.pk, caller.profile_id])
     if not found:
         raise Refused(404, "session_not_found", "no such MCP session; initialize a new one")
     session = found[0]
-    if run_header is not None and str(session.run_id) != run_header.strip():
-        raise Refused(409, "run_mismatch", f"this session drives run {session.run_id}, not {run_header!r}")
-    return session.pk, session.run_id
+    return session.pk, session.run_id, session.stream_key
 
 
 def session_close(caller: Caller, session_id: str) -> None:
-    """The client ended its session (DELETE): the run the session launched, if resting
-    between calls, is finished as done; one with a call still waiting is left to its
-    reviewer and its deadline, and a run continued with `Airlock-Run` to its client."""
-    session = GatewaySession.objects.filter(
+    """The client ended its session (DELETE). Its calls' runs are the stream's, which
+    other connections of the caller may be using: they go on (and end by their budget,
+    deadline or idle time)."""
+    closed = GatewaySession.objects.filter(
         session_id=session_id[:64], user=caller.user, profile_id=caller.profile_id, closed_at__isnull=True
-    ).first()
-    if session is None:
+    ).update(closed_at=timezone.now())
+    if not closed:
         raise Refused(404, "session_not_found", "no such MCP session")
-    # Conditional: of two DELETEs racing, one closes; the other finds it closed (fine).
-    GatewaySession.objects.filter(pk=session.pk, closed_at__isnull=True).update(closed_at=timezone.now())
-    if session.run_id is not None and session.launched_run:
-        try:
-            external.run_finish(run_id=session.run_id, answer="The MCP client closed its session.", user=caller.user)
-        except ActionError:
-            pass  # ended already, or a call still waits: nothing to finish now
 
 
-def session_run(caller: Caller, session_pk: int, client_name: str = "") -> int:
-    """The run of the session, launched by its first call. Under the session's row lock,
-    so two calls racing on a new session launch one run."""
+# The stream's current run, its state and when it last moved: every call reads it.
+_STREAM_RUN = (
+    "SELECT s.run_id, r.state, r.updated_at FROM agents_gatewaystream s LEFT JOIN agents_run r ON r.id = s.run_id"
+    " WHERE s.user_id = %s AND s.profile_id = %s AND s.key = %s"
+)
+
+
+def _live(state: str | None, updated_at: Any) -> bool:
+    """A stream's run that takes its next call: not ended, and not resting idle past
+    AIRLOCK_GATEWAY_IDLE_SECONDS (a run with a call in hand is never idle)."""
+    if state is None or state in states.TERMINAL:
+        return False
+    idle = settings.AIRLOCK_GATEWAY_IDLE_SECONDS
+    resting = state in (states.QUEUED, states.PLANNING)
+    return not (resting and idle and (timezone.now() - updated_at).total_seconds() > idle)
+
+
+def stream_run(caller: Caller, key: str = "", client_name: str = "") -> int:
+    """The run of the caller's stream under `key` that takes its next call: the
+    stream's current one while it lives (one read), else a new run continuing it."""
+    found = rows.fetch(_STREAM_RUN, [caller.user.pk, caller.profile_id, key], prepared=True)
+    if found and found[0][0] is not None and _live(found[0][1], found[0][2]):
+        return int(found[0][0])
+    return _stream_next(caller, key, client_name)
+
+
+def _stream_next(caller: Caller, key: str, client_name: str) -> int:
+    """Under the stream's row lock (two calls racing on a new or ended stream launch one
+    run): the current run if another call just launched it, else a new one that
+    continues the last, with its taint (`actions.carried_taint`). A run that went
+    idle is finished first, unless a call waits in it (then it goes on)."""
     with transaction.atomic():
-        session = GatewaySession.objects.select_for_update().get(pk=session_pk)
-        if session.run_id is None:
-            # The session's user launches it, as through the API: the launcher of record.
-            run = run_launch(
-                agent=caller.profile or AgentProfile.objects.get(pk=caller.profile_id),
-                task=f"MCP session of {session.client_name or 'an MCP client'} through the gateway",
-                user=caller.user,
-                by_launcher=True,
-            )
-            session.run, session.launched_run = run, True
-            session.save(update_fields=["run", "launched_run"])
-        return int(session.run_id)  # type: ignore[arg-type]
+        stream, _ = GatewayStream.objects.get_or_create(
+            user=caller.user, profile_id=caller.profile_id, key=key, defaults={"client_name": client_name[:200]}
+        )
+        stream = GatewayStream.objects.select_for_update().get(pk=stream.pk)
+        previous = Run.objects.filter(pk=stream.run_id).first() if stream.run_id else None
+        if previous is not None and _live(previous.state, previous.updated_at):
+            return previous.pk
+        if previous is not None and previous.state not in states.TERMINAL:
+            try:
+                previous = external.run_finish(
+                    run_id=previous.pk, user=caller.user,
+                    answer="The gateway stream was idle; its next call continues in a new run.",
+                )
+            except ActionError:
+                return previous.pk  # a call waits in it: the stream goes on there
+        name = stream.client_name or client_name or "an MCP client"
+        what = f"continues run {previous.pk}" if previous is not None else "its first run"
+        run = run_launch(
+            agent=caller.profile or AgentProfile.objects.get(pk=caller.profile_id),
+            task=f"MCP calls of {name} through the gateway ({what})",
+            user=caller.user, by_launcher=True, continues=previous, limit_defaults=STREAM_LIMITS,
+        )
+        stream.run = run
+        stream.save(update_fields=["run"])
+        return run.pk
 
 
 # -- tools ------------------------------------------------------------------------------
@@ -236,31 +325,66 @@ class Reply:
     structured: dict[str, Any] | None = None
 
 
-def call_start(
-    caller: Caller, session_pk: int, tool: str, args: Any, run_id: int | None = None
-) -> tuple[CallAnswer, int] | Reply:
-    """Propose the call in the session's run; the answer to wait on, or the reply now.
-    `run_id`: the session's run as the request's front read it (a session's run never
-    changes once set), so only a session's first call takes the session's lock.
+def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, int] | Reply:
+    """Propose the call in its stream's run (or the pinned one); the answer to wait
+    on, or the reply now. A stream whose run ended (its budget, its deadline) takes
+    the call in the run that continues it: a client is never told to start over.
 
     A tool the gateway does not offer is refused before anything is proposed: the
     client learns nothing of tools outside its list, and no upstream is reached.
     The offered-tools check, the policy and the drive read the MCP tools once, and
     only the profile's: a call costs the same however many tools other servers have."""
+    caller, pinned = admitted.caller, admitted.pinned
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
+    run_id = pinned
     with mcp_tools.read_once(profile.tool_names()):
         if tool not in {s.name for s in offered(profile)}:
             return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
                          is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
-        try:
-            if run_id is None:
-                run_id = session_run(caller, session_pk)
-            answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user)
-        except ActionError as exc:
-            return _refusal(exc, run_id)
+        for attempt in (1, 2):
+            try:
+                if pinned is None:
+                    run_id = stream_run(caller, admitted.key)
+                answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user, once=True)
+                break
+            except ActionError as exc:
+                if exc.code == "run_ended" and pinned is None and attempt == 1 and not _stopped_looping(exc):
+                    continue  # the stream's run ended: its next run takes the call
+                return _refusal(exc, run_id, pinned=pinned is not None)
+        assert run_id is not None
         if answer.status == external.RUNNING:
             answer = call_progress(caller, run_id, answer)
+        else:
+            delivered(answer, run_id)
     return answer, run_id
+
+
+def call_resume(caller: Caller, run_id: int, key: str) -> tuple[CallAnswer, int] | Reply:
+    """A held call's next round (2026-07-28: its `requestState` names it): the call as
+    it stands, run now if it was approved (`call_progress`)."""
+    try:
+        answer = external.call_status(run_id=run_id, key=key, user=caller.user)
+    except ActionError as exc:
+        return _refusal(exc, run_id)
+    if answer.status == external.RUNNING:
+        answer = call_progress(caller, run_id, answer)
+    else:
+        delivered(answer, run_id)
+    return answer, run_id
+
+
+def _stopped_looping(exc: ActionError) -> bool:
+    # The run ended on the repeated-call cap: the call that met it is told (the loop
+    # shows), and only the stream's next call continues in a new run.
+    detail = exc.detail if isinstance(exc.detail, dict) else {}
+    return str(detail.get("error") or "").startswith("repeated identical call")
+
+
+def delivered(answer: CallAnswer, run_id: int) -> None:
+    """An outcome the gateway answers is the caller's, once: its next identical call
+    is a new intent (reads run again, a write is policed again)."""
+    if answer.status in external.FINISHED:
+        external.call_delivered(run_id=run_id, key=answer.key)
 
 
 def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer:
@@ -285,6 +409,7 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
             with mcp_tools.read_once(profile.tool_names()):
                 driver.drive(run_id)
     answer = external.call_status(run_id=run_id, key=answer.key, user=caller.user)
+    delivered(answer, run_id)
     driver.release_connection()
     return answer
 
@@ -298,13 +423,13 @@ def waiting(answer: CallAnswer) -> bool:
     return answer.status in external.WAITING
 
 
-def _refusal(exc: ActionError, run_id: int | None) -> Reply:
+def _refusal(exc: ActionError, run_id: int | None, *, pinned: bool = False) -> Reply:
     detail = exc.detail
     if exc.code == "call_pending":
         waiting_call = detail.get("call") if isinstance(detail, dict) else None
         what = f"{waiting_call['tool']} {json.dumps(waiting_call['args'], sort_keys=True)}" if waiting_call else "another call"
         return Reply(
-            f"Not run: this session's run already has a call waiting ({what}), and Airlock takes one call at "
+            f"Not run: this stream's run already has a call waiting ({what}), and Airlock takes one call at "
             "a time per run. Call that same tool again with the same arguments to get its outcome, then retry "
             "this one.",
             is_error=True,
@@ -313,8 +438,14 @@ def _refusal(exc: ActionError, run_id: int | None) -> Reply:
         )
     if exc.code == "run_ended":
         state = detail.get("state") if isinstance(detail, dict) else ""
-        return Reply(f"Not run: this session's run {run_id} has ended ({state}). Start a new MCP session.",
-                     is_error=True, structured={"airlock": {"status": "run_ended", "run_id": run_id, "state": state}})
+        error = (detail.get("error") if isinstance(detail, dict) else "") or state
+        if pinned:
+            text = (f"Not run: run {run_id}, named by Airlock-Run, has ended ({error}). Send calls without "
+                    "Airlock-Run to continue in your stream.")
+        else:
+            text = f"Not run: Airlock ended this stream's run {run_id}: {error}. Your next call continues in a new run."
+        return Reply(text, is_error=True,
+                     structured={"airlock": {"status": "run_ended", "run_id": run_id, "state": state}})
     text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
     return Reply(f"Not run: {exc.code}: {text}", is_error=True,
                  structured={"airlock": {"status": exc.code, "run_id": run_id}})

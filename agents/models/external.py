@@ -24,6 +24,9 @@ class ClientCall(models.Model):
     verdict = models.CharField(max_length=10)
     reason = models.TextField(blank=True)
     rule = models.JSONField(null=True, blank=True)
+    # The gateway answered this call's outcome to its stream (docs/gateway.md, "Held
+    # calls"): the stream's next identical call is a new intent, policed anew.
+    delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -254,6 +254,11 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
     )  # indexed where set only (Meta): most runs are no fork
     fork_seq = models.PositiveIntegerField(null=True, blank=True)
+    # A gateway stream's run that continues the stream's previous one (docs/gateway.md,
+    # "Streams"): the timeline links both ways (`continued_by`).
+    continues = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continued_by", db_index=False
+    )  # indexed where set only (Meta)
 
     # Not a column: True on the run `actions.run_launch` answered from an Idempotency-Key
     # instead of launching (the API's 200 rather than 201).
@@ -263,6 +268,7 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["-created_at"], name="run_created"),
             models.Index(fields=["forked_from"], condition=models.Q(forked_from__isnull=False), name="run_forks"),
+            models.Index(fields=["continues"], condition=models.Q(continues__isnull=False), name="run_continues"),
             models.Index(fields=["state", "-created_at"], name="run_state_created"),
             models.Index(fields=["created_by", "-created_at"], name="run_owner_created"),
         ]

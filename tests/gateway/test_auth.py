@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents.models import AgentProfile, GatewaySession, Run
+from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.tokens import token_create
 from tests.helpers import requires_postgres
 
@@ -95,7 +95,7 @@ def test_airlock_run_continues_only_the_callers_own_run_of_that_profile(ext: Age
     assert GatewaySession.objects.get(session_id=accepted["Mcp-Session-Id"]).run == hers
 
 
-def test_a_session_launches_its_run_on_its_first_call_and_delete_finishes_it(ext: AgentProfile, lena: User) -> None:
+def test_the_first_call_launches_the_streams_run_which_outlives_the_session(ext: AgentProfile, lena: User) -> None:
     _t, raw = token_create(user=lena)
     sid = post(Client(), "/mcp/ext/", INIT, token=raw)["Mcp-Session-Id"]
     post(Client(), "/mcp/ext/", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, token=raw, HTTP_MCP_SESSION_ID=sid)
@@ -106,10 +106,12 @@ def test_a_session_launches_its_run_on_its_first_call_and_delete_finishes_it(ext
     assert called.json()["result"]["content"][0]["text"] == "hi"
     run = Run.objects.get()
     assert run.created_by == lena and run.state == "planning"
+    assert GatewayStream.objects.get(user=lena, profile=ext, key="").run == run
     closed = Client().delete("/mcp/ext/", HTTP_AUTHORIZATION=f"Bearer {raw}", HTTP_MCP_SESSION_ID=sid)
     assert closed.status_code == 200
     run.refresh_from_db()
-    assert run.state == "done"
+    # The run is the stream's, not the session's: another connection of the caller goes on in it.
+    assert run.state == "planning"
     again = post(Client(), "/mcp/ext/", {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, token=raw,
                  HTTP_MCP_SESSION_ID=sid)
     assert again.status_code == 404  # a closed session is gone: the client initializes anew

@@ -18,15 +18,16 @@ pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 
 
 def _opened(token: str) -> tuple[core.Caller, str]:
-    caller, sid, _pk, _run = core.admit(f"Bearer {token}", "gw", sid=None, run_header=None, opening=True,
-                                        client_name="cost test", protocol_version="2025-06-18")
-    return caller, sid
+    admitted = core.admit(f"Bearer {token}", "gw", sid=None, run_header=None, opening=True,
+                          client_name="cost test", protocol_version="2025-06-18")
+    assert admitted.sid is not None
+    return admitted.caller, admitted.sid
 
 
 def _call(token: str, sid: str, tool: str, args: dict[str, Any]) -> Any:
-    caller, _sid, session_pk, run_id = core.admit(f"Bearer {token}", "gw", sid=sid, run_header=None, opening=False,
-                                                  client_name="", protocol_version="")
-    started = core.call_start(caller, session_pk, tool, args, run_id)
+    admitted = core.admit(f"Bearer {token}", "gw", sid=sid, run_header=None, opening=False,
+                          client_name="", protocol_version="")
+    started = core.call_start(admitted, tool, args)
     assert not isinstance(started, core.Reply), started
     answer, run_id = started
     return core.reply(answer, run_id)

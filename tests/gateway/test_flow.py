@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents.actions import approval_decide
-from agents.models import Approval, GatewaySession, Run
+from agents.models import Approval, GatewayStream, Run
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres
 
@@ -46,18 +46,21 @@ def test_read_runs_through_and_a_held_delete_returns_its_result_once_approved(
     approval_decide(approval_id=approval.pk, decision="approve", user=rita, note="fine")
 
     async def again(client: Any) -> Any:
-        return [await client.call_tool("web__delete_record", {"record_id": "beta"}) for _ in range(3)]
+        return [await client.call_tool("web__delete_record", {"record_id": "beta"}) for _ in range(2)]
 
-    # A new MCP session continues nothing by itself: the same run is reached with Airlock-Run.
-    results = mcp_session(url, token, again, headers={"Airlock-Run": str(approval.run_id)})
-    assert [text(r) for r in results] == ["deleted beta"] * 3
-    assert all(not r.is_error for r in results)
+    # A new MCP session is the same caller: its stream's run, its held call.
+    results = mcp_session(url, token, again)
+    assert text(results[0]) == "deleted beta" and not results[0].is_error
+    # Delivered once: the same call again is a new intent, policed anew (held, not run).
+    assert results[1].structured_content["airlock"]["status"] == "pending_approval"
+    assert results[1].structured_content["airlock"]["approval_id"] != approval.pk
     made = upstream.calls("delete_record")
     assert len(made) == 1, made  # the upstream ran it once however often it was asked
     assert made[0]["idempotency_key"]  # with the journal's key in _meta
     run = Run.objects.get(pk=approval.run_id)
     assert run.created_by.username == "lena"  # the token's user launched the run
-    assert GatewaySession.objects.filter(run=run).count() == 2
+    assert results[1].structured_content["airlock"]["run_id"] == run.pk
+    assert GatewayStream.objects.get(user=run.created_by).run == run
 
 
 def test_a_client_that_asked_for_progress_hears_while_the_call_waits(

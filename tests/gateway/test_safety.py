@@ -74,7 +74,7 @@ def test_a_write_after_reading_the_open_web_is_held(live_server: Any, gw, upstre
     assert [c["args"] for c in upstream.calls("add_tag")] == [{"record_id": "alpha", "tag": "x"}]
 
 
-def test_a_rejected_call_is_a_tool_error_with_the_note_and_stays_rejected(
+def test_a_rejected_call_is_a_tool_error_with_the_note_then_a_new_intent(
     live_server: Any, gw, upstream, token, rita: User, wait_seconds
 ) -> None:
     url = f"{live_server.url}/mcp/gw/"
@@ -90,9 +90,11 @@ def test_a_rejected_call_is_a_tool_error_with_the_note_and_stays_rejected(
         return [await client.call_tool(*DELETE) for _ in range(2)]
 
     results = mcp_session(url, token, again, headers={"Airlock-Run": str(airlock["run_id"])})
-    for result in results:
-        assert result.is_error and "beta stays" in text(result)
-        assert result.structured_content["airlock"]["status"] == "rejected"
+    assert results[0].is_error and "beta stays" in text(results[0])
+    assert results[0].structured_content["airlock"]["status"] == "rejected"
+    # The rejection was delivered: the same call again is a new intent, held for a human anew.
+    assert results[1].structured_content["airlock"]["status"] == "pending_approval"
+    assert Approval.objects.filter(run_id=airlock["run_id"], status="pending").count() == 1
     assert upstream.calls("delete_record") == []
 
 

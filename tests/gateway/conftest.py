@@ -106,14 +106,19 @@ def wait_seconds(settings: Any) -> float:
 Session = Callable[[Client], Awaitable[Any]]
 
 
-def mcp_session(url: str, token: str, fn: Session, *, headers: dict[str, str] | None = None) -> Any:
-    """Run `fn(client)` in one MCP session of the official SDK's client against `url`."""
+def mcp_session(
+    url: str, token: str, fn: Session, *, headers: dict[str, str] | None = None, mode: str = "auto"
+) -> Any:
+    """Run `fn(client)` in one connection of the official SDK's client against `url`:
+    `mode` "auto" (the client's default: the 2026-07-28 era where the server speaks
+    it) or "legacy" (the initialize handshake and a session)."""
 
     async def go() -> Any:
         with anyio.fail_after(60):
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **(headers or {})},
                                       timeout=httpx2.Timeout(30.0))
-            async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
+            connection = Client(streamable_http_client(url, http_client=http), cache=None, mode=mode)
+            async with http, connection as client:
                 return await fn(client)
 
     return run_async(go)

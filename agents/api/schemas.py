@@ -221,6 +221,7 @@ class RunOut(Schema):
     purged_at: dt.datetime | None = None
     hold: HoldOut | None = None
     forked_from: ForkedFromOut | None = Field(None, description="a fork's parent run and the transition it starts after")
+    continues: int | None = Field(None, description="the run of the same MCP gateway stream this one continues")
 
 
 class ForkPointOut(Schema):

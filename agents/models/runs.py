@@ -350,6 +350,7 @@ class Run(models.Model):
             "purged_at": self.purged_at,
             "hold": self.hold(),
             "forked_from": {"run": self.forked_from_id, "seq": self.fork_seq} if self.fork_seq is not None else None,
+            "continues": self.continues_id,
         }
 
     def hold(self) -> dict[str, Any] | None:
@@ -489,3 +490,4 @@ class RunDict(TypedDict):
     purged_at: dt.datetime | None
     hold: dict[str, Any] | None
     forked_from: dict[str, Any] | None
+    continues: int | None

@@ -216,6 +216,8 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
         "can_fork": access.can_fork(request.user, run),
         # Forks are rare: the partial index on forked_from answers "none" without a scan.
         "forks": list(run.forks.order_by("pk").only("pk", "state", "fork_seq")),
+        # A gateway stream's runs (docs/gateway.md): the partial index answers most runs' "none".
+        "continued_by": list(run.continued_by.order_by("pk").only("pk")),
     }
 
 

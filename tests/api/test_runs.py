@@ -31,6 +31,7 @@ RUN_FIELDS = {
     "hold",
     # A fork's parent and fork point (docs/retry.md), null for any other run.
     "forked_from",
+    "continues",
 }
 
 

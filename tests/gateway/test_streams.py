@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from mcp.shared.exceptions import MCPError
 
 from agents.actions import approval_decide
@@ -77,7 +78,7 @@ def test_another_callers_identical_call_is_its_own(
 
 
 def test_a_client_makes_a_hundred_calls_over_two_budgets_and_keeps_its_taint(
-    live_server: Any, gw, upstream, token, wait_seconds, short_holds
+    live_server: Any, gw, upstream, token, lena: User, wait_seconds, short_holds
 ) -> None:
     # The profile's own limits win over a stream's working-day defaults: 60 steps, 30 calls a run.
     gw.limits = {"max_steps": 60}
@@ -105,6 +106,12 @@ def test_a_client_makes_a_hundred_calls_over_two_budgets_and_keeps_its_taint(
     assert Approval.objects.get(pk=held["approval_id"]).run_id == runs[-1].pk
     assert upstream.calls("add_tag") == []
     assert GatewayStream.objects.get().run_id == runs[-1].pk
+    # The timeline and the API link the stream's runs both ways.
+    page = Client()
+    page.force_login(lena)
+    assert f'href="/runs/{runs[0].pk}/"' in page.get(f"/runs/{runs[1].pk}/").content.decode()
+    assert f'href="/runs/{runs[1].pk}/"' in page.get(f"/runs/{runs[0].pk}/").content.decode()
+    assert page.get(f"/api/runs/{runs[1].pk}").json()["continues"] == runs[0].pk
 
 
 def test_identical_reads_reach_the_upstream_each_time(live_server: Any, gw, upstream, token) -> None:

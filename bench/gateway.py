@@ -15,13 +15,21 @@ section "gateway" to bench/results.json and prints its lines with their targets)
    fixed piece of Python), since the same code measured 2x apart between sessions.
 2. **Decision API round trip**: propose + report of an allowed client tool, two HTTP
    requests and two commits, p50 (target <= 10 ms).
-3. **50 waiting clients**: 50 MCP sessions at once, each with one call held for
+3. **50 waiting clients**: 50 MCP clients at once, each with one call held for
    approval: the web process's RSS and PostgreSQL's connections while they wait, and the
    delay from each decision's commit to its client's answer (target: all within 1 s).
 4. **Other servers' tools**: the gateway call of 1. with 500 MCP tools of another
    server registered (offered to other profiles), against the same call without them,
    alternating: their ratio (Airlock's own target, <= 1.1: a call reads its profile's
    tools, not the deployment's).
+5. **Opening a stream**: the first call of a new client with a conversation key of its
+   own (a new stream: its run is launched) against its second call, p50 of each over 20
+   clients: their ratio (target <= 10).
+
+The SDK's client speaks the 2026-07-28 era to the gateway (its default, `auto`), so
+1., 3. and 5. are that era's; 3.'s clients are held over `input_required` rounds. Each
+waiting client sends its own conversation key (`Airlock-Conversation`): one stream
+takes one call at a time, as one agent would.
 
 The web process is what a deployment runs (docs/deployment.md, "The web service"):
 gunicorn with `config/gunicorn.py` (threaded workers over `config.wsgi`, the gateway
@@ -63,6 +71,8 @@ TARGET_ROUND_TRIP_P50_MS = 10.0
 TARGET_DECISION_DELAY_S = 1.0
 # Airlock's own target, not the issue's: a call costs what its profile's tools cost.
 TARGET_OTHER_TOOLS_RATIO = 1.1
+TARGET_OPENING_RATIO = 10.0
+OPENING_CLIENTS = 20
 WAITING_CLIENTS = 50
 NOTE_TOOL = {
     "name": "note", "description": "Writes a note in the client's own notebook.",
@@ -87,9 +97,11 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int, offset: int = 0) -> list[float]:
-    """Seconds per call of `tool`, `n` sequential calls in one SDK session (after a
-    few unmeasured warm-up calls)."""
+def _timed_calls(
+    url: str, headers: dict[str, str], tool: str, n: int, offset: int = 0, warm: int = 5
+) -> list[float]:
+    """Seconds per call of `tool`, `n` sequential calls in one SDK connection (after
+    `warm` unmeasured warm-up calls)."""
     import anyio
     import httpx2
     from mcp import Client
@@ -99,13 +111,13 @@ def _timed_calls(url: str, headers: dict[str, str], tool: str, n: int, offset: i
         took = []
         http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0))
         async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
-            for i in range(n + 5):
+            for i in range(n + warm):
                 start = time.perf_counter()
                 result = await client.call_tool(tool, {"record_id": f"r{offset + i}"})
                 elapsed = time.perf_counter() - start
                 if result.is_error:
                     raise RuntimeError(f"{tool} failed: {result.content}")
-                if i >= 5:
+                if i >= warm:
                     took.append(elapsed)
         return took
 
@@ -351,7 +363,7 @@ def _database_connections() -> int:
 
 
 def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clients: int) -> dict[str, Any]:
-    """`clients` MCP sessions at once, each calling `bench__delete_record` (irreversible:
+    """`clients` MCP clients at once (a stream each), each calling `bench__delete_record` (irreversible:
     held for a reviewer), on a web process that waits up to 60 s for decisions. Once all
     are pending: the process's RSS and the database's connections; then each approval is
     decided in turn, and each client's answer is timed from its decision's commit."""
@@ -372,7 +384,8 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
     rss_before = _rss_bytes(pid)
 
     async def one(i: int) -> None:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {stand.token}"}, timeout=httpx2.Timeout(90.0))
+        headers = {"Authorization": f"Bearer {stand.token}", "Airlock-Conversation": f"waiting-{i}-{time.time()}"}
+        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(90.0))
         async with http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
             result = await client.call_tool("bench__delete_record", {"record_id": f"c{i}"})
             answered[f"c{i}"] = time.monotonic()
@@ -413,6 +426,22 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
     }
 
 
+def stream_opening(stand: Stand, base: str, clients: int = OPENING_CLIENTS) -> dict[str, Any]:
+    """Each of `clients` new clients, with a conversation key of its own, times its
+    first call (the stream's run is launched) and its second; p50s and their ratio."""
+    first: list[float] = []
+    second: list[float] = []
+    for i in range(clients):
+        headers = {"Authorization": f"Bearer {stand.token}", "Airlock-Conversation": f"opening-{i}-{time.time()}"}
+        took = _timed_calls(f"{base}/mcp/bench-gateway/", headers, "bench__lookup", 2, offset=20_000_000 + 2 * i,
+                            warm=0)
+        first.append(took[0])
+        second.append(took[1])
+    first_p50, second_p50 = statistics.median(first) * 1000, statistics.median(second) * 1000
+    return {"clients": clients, "first_p50_ms": round(first_p50, 2), "second_p50_ms": round(second_p50, 2),
+            "ratio": round(first_p50 / second_p50, 2)}
+
+
 def gateway_bench(
     calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS, server: str = "gunicorn"
 ) -> dict[str, Any]:
@@ -422,6 +451,7 @@ def gateway_bench(
             results: dict[str, Any] = {"server": server, "gateway": gateway_vs_direct(stand, base, calls)}
             results["decision_api"] = decision_round_trip(stand, base, round_trips)
             results["other_tools"] = other_servers_tools(stand, base, calls // 2)
+            results["opening"] = stream_opening(stand, base)
         # Each waiting client holds one of gunicorn's threads: as many as deployment.md says to size for.
         threads = str(max(32, 2 * clients))
         with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60", WEB_THREADS=threads) as (base, proc):
@@ -443,6 +473,8 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     o = r["other_tools"]
     t.check(f"gateway: call p50 with {o['tools']} other servers' tools / without", o["ratio"], "<=",
             TARGET_OTHER_TOOLS_RATIO)
+    op = r["opening"]
+    t.check("gateway: a new stream's first call p50 / its second's", op["ratio"], "<=", TARGET_OPENING_RATIO)
     w = r["waiting"]
     if w["decision_delay_max_s"] is not None:
         t.check(f"gateway: {w['clients']} waiting clients, slowest decision-to-answer s", w["decision_delay_max_s"],
@@ -479,6 +511,11 @@ def print_gateway(r: dict[str, Any]) -> None:
     print(
         f"a gateway call with {o['tools']} other servers' MCP tools registered: p50 {o['among_p50_ms']:.1f} ms "
         f"against {o['alone_p50_ms']:.1f} ms without them ({o['ratio']:.2f}x; {o['calls']} calls each)"
+    )
+    op = r["opening"]
+    print(
+        f"opening a stream ({op['clients']} new clients, a conversation key each): first call p50 "
+        f"{op['first_p50_ms']:.1f} ms, second {op['second_p50_ms']:.1f} ms ({op['ratio']:.1f}x)"
     )
     delay = "n/a" if w["decision_delay_p50_s"] is None else (
         f"p50 {w['decision_delay_p50_s'] * 1000:.0f} ms, max {w['decision_delay_max_s'] * 1000:.0f} ms")

@@ -2,12 +2,15 @@
 and the official SDK's server behind it. `config.asgi` mounts it as it is; the WSGI
 door (`bridge.py`) runs it on an event loop thread of its own (docs/gateway.md).
 
-Sessions: the SDK's stateful mode keeps a session in one process's memory, so a request
-that lands on another gunicorn worker or host would find no session. The gateway
-therefore owns the session: it mints the `Mcp-Session-Id` at `initialize`, keeps it in
-the database (`GatewaySession`) and checks it on every request, and lets the SDK serve
-each request on its own (`stateless=True`). Nothing an MCP request needs lives between
-requests in a process.
+Both eras of the protocol on one URL: a request whose MCP-Protocol-Version is past the
+handshake versions (2026-07-28: no session, each request stands alone) goes to the
+SDK's stateless path; the rest to the handshake path, where the gateway owns the
+session: it mints the `Mcp-Session-Id` at `initialize`, keeps it in the database
+(`GatewaySession`) and checks it on every request, and lets the SDK serve each request
+on its own (`stateless=True`; the SDK's stateful mode keeps a session in one process's
+memory, which another gunicorn worker or host would not find). Either way a call goes
+to its caller's stream (core.py): nothing an MCP request needs lives between requests
+in a process.
 """
 
 from __future__ import annotations
@@ -330,10 +333,11 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     2. The token and the profile: 401 with `WWW-Authenticate: Bearer`, 404 for a
        profile that is not external, before anything else is read or run.
     3. GET (a standalone stream) is 405: server messages ride each POST's answer.
-       DELETE ends the session. A protocol version past the handshake era is refused
-       with the versions the gateway speaks, so a client falls back to `initialize`.
-    4. `initialize` opens a session (a row; its id goes back in `Mcp-Session-Id`);
-       every other request names one, which must be the caller's, open, of this profile.
+       DELETE ends a handshake-era session.
+    4. In the handshake era `initialize` opens a session (a row; its id goes back in
+       `Mcp-Session-Id`) and every other request names one, which must be the
+       caller's, open, of this profile; a 2026-07-28 request names no session. Both
+       find the caller's stream (its conversation key) or the run `Airlock-Run` pins.
     5. The SDK answers the request; its handlers find the caller and session in the scope.
     """
     if scope["type"] != "http":
@@ -379,7 +383,8 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         conversation = headers.get(core.CONVERSATION_HEADER)
         # One trip to the database threads: the token, the profile, then the session (and
         # a tools/call's proposal, when the SDK will take the call as it stands: in the
-        # handshake era, and never one that carries a requestState the SDK checks first).
+        # handshake era; a 2026-07-28 request meets the SDK's own checks first, its
+        # sealed requestState among them).
         call = None if opening or modern or unparsed is not None else _sdk_takes_call(message, scope, headers)
         started = None
         if call is not None:

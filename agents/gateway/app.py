@@ -96,9 +96,19 @@ def _gate(ctx: Any) -> Gate:
 # -- the MCP server -----------------------------------------------------------------------
 
 
+# The input schemas this process has listed, by tool name (a pinned tool's schema is the
+# same for every profile that offers it): what the SDK checks a 2026-07-28 call's
+# `Mcp-Param-*` headers against, without a tools/list of its own (a trip to the database)
+# on every call. A tool this process never listed is not checked here, as the SDK skips
+# the check when a listing fails; its arguments are validated against the schema anyway,
+# by the engine, before anything runs.
+_schemas: dict[str, Any] = {}
+
+
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     gate = _gate(ctx)
     listed = await db(core.tool_list, gate.caller)
+    _schemas.update((t["name"], t["inputSchema"]) for t in listed)
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
 
 
@@ -229,6 +239,7 @@ server = Server(
     "pending_approval, call the same tool again with the same arguments later to get its outcome.",
     on_list_tools=list_tools,
     on_call_tool=call_tool,
+    get_tool_input_schema=_schemas.get,
 )
 # A held call's `requestState` (2026-07-28), sealed and checked at the SDK's boundary.
 server.middleware.append(holds.boundary())

@@ -113,10 +113,10 @@ def gateway_process(upstream: Any) -> Iterator[Any]:
     with a 2-second lease, so a killed process's run is free again soon."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start() -> tuple[subprocess.Popen[bytes], int]:
+    def start(**settings: str) -> tuple[subprocess.Popen[bytes], int]:
         env = {**os.environ, "DATABASE_URL": database_url(), "AIRLOCK_GATEWAY_WAIT_SECONDS": "30",
                "AIRLOCK_GATEWAY_HOLD_SECONDS": "20",
-               "AIRLOCK_LEASE_SECONDS": "2", "DB_CONN_MAX_AGE": "0", "PYTHONUNBUFFERED": "1"}
+               "AIRLOCK_LEASE_SECONDS": "2", "DB_CONN_MAX_AGE": "0", "PYTHONUNBUFFERED": "1", **settings}
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
                                  "--port", str(port), "--log-level", "warning"],
@@ -196,3 +196,34 @@ def test_a_gateway_process_killed_mid_call_recovers_as_runs_do(
         entry = ToolCall.objects.get(run=run)
         assert entry.status == "succeeded" and run.state == "planning"
         assert not Approval.objects.filter(run=run).exists()
+
+
+def test_a_held_calls_request_state_outlives_the_process_that_sealed_it(
+    gateway_process: Any, gw, upstream, token, rita: User
+) -> None:
+    """2026-07-28: a held call's `requestState` is sealed under a key derived from
+    SECRET_KEY, so another process (or host) accepts it: the process that answered
+    `input_required` is killed, the call is approved, and the client's next round, sent
+    to a new process with the same state, gets the call's result."""
+    delete = ("web__delete_record", {"record_id": "omega"})
+    first, port = gateway_process(AIRLOCK_GATEWAY_WAIT_SECONDS="0.5")
+
+    def round_on(port: int, state: str | None) -> Any:
+        async def go() -> Any:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+            with anyio.fail_after(60):
+                async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp/gw/", http_client=http),
+                                        cache=None) as client:
+                    return await client.session.call_tool(*delete, request_state=state, allow_input_required=True)
+
+        return run_async(go)
+
+    held = round_on(port, None)
+    assert held.result_type == "input_required" and held.request_state
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=20)
+    approval_decide(approval_id=Approval.objects.get(status="pending").pk, decision="approve", user=rita)
+    _second, port = gateway_process(AIRLOCK_GATEWAY_WAIT_SECONDS="5")
+    done = round_on(port, held.request_state)
+    assert not done.is_error and text(done) == "deleted omega"
+    assert len(upstream.calls("delete_record")) == 1

@@ -336,10 +336,17 @@ def approval_decide(
                 raise ActionError("grant_refused", refusal)
         if approval.votes.filter(round=approval.round, by_name=name).exists():
             return DecisionResult(_fresh(approval_id), "already_voted")
-        ApprovalVote.objects.create(
-            approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            args=approval.edited_args, via=via, at=timezone.now(),
-        )
+        try:
+            with transaction.atomic():  # a savepoint: a lost insert leaves the rest standing
+                ApprovalVote.objects.create(
+                    approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
+                    args=approval.edited_args, via=via, at=timezone.now(),
+                )
+        except IntegrityError:
+            # The same reviewer's other request (a double click) recorded this round's vote
+            # between our check and our insert: where the run's lock does not order them
+            # (SQLite has no row locks) the unique key does. Their vote is the answer.
+            return DecisionResult(_fresh(approval_id), "already_voted")
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)
         if tally.decision is None:

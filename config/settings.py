@@ -228,6 +228,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+    # The tests' database is a file too, not Django's default in-memory one: a shared
+    # in-memory cache locks by table and fails at once ("database table is locked")
+    # where a file waits its busy timeout, so concurrent tests would see a database no
+    # deployment has. pytest-django suffixes the name per xdist worker.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-airlock.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -143,6 +143,10 @@ def _launch(
             raise ActionError("invalid_script", "the scripted agent needs a script: a list of at least one decision")
     elif script is not None:
         raise ActionError("invalid_script", f"the {profile.name} agent takes no script")
+    problem = profile.launch_problem()
+    if problem is not None:
+        # The profile's fault, not the caller's: named as such, and no other profile's.
+        raise ActionError("invalid_profile", problem, status=409)
     try:
         run_limits = profile.base_limits().tightened(limits)
     except LimitError as exc:

@@ -404,6 +404,9 @@ def run_new(request: HttpRequest) -> HttpResponse:
     launchable = access.launchable_profiles(request.user)
     project = projects.current_id(request)
     profiles = list(launchable if project is None else launchable.filter(project_id=project))
+    for p in profiles:
+        # A broken profile row costs only itself: listed, unavailable, with the reason.
+        p.unavailable = p.launch_problem()
     form = LaunchForm(request.POST or None, profiles=profiles)
     if request.method == "POST" and form.is_valid():
         try:
@@ -421,7 +424,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             "profiles": profiles,
             "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED,
             "example": EXAMPLE_SCRIPT,
-            "scenarios": [s for s in SCENARIOS if s["agent"] in {p.name for p in profiles}],
+            "scenarios": [s for s in SCENARIOS if s["agent"] in {p.name for p in profiles if not p.unavailable}],
         },
         status=status,
     )

@@ -23,7 +23,9 @@ from agents.runs import driver
 from agents.tokens import token_create
 from tests.helpers import Api, member, person, tainted_write
 
-pytest_plugins = ["tests.skips", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider"]
+pytest_plugins = [
+    "tests.skips", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -51,7 +51,8 @@ def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str
     unknown = unknown_tools(asked) if unknown_tools is not None and asked else []
     if unknown:
         shown = ", ".join(sorted(local_tool_names())) if local_tool_names is not None else ""
-        return f"no tool named {', '.join(map(repr, unknown))} (tools: {shown}; an MCP server's: SERVER__tool or SERVER__*)"
+        named = ", ".join(map(repr, unknown))
+        return f"no tool named {named} (tools: {shown}; an MCP server's: SERVER__tool or SERVER__*)"
     if len(set(value)) != len(value):
         return f"{sorted({n for n in value if value.count(n) > 1})[0]!r} is listed twice"
     return None

@@ -50,7 +50,8 @@ def unknown_names(names: Iterable[str]) -> list[str]:
     mcp = [n for n in names if SEPARATOR in n and n not in known]
     servers = [n[: -len(PATTERN)] for n in mcp if n.endswith(PATTERN)]
     if servers:
-        known |= {f"{name}{PATTERN}" for name in McpServer.objects.filter(name__in=servers).values_list("name", flat=True)}
+        registered = McpServer.objects.filter(name__in=servers).values_list("name", flat=True)
+        known |= {f"{name}{PATTERN}" for name in registered}
     if mcp:
         known |= set(McpTool.objects.filter(name__in=mcp).values_list("name", flat=True))
     return [n for n in names if n not in known]

@@ -60,7 +60,9 @@ def test_an_operator_saves_a_run_as_an_eval_case_that_replays(launch, drive, ott
     assert csrf_post(client_for(lena), f"/runs/{run.pk}/eval-case/").status_code == 403
 
 
-def test_a_purged_run_is_not_saved_as_an_eval_case_and_the_page_says_why(launch, drive, otto, settings, tmp_path) -> None:
+def test_a_purged_run_is_not_saved_as_an_eval_case_and_the_page_says_why(
+    launch, drive, otto, settings, tmp_path
+) -> None:
     settings.AIRLOCK_EVALS_DIR = tmp_path / "evals"
     run = drive(launch([call("echo", text="hi"), final("ok")], user=otto))
     retention.purge(actor="test", older_than_days=0)
@@ -96,7 +98,8 @@ def test_a_case_of_a_local_profile_is_marked_and_says_so_where_the_profile_is_mi
     out = io.StringIO()
     with pytest.raises(SystemExit):
         call_command("run_evals", str(tmp_path / "evals"), stdout=out)
-    assert "the case was saved from a run of 'finance-bot', an agent profile of the deployment that saved it" in out.getvalue()
+    saved_elsewhere = "the case was saved from a run of 'finance-bot', an agent profile of the deployment that saved it"
+    assert saved_elsewhere in out.getvalue()
     assert "2 case(s), 1 passed, 1 failed" in out.getvalue()
 
 

@@ -78,6 +78,8 @@ class Limits:
 def of_profile(data: Any) -> Limits:
     """A profile's limits: an object of known limit names (others keep their default),
     each a whole number from 1 to its ceiling; LimitError in the launch API's words."""
+    if data is None:
+        raise LimitError("limits must be an object: write {} for the defaults")
     if not isinstance(data, dict):
         raise LimitError(f'limits must be an object like {{"max_steps": 10}}, not {type(data).__name__} {data!r}')
     limits = Limits.from_dict(data)

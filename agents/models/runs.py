@@ -43,8 +43,8 @@ def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str
     """What is wrong with a profile's list of tool names or `SERVER__*` patterns, or
     None: a list of known names (an unknown one could never be offered, denied or
     asked about, silently), each once. `own`: the profile's client tools' names."""
-    if value is None and nullable:
-        return None
+    if value is None:
+        return None if nullable else "a list of tool names: write [] for none"
     if not isinstance(value, list) or not all(isinstance(n, str) and n.strip() for n in value):
         return f'a list of tool names, like ["kb_search", "SERVER__*"], not {value!r}'
     asked = [n for n in value if n not in own]

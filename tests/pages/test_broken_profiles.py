@@ -57,15 +57,15 @@ def test_the_admin_refuses_limits_with_the_launch_apis_message(admin_client: Cli
         ([1], "limits must be an object like {&quot;max_steps&quot;: 10}, not list [1]"),
         ({"deadline_seconds": 10**10}, "deadline_seconds must be at most 31622400, not 10000000000"),
         ({"max_steps": 100_001}, "max_steps must be at most 100000, not 100001"),
+        ("", "limits must be an object: write {} for the defaults"),  # an empty box
     ],
 )
 def test_the_admin_refuses_limits_of_the_wrong_shape_or_past_their_ceiling(
     admin_client: Client, limits: Any, message: str
 ) -> None:
     demo = AgentProfile.objects.get(name="demo")
-    response = admin_client.post(
-        f"/admin/agents/agentprofile/{demo.pk}/change/", {**form(demo, []), "limits": json.dumps(limits)}
-    )
+    data = {**form(demo, []), "limits": json.dumps(limits) if limits != "" else ""}
+    response = admin_client.post(f"/admin/agents/agentprofile/{demo.pk}/change/", data)
     assert response.status_code == 200 and message in response.content.decode()
 
 
@@ -79,6 +79,7 @@ def test_the_admin_refuses_limits_of_the_wrong_shape_or_past_their_ceiling(
         ("denied_tools", '["refund", "nowhere__*"]', "no tool named &#x27;nowhere__*&#x27;"),
         ("always_ask_tools", '[3]', "a list of tool names"),
         ("always_ask_tools", '["crm__update"]', "no tool named &#x27;crm__update&#x27;"),
+        ("denied_tools", "", "a list of tool names: write [] for none"),  # an empty box
     ],
 )
 def test_the_admin_refuses_tool_lists_that_name_nothing(

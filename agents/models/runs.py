@@ -16,9 +16,9 @@ from django.db.models import Prefetch, Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
+from agents.engine import limits as engine_limits
 from agents.engine import policy as engine_policy
 from agents.engine import states
-from agents.engine import limits as engine_limits
 from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV

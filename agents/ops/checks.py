@@ -19,7 +19,9 @@ def broken_profiles(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     from agents.models import AgentProfile
 
     try:
-        profiles = list(AgentProfile.objects.order_by("name"))
+        # The launchable ones: with scripted runs off, the scripted profile names the
+        # diagnostic tools no longer registered, and cannot launch anyway.
+        profiles = list(AgentProfile.objects.launchable())
     except DatabaseError:
         return []  # not migrated yet (`migrate` runs the checks first): nothing to list
     found = []

@@ -155,3 +155,13 @@ def test_manage_py_check_lists_the_rows_that_no_longer_validate(broken: AgentPro
     assert "airlock.W001" in text
     assert "agent profile 'demo': limits: max_steps must be a whole number of at least 1, not 'many'" in text
     assert "agent profile 'scripted': always_ask_tools: no tool named 'gone_tool'" in text
+
+
+def test_with_scripted_runs_off_the_check_leaves_the_scripted_profile_alone(defaults: None, settings) -> None:
+    """Its diagnostic tools are registered only with scripted runs on, and it cannot launch."""
+    settings.AIRLOCK_ALLOW_SCRIPTED = False
+    out, err = StringIO(), StringIO()
+    call_command("check", stdout=out, stderr=err)
+    assert "airlock.W001" not in out.getvalue() + err.getvalue()
+    scripted = AgentProfile.objects.get(name="scripted")
+    assert "always_ask_tools" in scripted.problems() or "tools" in scripted.problems()

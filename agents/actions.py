@@ -152,6 +152,10 @@ def _launch(
             raise ActionError("invalid_script", "the scripted agent needs a script: a list of at least one decision")
     elif script is not None:
         raise ActionError("invalid_script", f"the {profile.name} agent takes no script")
+    problem = profile.launch_problem()
+    if problem is not None:
+        # The profile's fault, not the caller's: named as such, and no other profile's.
+        raise ActionError("invalid_profile", problem, status=409)
     try:
         base = profile.base_limits() if limit_defaults is None else Limits.from_dict(
             {**limit_defaults, **(profile.limits or {})})
@@ -362,10 +366,17 @@ def approval_decide(
                 raise ActionError("grant_refused", refusal)
         if approval.votes.filter(round=approval.round, by_name=name).exists():
             return DecisionResult(_fresh(approval_id), "already_voted")
-        ApprovalVote.objects.create(
-            approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
-            args=approval.edited_args, via=via, at=timezone.now(),
-        )
+        try:
+            with transaction.atomic():  # a savepoint: a lost insert leaves the rest standing
+                ApprovalVote.objects.create(
+                    approval=approval, round=approval.round, by=user, by_name=name, decision=decision, note=note,
+                    args=approval.edited_args, via=via, at=timezone.now(),
+                )
+        except IntegrityError:
+            # The same reviewer's other request (a double click) recorded this round's vote
+            # between our check and our insert: where the run's lock does not order them
+            # (SQLite has no row locks) the unique key does. Their vote is the answer.
+            return DecisionResult(_fresh(approval_id), "already_voted")
         votes = [v.to_dict() for v in approval.current_votes()]
         tally = decisions.tally(votes, approval.required)
         if tally.decision is None:

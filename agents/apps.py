@@ -18,3 +18,12 @@ class AgentsConfig(AppConfig):
 
         # A reviewer who logs out holds no claim (docs/reviewing.md#claims).
         user_logged_out.connect(claims.on_logout, dispatch_uid="airlock.claims.on_logout")
+
+        from agents import tools
+        from agents.models import runs
+
+        # A profile's clean() checks its tool names against these (agents/models/runs.py
+        # says why they are handed over here, not imported there).
+        runs.unknown_tools, runs.local_tool_names = tools.unknown_names, tools.local_names
+        # `manage.py check` lists profile rows that no longer validate.
+        from agents.ops import checks  # noqa: F401  (registers the check)

@@ -206,6 +206,9 @@ def run_fork(
     if reuse not in REUSE:
         raise ActionError("invalid_reuse", f"reuse must be one of {', '.join(REUSE)}, not {reuse!r}")
     profile = parent.profile
+    problem = profile.launch_problem()
+    if problem is not None:
+        raise ActionError("invalid_profile", problem, status=409)
     if profile.provider == "external":
         raise ActionError("not_forkable", "an external agent's run is driven by its client and cannot be forked")
     if profile.provider == "scripted" and not settings.AIRLOCK_ALLOW_SCRIPTED:

@@ -228,6 +228,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+    # The tests' database is a file too, not Django's default in-memory one: a shared
+    # in-memory cache locks by table and fails at once ("database table is locked")
+    # where a file waits its busy timeout, so concurrent tests would see a database no
+    # deployment has. pytest-django suffixes the name per xdist worker.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-airlock.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -289,8 +294,10 @@ CONTENT_SECURITY_POLICY = {
 # -- the engine ---------------------------------------------------------------------
 AIRLOCK_LEASE_SECONDS = env_float("AIRLOCK_LEASE_SECONDS", 60.0)
 AIRLOCK_JOURNAL_MAX_CHARS = env_int("AIRLOCK_JOURNAL_MAX_CHARS", 1_000_000)
-# Where "Save as eval case" on a run's page writes its case (run_evals reads the folder).
-AIRLOCK_EVALS_DIR = Path(env_str("AIRLOCK_EVALS_DIR", str(BASE_DIR / "evals")))
+# Where "Save as eval case" on a run's page writes its case: the deployment's own cases,
+# under var/, never the shipped evals/ (whose every case the suite expects to pass);
+# `manage.py run_evals var/evals` replays them.
+AIRLOCK_EVALS_DIR = Path(env_str("AIRLOCK_EVALS_DIR", str(VAR_DIR / "evals")))
 # On PostgreSQL, write each transition as one statement (one round trip); 0 uses the ORM.
 AIRLOCK_STORE_ONE_STATEMENT = env_bool("AIRLOCK_STORE_ONE_STATEMENT", True)
 # Live runs' transcripts a process keeps between a commit and the next load, in

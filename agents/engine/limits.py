@@ -24,6 +24,19 @@ IDENTICAL_ERROR_STREAK = 3
 TASK_MAX_CHARS = 100_000
 
 
+# The most a profile may allow: far past any run's needs (the benchmark's 10,000 steps
+# and a billion tokens fit), and a deadline that still falls on a date. A value above
+# is a typo, refused where the profile is saved.
+CEILINGS: dict[str, int] = {
+    "max_steps": 100_000,
+    "max_cost_micros": 1_000_000_000_000,  # a million dollars
+    "max_tokens": 10_000_000_000,
+    "deadline_seconds": 366 * 86_400,
+    "max_consecutive_errors": 1_000,
+    "max_identical_calls": 1_000,
+}
+
+
 class LimitError(ValueError):
     """Limits that are not positive whole numbers, or looser than allowed."""
 
@@ -42,7 +55,7 @@ class Limits:
         data = data or {}
         unknown = set(data) - set(DEFAULTS)
         if unknown:
-            raise LimitError(f"unknown limit(s): {', '.join(sorted(unknown))}")
+            raise LimitError(f"unknown limit(s): {', '.join(sorted(map(str, unknown)))} (known: {', '.join(DEFAULTS)})")
         values = {**DEFAULTS, **data}
         for name, value in values.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -60,6 +73,20 @@ class Limits:
             if theirs > mine:
                 raise LimitError(f"{f.name} may only tighten the profile's {mine}, not {theirs}")
         return merged
+
+
+def of_profile(data: Any) -> Limits:
+    """A profile's limits: an object of known limit names (others keep their default),
+    each a whole number from 1 to its ceiling; LimitError in the launch API's words."""
+    if data is None:
+        raise LimitError("limits must be an object: write {} for the defaults")
+    if not isinstance(data, dict):
+        raise LimitError(f'limits must be an object like {{"max_steps": 10}}, not {type(data).__name__} {data!r}')
+    limits = Limits.from_dict(data)
+    for name, ceiling in CEILINGS.items():
+        if getattr(limits, name) > ceiling:
+            raise LimitError(f"{name} must be at most {ceiling}, not {getattr(limits, name)}")
+    return limits
 
 
 def of_run(limits: dict[str, Any] | None) -> Limits:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections.abc import Callable, Collection
 from typing import Any, TypedDict
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from django.db.models import Prefetch, Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
+from agents.engine import limits as engine_limits
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
@@ -23,6 +25,37 @@ from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.models.projects import default_project
 from agents.runs import rows
+
+
+# Which tool names exist: agents.tools knows (the built-in and diagnostic tools, the
+# MCP servers' pinned ones), and the tools import these models to run, so the models
+# cannot import them back. AgentsConfig.ready() hands these over at start; before that
+# (a migration's historical model) tool names are checked for their shape only.
+# unknown_tools(names): the names and `SERVER__*` patterns among `names` that name no
+# tool or server; local_tool_names(): the names that need no server, for the message.
+unknown_tools: Callable[[list[str]], list[str]] | None = None
+local_tool_names: Callable[[], list[str]] | None = None
+
+TOOL_LISTS = ("tools", "denied_tools", "always_ask_tools")
+
+
+def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str] = ()) -> str | None:
+    """What is wrong with a profile's list of tool names or `SERVER__*` patterns, or
+    None: a list of known names (an unknown one could never be offered, denied or
+    asked about, silently), each once. `own`: the profile's client tools' names."""
+    if value is None:
+        return None if nullable else "a list of tool names: write [] for none"
+    if not isinstance(value, list) or not all(isinstance(n, str) and n.strip() for n in value):
+        return f'a list of tool names, like ["kb_search", "SERVER__*"], not {value!r}'
+    asked = [n for n in value if n not in own]
+    unknown = unknown_tools(asked) if unknown_tools is not None and asked else []
+    if unknown:
+        shown = ", ".join(sorted(local_tool_names())) if local_tool_names is not None else ""
+        named = ", ".join(map(repr, unknown))
+        return f"no tool named {named} (tools: {shown}; an MCP server's: SERVER__tool or SERVER__*)"
+    if len(set(value)) != len(value):
+        return f"{sorted({n for n in value if value.count(n) > 1})[0]!r} is listed twice"
+    return None
 
 
 class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
@@ -122,16 +155,51 @@ class AgentProfile(models.Model):
 
     def clean(self) -> None:
         self._clean_reviewing()
+        errors = self.problems()
+        if errors:
+            raise ValidationError(errors)
+        # Saved as validated: each reason one line, capped (it reaches notifications).
+        self.rules = engine_policy.validate_rules(self.rules)
+
+    def problems(self, *, launch: bool = False) -> dict[str, str]:
+        """What keeps this profile from launching, by field, in the launch API's words:
+        its limits, its tool lists, its rules and policy, its client tools. Empty for a
+        sound profile. The admin refuses to save these (clean()); a row broken anyway
+        (an old one, a raw update) is shown unavailable on the launch form, refused by
+        a launch naming the field, and listed by `manage.py check`. `launch`: only what
+        stops a launch (a rule for a tool the profile does not offer never matches; it
+        is refused on save and listed by the check, and harms no run)."""
+        errors: dict[str, str] = {}
         try:
-            # Saved as validated: each reason one line, capped (it reaches notifications).
-            self.rules = engine_policy.validate_rules(self.rules)
-            if isinstance(self.tools, list) and self.tools:  # empty: every registered tool
-                engine_policy.check_rule_tools(self.rules, self.tools)
+            engine_limits.of_profile(self.limits)
+        except engine_limits.LimitError as exc:
+            errors["limits"] = str(exc)
+        try:
+            own = [spec.name for spec in self.client_specs()]
+        except ValidationError as exc:
+            errors["client_tools"] = "; ".join(exc.messages)
+            own = []
+        for field in TOOL_LISTS:
+            problem = tool_list_problem(getattr(self, field), nullable=field == "tools", own=own)
+            if problem:
+                errors[field] = problem
+        try:
+            rules = engine_policy.validate_rules(self.rules)
+            if not launch and "tools" not in errors and self.tools:  # empty: every registered tool
+                engine_policy.check_rule_tools(rules, self.tools)
             engine_policy.validate_settings(self.policy_fields())
         except engine_policy.PolicyError as exc:
             name = exc.field.split("[")[0].split(".")[0]
-            raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
-        self.client_specs()
+            errors.setdefault(name, f"{exc.field}: {exc.message}")
+        return errors
+
+    def launch_problem(self) -> str | None:
+        """Why this profile cannot launch now, naming its first broken field; or None."""
+        errors = self.problems(launch=True)
+        if not errors:
+            return None
+        field, message = next(iter(errors.items()))
+        return f"the agent profile {self.name!r} is misconfigured: its {field}: {message} (fix it in the admin)"
 
     def _clean_reviewing(self) -> None:
         """Who reviews: groups that exist (a misspelt group would leave the calls to
@@ -185,7 +253,8 @@ class AgentProfile(models.Model):
         }
 
     def base_limits(self) -> Limits:
-        return Limits.from_dict(self.limits)
+        """The profile's limits; LimitError for a broken row (launch_problem() says why first)."""
+        return engine_limits.of_profile(self.limits)
 
     def prices(self) -> dict[str, int]:
         """The run's price snapshot; a cache price left empty is not in it, so the

@@ -322,6 +322,13 @@ def run_case(name: str, case: Any, *, timeout: float = 60.0, deps: Callable[[Run
     if "state" not in expect:
         result.problems.append("the case has no expect.state")
         return result
+    local = case.get("requires_profile")
+    if isinstance(local, str) and not AgentProfile.objects.filter(name=local).exists():
+        result.problems.append(
+            f"the case was saved from a run of {local!r}, an agent profile of the deployment that saved it, "
+            "and this database has none: replay it there, or create the profile first"
+        )
+        return result
     try:
         run = run_launch(
             agent=replay_profile(str(case.get("agent") or "scripted")),

@@ -16,6 +16,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
+from agents.defaults import PROFILES
 from agents.models import Approval, Message, Run, ToolCall
 
 FORMAT = "airlock-run/1"
@@ -225,12 +226,29 @@ def check_archive(out: Path) -> list[str]:
     return problems
 
 
+class CaseRefused(ValueError):
+    """A run that cannot make an eval case; the message says why."""
+
+
 def save_eval_case(run: Run, folder: Path) -> Path:
     """Write the run's case (the export, recorded tool results included) as
-    `run-<id>.json` in `folder`, replacing an earlier save of the same run; its path."""
+    `run-<id>.json` in `folder`, replacing an earlier save of the same run; its path.
+
+    A purged run is refused (its task, decisions and tool results are gone: the case
+    would replay nothing). A run of a profile this deployment made (not one every
+    installation has, agents/defaults.py) is marked `"requires_profile"`: run_evals
+    says so wherever that profile does not exist, instead of a bare unknown agent."""
+    if run.purged_at is not None:
+        raise CaseRefused(
+            f"run {run.pk}'s content was purged on {run.purged_at:%Y-%m-%d}: its task, the model's decisions and "
+            "the tool results are gone, so a case would replay nothing"
+        )
+    case = export_run(run)
+    if run.profile.name not in PROFILES:
+        case["requires_profile"] = run.profile.name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"run-{run.pk}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(export_run(run), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(case, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)  # a reader (run_evals) never sees half a case
     return path

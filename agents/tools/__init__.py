@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.engine.registry import Registry, ToolSpec
+from agents.engine.registry import PATTERN, Registry, ToolSpec
 from agents.tools.mcp.mapping import SEPARATOR
 
 
@@ -32,6 +32,29 @@ def _local() -> list[ToolSpec]:
         for name in settings.AIRLOCK_EXTRA_TOOLS:
             specs += importlib.import_module(name).TOOLS
     return specs
+
+
+def local_names() -> list[str]:
+    """The names of the tools that need no database (for a profile's clean())."""
+    return [spec.name for spec in _local()]
+
+
+def unknown_names(names: Iterable[str]) -> list[str]:
+    """The entries of a profile's tool list that name nothing here: neither a tool that
+    needs no database, nor a pinned MCP tool (whatever its status: one waiting to be
+    accepted again is still the profile's), nor `SERVER__*` of a registered server."""
+    from agents.models import McpServer, McpTool
+
+    names = list(names)
+    known = set(local_names())
+    mcp = [n for n in names if SEPARATOR in n and n not in known]
+    servers = [n[: -len(PATTERN)] for n in mcp if n.endswith(PATTERN)]
+    if servers:
+        registered = McpServer.objects.filter(name__in=servers).values_list("name", flat=True)
+        known |= {f"{name}{PATTERN}" for name in registered}
+    if mcp:
+        known |= set(McpTool.objects.filter(name__in=mcp).values_list("name", flat=True))
+    return [n for n in names if n not in known]
 
 
 def registry(tools: Collection[str] | None = None) -> Registry:

@@ -153,8 +153,9 @@ class LaunchForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.profiles = {p.name: p for p in profiles}
         self.fields["agent"].choices = [(p.name, p.name) for p in profiles]
-        if profiles:
-            self.fields["agent"].initial = profiles[0].name
+        available = [p for p in profiles if not getattr(p, "unavailable", None)]
+        if available:
+            self.fields["agent"].initial = available[0].name
         for name in DEFAULTS:
             self.fields[name] = forms.IntegerField(
                 required=False, label=name.replace("_", " "), help_text=LIMIT_HELP.get(name, "")
@@ -198,6 +199,7 @@ class LaunchForm(forms.Form):
         "invalid_script": "script",
         "scripted_disabled": "agent",
         "invalid_policy": "policy",
+        "invalid_profile": "agent",
     }
 
     def add_action_error(self, code: str, detail: Any) -> None:

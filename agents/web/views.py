@@ -28,7 +28,7 @@ from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.models import NotificationPreference, Run
 from agents.notifications import slack
-from agents.runs.export import export_run, save_eval_case
+from agents.runs.export import CaseRefused, export_run, save_eval_case
 from agents.web import projects, timeline
 from agents.web.forms import LaunchForm, RunFilterForm
 
@@ -382,16 +382,21 @@ def run_export(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 def run_save_eval_case(request: HttpRequest, run_id: int) -> HttpResponse:
     """"Save as eval case": the run's export, with its recorded tool results, written
-    where run_evals reads cases (AIRLOCK_EVALS_DIR)."""
+    into the deployment's own cases (AIRLOCK_EVALS_DIR, under var/), never into the
+    shipped evals/; `run_evals <that folder>` replays them."""
     run = access.readable_run(request.user, run_id)
     if not access.can_cancel(request.user, access.project_of(run)):
         raise PermissionDenied("only operators save eval cases")
     try:
         path = save_eval_case(run, settings.AIRLOCK_EVALS_DIR)
+    except CaseRefused as exc:
+        messages.error(request, f"Not saved as an eval case: {exc}.")
     except OSError as exc:
         messages.error(request, f"Could not save the eval case: {exc.strerror}.")
     else:
-        messages.success(request, f"Run {run.pk} saved as the eval case {path.name}; run_evals replays it.")
+        messages.success(
+            request, f"Run {run.pk} saved as the eval case {path}; manage.py run_evals {path.parent} replays it."
+        )
     return redirect("run_detail", run_id=run.pk)
 
 
@@ -406,6 +411,9 @@ def run_new(request: HttpRequest) -> HttpResponse:
     launchable = access.launchable_profiles(request.user)
     project = projects.current_id(request)
     profiles = list(launchable if project is None else launchable.filter(project_id=project))
+    for p in profiles:
+        # A broken profile row costs only itself: listed, unavailable, with the reason.
+        p.unavailable = p.launch_problem()
     form = LaunchForm(request.POST or None, profiles=profiles)
     if request.method == "POST" and form.is_valid():
         try:
@@ -423,7 +431,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             "profiles": profiles,
             "allow_scripted": settings.AIRLOCK_ALLOW_SCRIPTED,
             "example": EXAMPLE_SCRIPT,
-            "scenarios": [s for s in SCENARIOS if s["agent"] in {p.name for p in profiles}],
+            "scenarios": [s for s in SCENARIOS if s["agent"] in {p.name for p in profiles if not p.unavailable}],
         },
         status=status,
     )

@@ -56,8 +56,9 @@ def test_a_launch_policy_looser_than_the_profile_is_a_400_naming_the_field(api, 
 def test_a_profile_with_a_broken_rule_launches_nothing(api) -> None:
     profile(rules=[{"tool": "echo", "then": "perhaps", "reason": "r"}])  # saved around clean()
     response = api("lena").post("/api/runs", launch_body())
-    assert response.status_code == 400 and response.data["error"] == "invalid_policy"
-    assert response.data["detail"].startswith("profile.rules[1].then: ")
+    # The profile's fault, named as such (#47): not the caller's policy.
+    assert response.status_code == 409 and response.data["error"] == "invalid_profile"
+    assert "its rules: rules[1].then: " in response.data["detail"]
 
 
 def test_the_same_tool_is_allowed_under_the_threshold_and_asks_over_it_with_the_rule(api) -> None:

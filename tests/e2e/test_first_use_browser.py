@@ -58,3 +58,26 @@ def test_escape_leaves_the_note_box_and_the_keys_work_again(new_page, login, pen
     decided = Approval.objects.get(pk=approval.pk)
     assert (decided.status, decided.note) == ("rejected", "not to everyone")
     assert not watch.console_errors, watch.console_errors
+
+
+def test_a_profile_broken_in_the_database_is_unavailable_and_the_others_launch(defaults, new_page, login) -> None:
+    """Issue 47: one bad value in a profile took /runs/new/ down for every launcher."""
+    from agents.models import AgentProfile
+
+    AgentProfile.objects.filter(name="demo").update(limits={"max_stepz": 5})
+    person("lena", "launcher")
+    page, watch = new_page()
+    login(page, "lena", PASSWORD)
+    response = page.goto("/runs/new/")
+    assert response is not None and response.status == 200
+    broken = page.get_by_role("radio", name=re.compile(r"^demo "))
+    expect(broken).to_be_disabled()
+    reason = re.compile(r"Cannot be launched: .*its limits: unknown limit\(s\): max_stepz")
+    expect(page.get_by_text(reason)).to_be_visible()
+    page.get_by_role("radio", name=re.compile(r"^scripted ")).check()
+    page.get_by_label("Task").fill("say hi")
+    page.locator("textarea[name=script]").fill(json.dumps([{"final": "hi"}]))
+    page.get_by_role("button", name="Launch", exact=True).click()
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    assert Run.objects.get().profile.name == "scripted"
+    assert not watch.console_errors, watch.console_errors

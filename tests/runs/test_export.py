@@ -6,7 +6,8 @@ import json
 import pytest
 from django.core.management import call_command
 
-from agents.models import LedgerEntry
+from agents.models import AgentProfile, LedgerEntry, Run
+from agents.runs import retention
 from tests.helpers import call, client_for, csrf_post, final
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +58,53 @@ def test_an_operator_saves_a_run_as_an_eval_case_that_replays(launch, drive, ott
     assert "1 case(s), 1 passed, 0 failed" in out.getvalue()
     assert LedgerEntry.objects.count() == entries
     assert csrf_post(client_for(lena), f"/runs/{run.pk}/eval-case/").status_code == 403
+
+
+def test_a_purged_run_is_not_saved_as_an_eval_case_and_the_page_says_why(
+    launch, drive, otto, settings, tmp_path
+) -> None:
+    settings.AIRLOCK_EVALS_DIR = tmp_path / "evals"
+    run = drive(launch([call("echo", text="hi"), final("ok")], user=otto))
+    retention.purge(actor="test", older_than_days=0)
+    page = client_for(otto).get(f"/runs/{run.pk}/").content.decode()
+    assert "Not for a purged run: its task, decisions and tool results are gone" in page
+    assert f'action="/runs/{run.pk}/eval-case/"' not in page
+    # The form's old copy (or a script) posting anyway is refused with the reason.
+    response = csrf_post(client_for(otto), f"/runs/{run.pk}/eval-case/", follow=True)
+    assert response.status_code == 200
+    assert f"Not saved as an eval case: run {run.pk}&#x27;s content was purged on" in response.content.decode()
+    assert not (tmp_path / "evals").exists()
+
+
+def test_a_case_of_a_local_profile_is_marked_and_says_so_where_the_profile_is_missing(
+    launch, drive, otto, settings, tmp_path
+) -> None:
+    settings.AIRLOCK_EVALS_DIR = tmp_path / "evals"
+    scripted = AgentProfile.objects.get(name="scripted")
+    AgentProfile.objects.create(name="finance-bot", provider="scripted", tools=scripted.tools)
+    local = drive(launch([final("ok")], agent="finance-bot", user=otto))
+    shipped = drive(launch([final("ok")], user=otto))
+    for run in (local, shipped):
+        assert csrf_post(client_for(otto), f"/runs/{run.pk}/eval-case/").status_code == 302
+    local_case = json.loads((tmp_path / "evals" / f"run-{local.pk}.json").read_text())
+    assert local_case["requires_profile"] == "finance-bot"
+    assert "requires_profile" not in json.loads((tmp_path / "evals" / f"run-{shipped.pk}.json").read_text())
+
+    out = io.StringIO()
+    call_command("run_evals", str(tmp_path / "evals"), stdout=out)  # the profile is here: both replay
+    assert "2 case(s), 2 passed, 0 failed" in out.getvalue()
+    Run.objects.filter(profile__name="finance-bot").delete()
+    AgentProfile.objects.filter(name="finance-bot").delete()
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("run_evals", str(tmp_path / "evals"), stdout=out)
+    saved_elsewhere = "the case was saved from a run of 'finance-bot', an agent profile of the deployment that saved it"
+    assert saved_elsewhere in out.getvalue()
+    assert "2 case(s), 1 passed, 1 failed" in out.getvalue()
+
+
+def test_dashboard_cases_go_under_var_not_into_the_shipped_evals() -> None:
+    from django.conf import settings
+
+    assert settings.AIRLOCK_EVALS_DIR == settings.VAR_DIR / "evals"
+    assert settings.AIRLOCK_EVALS_DIR.resolve() != (settings.BASE_DIR / "evals").resolve()

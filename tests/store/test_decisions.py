@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
 
 from agents import access
 from agents.actions import ActionError, approval_decide, approval_expire
@@ -16,7 +19,7 @@ from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEntry, Run, ToolCall, Transition
 from agents.runs import store
-from tests.helpers import at_once, call, final, person, requires_postgres
+from tests.helpers import CsrfClient, at_once, call, final, person, requires_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -219,6 +222,47 @@ def test_expiry_with_fail_fails_the_run(defaults, launch, drive) -> None:
 
 
 # -- races -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def twin_vote_after_the_check(approval: Approval, user: User) -> Iterator[None]:
+    """The reviewer's other request (a double click) inserts the same vote just after
+    this one looked for it and found none: the race a database without row locks
+    (SQLite) leaves open to the unique key, made to happen every time."""
+    inserted: list[bool] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if not inserted and sql.lstrip().upper().startswith("SELECT") and '"agents_approvalvote"' in sql:
+            inserted.append(True)
+            ApprovalVote.objects.create(
+                approval=approval, round=approval.round, by=user, by_name=user.get_username(), decision="approve",
+                at=timezone.now(),
+            )
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        yield
+    assert inserted, "the vote was never looked for"
+
+
+def test_a_vote_that_loses_the_unique_key_race_reads_as_the_double_click_it_is(waiting, people) -> None:
+    approval = waiting(policy={"rules": [{**TWO_PEOPLE, "approvals": 1}]})
+    with twin_vote_after_the_check(approval, people["rita"]):
+        result = decide(approval, people["rita"], args_hash=approval.args_hash)
+    assert result.outcome == "already_voted"
+    assert ApprovalVote.objects.filter(approval=approval).count() == 1
+
+
+def test_the_page_answers_a_lost_vote_race_with_200(waiting, people) -> None:
+    approval = waiting(policy={"rules": [{**TWO_PEOPLE, "approvals": 1}]})
+    page = CsrfClient()
+    page.force_login(people["rita"])
+    page.token()
+    with twin_vote_after_the_check(approval, people["rita"]):
+        response = page.decide(approval.pk, "approve", htmx=True, args_hash=approval.args_hash)
+    assert response.status_code == 200
+    assert ApprovalVote.objects.filter(approval=approval).count() == 1
 
 
 @requires_postgres()

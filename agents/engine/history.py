@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 SCOPES = ("run", "caller", "profile", "project")
@@ -281,16 +281,14 @@ class Reading:
     total: float | None = None
     sum_over: float | None = None
     ran: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"scope": self.scope, "within": self.within, "tools": self.tools, "same": self.same}
-        for key in ("count", "calls_over", "total", "sum_over", "ran"):
-            value = getattr(self, key)
-            if value is not None:
-                data[key] = value
-        data["text"] = self.text
-        return data
+        # Every key, null where the rule's test does not use it (as the API shows it).
+        return {
+            "scope": self.scope, "within": self.within, "tools": self.tools, "same": self.same,
+            "count": self.count, "calls_over": self.calls_over, "total": self.total, "sum_over": self.sum_over,
+            "ran": self.ran, "text": self.text,
+        }
 
 
 def reading(rule: dict[str, Any], tool: str, args: Any, query: Query, figures: Figures) -> Reading:

@@ -159,7 +159,8 @@ def test_the_reviewer_reads_the_figures_in_numbers() -> None:
     assert v.reason == "a third refund of one order in a day: the 3rd refund call with order_id 1042 in 24 h (over 2)"
     assert v.history == {
         "scope": "profile", "within": "24h", "tools": ["refund"], "same": {"order_id": "1042"},
-        "count": 2, "calls_over": 2, "text": "the 3rd refund call with order_id 1042 in 24 h (over 2)",
+        "count": 2, "calls_over": 2, "total": None, "sum_over": None, "ran": None,
+        "text": "the 3rd refund call with order_id 1042 in 24 h (over 2)",
     }
     assert v.to_dict()["history"] == v.history
     v, _ = judge([{**OVER_500, "history": {**OVER_500["history"], "sum_over": {"amount": 30}}}], "refund",

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from agents.models import AgentProfile, Approval, LedgerEntry, Project, Run, ToolCall
 from agents.runs import driver
-from tests.helpers import launch_body
+from agents.runs.verify import verify_run
+from tests.helpers import at_once, launch_body, requires_postgres
 
 # transaction=True: tools run on a thread with its own connection, which must see the run.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -210,3 +211,22 @@ def test_a_purged_runs_calls_still_count_but_not_towards_same(api) -> None:
     profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 1, "same": ["entry.order"]})])
     Approval.objects.update(status="rejected")
     assert run_script(api, "lena", [write("1042", 3)]).state == "done"
+
+
+# -- exact under concurrency ----------------------------------------------------------------
+
+
+@requires_postgres()  # SQLite takes one writer at a time; the advisory locks are PostgreSQL's
+def test_twelve_runs_proposing_at_once_let_exactly_three_through(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 3})])
+    ids = [api("lena").post("/api/runs", launch_body([write(str(i)), {"final": "ok"}])).data["id"] for i in range(12)]
+    # Twelve workers, each driving one run: judged outside any transaction, committed
+    # under the history's lock, judged again when another's call came first.
+    at_once(lambda run_id: driver.drive(run_id).state, ids)
+    assert LedgerEntry.objects.count() == 3
+    assert Approval.objects.filter(status="pending").count() == 9
+    assert sorted(Run.objects.values_list("state", flat=True)) == ["awaiting_approval"] * 9 + ["done"] * 3
+    counts = sorted(a.history["count"] for a in Approval.objects.all())
+    assert counts[0] == 3  # no held call was judged with fewer than three before it
+    for run in Run.objects.all():
+        assert verify_run(run) == []

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from . import history as history_mod
 from . import regex
 from .registry import ToolSpec
-from .text import one_line
+from .text import ONE_LINE_MAX, one_line
 
 Action = Literal["allow", "ask", "deny"]
 
@@ -515,7 +515,10 @@ def _why(rule: dict[str, Any], tool: str, args: Any, facts: Facts) -> tuple[str,
         reading = history_mod.reading(rule, tool, args, fact[0], fact[1]).to_dict()
     except (KeyError, TypeError, ValueError, AttributeError):
         return rule["reason"], None
-    return f"{rule['reason']}: {reading['text']}", reading
+    # One line of at most ONE_LINE_MAX as every reason (Slack and email cut there): the
+    # rule's own words give way, never the figures.
+    room = max(ONE_LINE_MAX - len(reading["text"]) - 2, 20)
+    return f"{one_line(rule['reason'], room)}: {reading['text']}", reading
 
 
 def _first(

@@ -206,3 +206,9 @@ def test_value_at_reads_as_postgresql_does() -> None:
     assert history.value_at(args, "items.0.sku") == (True, "A")
     assert history.value_at(args, "items.sku") == (False, None)  # no fan-out
     assert history.value_at(args, "order.id") == (True, 7)
+
+
+def test_a_long_reason_gives_way_to_the_figures() -> None:
+    long = {**THIRD, "reason": "x" * 200}
+    v, _ = judge([long], "refund", {"order_id": "1042"}, Figures(count=2))
+    assert len(v.reason) <= 200 and v.reason.endswith(": the 3rd refund call with order_id 1042 in 24 h (over 2)")

@@ -85,10 +85,12 @@ class StoreHistory:
     def _waiting(self, q: Query) -> QuerySet[Approval]:
         pending = Approval.objects.filter(status="pending")
         if self.as_of is not None:
-            # Waiting then: made before, decided (if ever) after; a denial never waited.
-            pending = Approval.objects.filter(Q(decided_at__isnull=True) | Q(decided_at__gt=self.as_of)).exclude(
-                status__in=("denied", "approved")
-            )
+            # Waiting then: made before (below), decided (if ever) after. A denial is
+            # decided as it is made, so it never waited; an approved call's journal row
+            # is made when it is approved, so it is counted once either way.
+            pending = Approval.objects.filter(Q(decided_at__isnull=True) | Q(decided_at__gt=self.as_of))
+        # "Outcome unknown": the call is in the journal already (started), counted there.
+        pending = pending.exclude(kind=Approval.Kind.OUTCOME_UNKNOWN)
         if self.exclude_approval is not None:
             pending = pending.exclude(pk=self.exclude_approval)
         return self._filtered(pending, q, prefix="run__")

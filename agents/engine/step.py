@@ -380,7 +380,7 @@ class EditRefused(ValueError):
         self.code, self.detail, self.status = code, detail, status
 
 
-def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verdict:
+def check_edit(state: RunState, spec: ToolSpec | None, args: Any, history: Answer | None = None) -> policy.Verdict:
     """A reviewer's arguments for the pending call, checked as if the model had
     proposed them: the tool's schema, then the run's policy. The tool cannot change.
 
@@ -397,7 +397,7 @@ def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verd
     problem = spec.validate(args)
     if problem is not None:
         raise EditRefused("invalid_arguments", problem, 400)
-    verdict = verdict_for(state, spec, call["tool"], args, fingerprint(call["tool"], args))
+    verdict = verdict_for(state, spec, call["tool"], args, fingerprint(call["tool"], args), history)
     if verdict.action == "deny":
         raise EditRefused(
             "denied_by_policy", {"message": f"the edited call is denied: {verdict.reason}", "rule": verdict.rule}, 409

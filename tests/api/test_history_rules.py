@@ -230,3 +230,22 @@ def test_twelve_runs_proposing_at_once_let_exactly_three_through(api) -> None:
     assert counts[0] == 3  # no held call was judged with fewer than three before it
     for run in Run.objects.all():
         assert verify_run(run) == []
+
+
+def test_a_reviewers_edit_is_judged_with_the_history_before_the_call(api) -> None:
+    over = rule({"scope": "profile", "within": "1h", "calls_over": 1, "same": ["entry.order"]}, then="deny",
+                when={"arg": "entry.amount", "op": "gt", "value": 100})
+    small = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "lt", "value": 100}, "then": "ask",
+             "reason": "small ones ask"}
+    profile(rules=[over, small])
+    assert run_script(api, "leo", [write("5", 500)]).state == "done"  # the first big entry of order 5
+    held = run_script(api, "lena", [write("6", 1)])
+    approval = Approval.objects.get(run=held)
+    # Another order's first big entry: the waiting call itself is not counted against its edit.
+    edit = {"decision": "approve", "args": {"entry": {"order": "6", "amount": 500}}}
+    assert api("rita").post(f"/api/approvals/{approval.pk}/decision", edit).status_code == 200
+    # Order 5 has had a big entry: the edit would be the second, and is refused.
+    held = run_script(api, "lena", [write("7", 1)])
+    edit = {"decision": "approve", "args": {"entry": {"order": "5", "amount": 500}}}
+    response = api("rita").post(f"/api/approvals/{Approval.objects.get(run=held).pk}/decision", edit)
+    assert response.status_code == 409 and response.data["error"] == "denied_by_policy"

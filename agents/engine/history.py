@@ -229,7 +229,7 @@ def holds(rule: dict[str, Any], args: Any, figures: Figures) -> bool:
     `after`: a call of one of the tools ran earlier."""
     h = rule["history"]
     if "calls_over" in h:
-        return figures.count >= h["calls_over"]
+        return figures.count >= int(h["calls_over"])
     if "sum_over" in h:
         ((path, limit),) = h["sum_over"].items()
         _, value = value_at(args, path)

@@ -485,7 +485,7 @@ def _history_facts(
             asked.append((key, history_mod.query_for(rule, tool, args)))
         except (history_mod.Unevaluable, KeyError, TypeError, ValueError, AttributeError):
             continue
-    if asked:
+    if asked and history is not None:
         answers = history([q for _, q in asked])
         for (key, query), figures in zip(asked, answers, strict=True):
             facts[key] = (query, figures)

@@ -254,7 +254,7 @@ def _key(path: str) -> KeyTransform:
     expr: Any = "args"
     for part in path.split("."):
         expr = KeyTransform(part, expr)
-    return expr  # type: ignore[no-any-return]
+    return expr
 
 
 def _lock_statement(queries: Sequence[Query]) -> tuple[str, list[Any]] | None:

@@ -249,3 +249,30 @@ def test_a_reviewers_edit_is_judged_with_the_history_before_the_call(api) -> Non
     edit = {"decision": "approve", "args": {"entry": {"order": "5", "amount": 500}}}
     response = api("rita").post(f"/api/approvals/{Approval.objects.get(run=held).pk}/decision", edit)
     assert response.status_code == 409 and response.data["error"] == "denied_by_policy"
+
+
+def test_the_issues_example_rules_save_and_work_on_the_demo_profile(api) -> None:
+    third = {"tool": "refund", "then": "ask", "reason": "a third refund of one order in a day",
+             "history": {"within": "24h", "scope": "profile", "same": ["order_id"], "calls_over": 2}}
+    examples = [
+        third,
+        {"tool": "refund", "then": "ask", "reason": "over 500 EUR to one customer this week",
+         "history": {"within": "7d", "scope": "project", "same": ["customer"], "sum_over": {"amount": 500}}},
+        {"tool": "send_email", "then": "ask", "reason": "writes after reading a customer export",
+         "history": {"scope": "run", "after": ["export_customers", "crm__search"]}},
+        {"tool": "*", "then": "deny", "reason": "runaway client",
+         "history": {"within": "1h", "scope": "caller", "calls_over": 200}},
+    ]
+    demo = AgentProfile.objects.get(name="demo")
+    demo.rules = [third, *demo.rules, *examples[1:]]  # the small-refund allow stays before the others
+    demo.full_clean()  # what the admin's save runs
+    demo.save()
+    task = "The spatula from order 1045 melted the first time I used it. Can I get a refund? - Ines"
+    states = []
+    for _ in range(3):
+        run_id = api("root").post("/api/runs", {"agent": "demo", "task": task}).data["id"]
+        states.append(driver.drive(run_id).state)
+    assert states == ["done", "done", "awaiting_approval"]
+    assert Approval.objects.get().reason == (
+        "a third refund of one order in a day: the 3rd refund call with order_id 1045 in 24 h (over 2)"
+    )

@@ -38,6 +38,8 @@ test: $(STAMP)
 # bench/gateway.py: the MCP gateway against direct (and against bench/sdk_proxy.py, the
 # SDK alone), the decision API's round trip and
 # 50 clients waiting for approval (docs/gateway.md).
+# bench/history.py: a proposal under five history rules against none, at 100,000 recorded
+# calls (BENCH_HISTORY_CALLS, BENCH_HISTORY_SAMPLES; docs/performance.md).
 bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/batch.py
@@ -45,6 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/gateway.py
 	$(PY) bench/retention.py
 	$(PY) bench/stats.py
+	$(PY) bench/history.py
 
 # The same scripted agent on LangGraph + PostgresSaver, in a separate virtual environment.
 COMPARE_VENV := .venv-compare

@@ -26,6 +26,7 @@ from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, G
 from agents.notifications import events as outbox
 from agents.ops import metrics, telemetry
 from agents.runs import driver, sanitize, store
+from agents.runs.history import StoreHistory
 
 log = logging.getLogger("airlock.actions")
 
@@ -434,7 +435,10 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     from agents.tools import registry_for
 
     try:
-        verdict = engine.check_edit(state, registry_for(approval.run.profile, [approval.tool]).get(approval.tool), args)
+        spec = registry_for(approval.run.profile, [approval.tool]).get(approval.tool)
+        # History rules count the calls before this one: not this call's own approval.
+        history = StoreHistory(approval.run, lock=True, exclude_approval=approval.pk).figures
+        verdict = engine.check_edit(state, spec, args, history)
     except engine.EditRefused as exc:
         raise ActionError(exc.code, exc.detail, status=exc.status) from None
     approval.edited_args = args

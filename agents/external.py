@@ -32,6 +32,7 @@ from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, U
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver, rows, sanitize, statement, store
+from agents.runs.history import StoreHistory
 
 # What a call can be, as `call_status` answers:
 PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
@@ -174,7 +175,10 @@ def _deps(
     registry = OnDemand(run.profile, state.tools)
     journal = driver.StoreJournal(run)
     journal.counts.update(counts or {})
-    return Deps(model=client, registry=registry, journal=journal), client
+    # Judged inside the run's locked transaction: the history rules' figures are read
+    # under their advisory locks, held until this proposal commits (runs/history.py).
+    history = StoreHistory(run, lock=True)
+    return Deps(model=client, registry=registry, journal=journal, history=history), client
 
 
 def _step_decision(

@@ -133,6 +133,19 @@ class ShadowOut(Schema):
     verdict: Literal["allow", "ask", "deny"]
 
 
+class HistoryOut(Schema):
+    scope: Literal["run", "caller", "profile", "project"]
+    within: str | None = Field(None, description='the rule\'s window ("24h"), or null for the whole run')
+    tools: list[str] = Field(default_factory=list, description="the tools counted (empty: every tool)")
+    same: dict[str, Any] = Field(default_factory=dict, description="the argument values an earlier call had to share")
+    count: int | None = Field(None, description="calls_over: the earlier counted calls found (counted up to calls_over + 1)")
+    calls_over: int | None = None
+    total: float | None = Field(None, description="sum_over: the sum over the earlier calls, this call's value included")
+    sum_over: float | None = None
+    ran: str | None = Field(None, description="after: the tool of an earlier call that ran, or null")
+    text: str = Field(..., description='the figures in words: "the 3rd refund call with order_id 1042 in 24 h (over 2)"')
+
+
 class PriorOut(Schema):
     run: int | None = None
     seq: int | None = None
@@ -158,6 +171,9 @@ class ApprovalOut(Schema):
     rule: dict[str, Any] | None = None
     shadow: list[ShadowOut] = Field(
         default_factory=list, description="what each matching shadow rule of the profile would have decided"
+    )
+    history: HistoryOut | None = Field(
+        None, description="the figures of the history rule that asked (docs/policy.md, rules that remember), or null"
     )
     required: int
     votes: list[VoteOut]

@@ -9,13 +9,15 @@ arguments after its schema was validated.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import history as history_mod
 from . import regex
 from .registry import ToolSpec
-from .text import one_line
+from .text import ONE_LINE_MAX, one_line
 
 Action = Literal["allow", "ask", "deny"]
 
@@ -27,7 +29,7 @@ ON_EXPIRY = ("reject", "fail")
 HUMAN = "human"
 NO_APPROVER = "none"
 APPROVERS = (HUMAN, NO_APPROVER)
-RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason", "step_up", "mode"})
+RULE_KEYS = frozenset({"tool", "when", "then", "approvals", "reason", "step_up", "mode", "history"})
 # A rule's mode: "enforce" (the default) decides; "shadow" is evaluated on every call
 # and what it would have decided is recorded, but it decides nothing.
 ENFORCE = "enforce"
@@ -67,6 +69,8 @@ class Verdict:
     grant: int | None = None  # the run-scoped grant that let an "ask" through
     # What each matching shadow rule would have decided: [{"rule": index, "verdict"}].
     shadow: tuple[dict[str, Any], ...] = ()
+    # The deciding rule's history figures, as the reviewer reads them (history.Reading).
+    history: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"action": self.action, "reason": self.reason}
@@ -78,6 +82,8 @@ class Verdict:
             data["grant"] = self.grant
         if self.shadow:
             data["shadow"] = [dict(s) for s in self.shadow]
+        if self.history is not None:
+            data["history"] = dict(self.history)
         return data
 
 
@@ -122,6 +128,11 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
         raise PolicyError(f"{field}.step_up", "true or false, and only on an ask rule")
     if "when" in rule:
         validate_condition(rule["when"], field=f"{field}.when")
+    if "history" in rule:
+        try:
+            history = history_mod.validate(rule["history"])
+        except history_mod.HistoryError as exc:
+            raise PolicyError(f"{field}.{exc.field}", exc.message) from None
     mode = rule.get("mode", ENFORCE)
     if mode not in MODES:
         raise PolicyError(f"{field}.mode", f"must be {_either(MODES)}, not {mode!r}")
@@ -130,6 +141,8 @@ def validate_rule(rule: Any, *, field: str, launch: bool = False) -> dict[str, A
     # The reason reaches notifications as one line of theirs: one line, capped.
     kept = ("tool", "when", "then", "approvals", "step_up")
     clean = {**{k: rule[k] for k in kept if k in rule}, "reason": one_line(reason)}
+    if "history" in rule:
+        clean["history"] = history
     if mode == SHADOW:
         clean["mode"] = SHADOW
     return clean
@@ -302,6 +315,7 @@ def verdict(
     policy: dict[str, Any] | None = None,
     grants: list[dict[str, Any]] | None = None,
     fingerprint: str = "",
+    history: history_mod.Answer | None = None,
 ) -> Verdict:
     """The design's order: profile deny, the first matching rule, irreversible or
     always-ask, tainted write, allow. Taint wins over an allow rule and over a grant;
@@ -310,16 +324,21 @@ def verdict(
     A tool missing from the registry counts as irreversible and external. Shadow rules
     decide nothing; the verdict lists what each one that matches the call would have
     decided had it been enforced in its place (`Verdict.shadow`).
+
+    A rule with `history` matches only if its history condition holds too: `history`
+    answers the queries of every such rule whose tool and condition match, all at
+    once (so the store can lock what they count together); without it, or for a call
+    its query cannot be asked of, the rule fails closed.
     """
+    pol = effective(policy)
     kwargs: dict[str, Any] = dict(
         denied=denied, always_ask=always_ask, tainted=tainted, approver=approver, args=args, grants=grants,
-        fingerprint=fingerprint,
+        fingerprint=fingerprint, facts=_history_facts(pol["rules"], tool, args, history),
     )
-    pol = effective(policy)
     verdict = _decide(spec, tool, policy=pol, **kwargs)
     shadows = []
     for i, rule in enumerate(pol["rules"]):
-        if rule.get("mode") != SHADOW or _first(pol["rules"][i : i + 1], tool, args, shadow=True) is None:
+        if rule.get("mode") != SHADOW or _first(pol["rules"][i : i + 1], tool, args, kwargs["facts"], shadow=True) is None:
             continue
         promoted = [*pol["rules"][:i], {k: v for k, v in rule.items() if k != "mode"}, *pol["rules"][i + 1 :]]
         what_if = _decide(spec, tool, policy={**pol, "rules": promoted}, **kwargs)
@@ -341,23 +360,25 @@ def _decide(
     policy: dict[str, Any],
     grants: list[dict[str, Any]] | None,
     fingerprint: str,
+    facts: Facts,
 ) -> Verdict:
     risk = spec.risk if spec else "irreversible"
     pol = effective(policy)
     if tool in denied:
         return Verdict("deny", f"the agent profile denies the tool {tool}")
     verdict: Verdict | None = None
-    rule = first_match(pol["rules"], tool, args)
+    rule = _first(pol["rules"], tool, args, facts)
     taint_asks = tainted and risk in ("write", "irreversible")
     if rule is not None:
+        why, figures = _why(rule, tool, args, facts)
         if rule["then"] == "deny":
-            return Verdict("deny", rule["reason"], rule=rule)
+            return Verdict("deny", why, rule=rule, history=figures)
         if rule["then"] == "ask":
             # An ask rule never lowers the votes an irreversible call needs anyway.
             floor = pol["irreversible_approvals"] if risk == "irreversible" else 1
-            verdict = Verdict("ask", rule["reason"], rule=rule, required=max(rule.get("approvals", 1), floor))
+            verdict = Verdict("ask", why, rule=rule, required=max(rule.get("approvals", 1), floor), history=figures)
         elif not taint_asks:
-            return Verdict("allow", rule["reason"], rule=rule)
+            return Verdict("allow", why, rule=rule, history=figures)
     if verdict is None:
         verdict = _default(tool, risk, tainted, always_ask, pol["irreversible_approvals"], rule)
     if verdict is None:
@@ -371,7 +392,7 @@ def _decide(
     if approver == NO_APPROVER:
         return Verdict(
             "deny", f"{verdict.reason}, and the run has no approver", no_approver=True,
-            rule=verdict.rule, required=verdict.required,
+            rule=verdict.rule, required=verdict.required, history=verdict.history,
         )
     return verdict
 
@@ -418,28 +439,101 @@ def grant_covers(grant: dict[str, Any], tool: str, fingerprint: str) -> bool:
     return "fp" not in grant or grant["fp"] == fingerprint
 
 
-def first_match(rules: list[dict[str, Any]], tool: str, args: Any) -> dict[str, Any] | None:
+def first_match(
+    rules: list[dict[str, Any]], tool: str, args: Any, history: history_mod.Answer | None = None
+) -> dict[str, Any] | None:
     """The first enforced rule whose tool and condition match; fail closed on what
     cannot be evaluated: such a condition matches an ask or deny rule and not an allow
     rule. Shadow rules are skipped: they decide nothing."""
-    return _first(rules, tool, args)
+    return _first(rules, tool, args, _history_facts(rules, tool, args, history))
 
 
-def _first(rules: list[dict[str, Any]], tool: str, args: Any, *, shadow: bool = False) -> dict[str, Any] | None:
+# A history rule's query and what it found, by `_rule_key`; None: it cannot be asked.
+Facts = dict[str, "tuple[history_mod.Query, history_mod.Figures] | None"]
+
+
+def _rule_key(rule: dict[str, Any]) -> str:
+    # A shadow rule promoted in its place (`verdict`) is the same rule: "mode" is left out.
+    return json.dumps({k: v for k, v in rule.items() if k != "mode"}, sort_keys=True, default=str)
+
+
+def _when_matches(rule: dict[str, Any], args: Any) -> bool:
+    if "when" not in rule:
+        return True
+    try:
+        return holds(rule["when"], args)
+    except (Unevaluable, KeyError, TypeError, ValueError, AttributeError):
+        # Also a rule that slipped past validation (a hand-edited snapshot).
+        return bool(rule["then"] != "allow")
+
+
+def _history_facts(
+    rules: list[dict[str, Any]], tool: str, args: Any, history: history_mod.Answer | None
+) -> Facts:
+    """The figures of every history rule whose tool and condition match this call,
+    asked of `history` in one batch."""
+    facts: Facts = {}
+    asked: list[tuple[str, history_mod.Query]] = []
+    for rule in rules:
+        if "history" not in rule or rule["tool"] not in ("*", tool) or not _when_matches(rule, args):
+            continue
+        key = _rule_key(rule)
+        facts[key] = None
+        if history is None:
+            continue
+        try:
+            asked.append((key, history_mod.query_for(rule, tool, args)))
+        except (history_mod.Unevaluable, KeyError, TypeError, ValueError, AttributeError):
+            continue
+    if asked and history is not None:
+        answers = history([q for _, q in asked])
+        for (key, query), figures in zip(asked, answers, strict=True):
+            facts[key] = (query, figures)
+    return facts
+
+
+def _history_holds(rule: dict[str, Any], args: Any, facts: Facts) -> bool:
+    fact = facts.get(_rule_key(rule))
+    if fact is None:
+        return bool(rule["then"] != "allow")  # no figures: fail closed
+    try:
+        return history_mod.holds(rule, args, fact[1])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return bool(rule["then"] != "allow")
+
+
+def _why(rule: dict[str, Any], tool: str, args: Any, facts: Facts) -> tuple[str, dict[str, Any] | None]:
+    """The deciding rule's reason, with its history figures in numbers when it has
+    some: "a third refund of one order in a day: the 3rd refund call with order_id 1042
+    in 24 h (over 2)"."""
+    if "history" not in rule:
+        return rule["reason"], None
+    fact = facts.get(_rule_key(rule))
+    if fact is None:
+        return f"{rule['reason']} (its history could not be read, so the rule fails closed)", None
+    try:
+        reading = history_mod.reading(rule, tool, args, fact[0], fact[1]).to_dict()
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return rule["reason"], None
+    # One line of at most ONE_LINE_MAX as every reason (Slack and email cut there): the
+    # rule's own words give way, never the figures.
+    room = max(ONE_LINE_MAX - len(reading["text"]) - 2, 20)
+    return f"{one_line(rule['reason'], room)}: {reading['text']}", reading
+
+
+def _first(
+    rules: list[dict[str, Any]], tool: str, args: Any, facts: Facts, *, shadow: bool = False
+) -> dict[str, Any] | None:
     for rule in rules:
         if (rule.get("mode") == SHADOW) is not shadow:
             continue
         if rule["tool"] not in ("*", tool):
             continue
-        if "when" not in rule:
-            return rule
-        try:
-            matched = holds(rule["when"], args)
-        except (Unevaluable, KeyError, TypeError, ValueError, AttributeError):
-            # Also a rule that slipped past validation (a hand-edited snapshot).
-            matched = rule["then"] != "allow"
-        if matched:
-            return rule
+        if not _when_matches(rule, args):
+            continue
+        if "history" in rule and not _history_holds(rule, args, facts):
+            continue
+        return rule
     return None
 
 

@@ -1,4 +1,5 @@
-"""What the engine needs from the outside: a model, a journal, a tool runner, a clock."""
+"""What the engine needs from the outside: a model, a journal, a tool runner, a clock,
+and the history its history rules count."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .history import History
 from .registry import Registry, ToolContext, ToolError, ToolSpec
 
 
@@ -269,3 +271,5 @@ class Deps:
     journal: Journal
     runner: ToolRunner = field(default_factory=ThreadRunner)
     now: Callable[[], float] = time.time
+    # The calls before this one, for history rules; None: such rules fail closed.
+    history: History | None = None

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NotRequired, TypedDict
 
 from . import context, decisions, patch, policy
 from . import limits as limits_mod
 from .fingerprints import fingerprint, idempotency_key
+from .history import Answer, Figures, History, Query
 from .policy import APPROVERS, HUMAN
 from .protocols import Decision, Deps, ModelError, ModelRequest, ToolOutcome
 from .registry import ToolContext, ToolSpec
@@ -145,6 +147,7 @@ class ApprovalRow(TypedDict):
     status: str
     expires_at: NotRequired[float]
     shadow: NotRequired[list[dict[str, Any]]]  # what shadow rules would have decided
+    history: NotRequired[dict[str, Any] | None]  # the deciding rule's history figures
     prior: NotRequired[dict[str, Any]]  # an "already ran" approval: the parent's call
 
 
@@ -169,6 +172,9 @@ class Move:
     approval_close: str | None = None  # status for the run's pending approval
     grant: dict[str, Any] | None = None  # grant record to create {"n", "tool", "args", ...}
     grant_revoke: int | None = None  # number of the grant to mark revoked
+    # The history queries the verdict asked and the figures it was given: the store
+    # holds them still true when it commits (or refuses the commit).
+    history: list[tuple[Query, Figures]] = field(default_factory=list)
 
 
 Outcome = tuple[RunState, Move]
@@ -374,7 +380,7 @@ class EditRefused(ValueError):
         self.code, self.detail, self.status = code, detail, status
 
 
-def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verdict:
+def check_edit(state: RunState, spec: ToolSpec | None, args: Any, history: Answer | None = None) -> policy.Verdict:
     """A reviewer's arguments for the pending call, checked as if the model had
     proposed them: the tool's schema, then the run's policy. The tool cannot change.
 
@@ -391,7 +397,7 @@ def check_edit(state: RunState, spec: ToolSpec | None, args: Any) -> policy.Verd
     problem = spec.validate(args)
     if problem is not None:
         raise EditRefused("invalid_arguments", problem, 400)
-    verdict = verdict_for(state, spec, call["tool"], args, fingerprint(call["tool"], args))
+    verdict = verdict_for(state, spec, call["tool"], args, fingerprint(call["tool"], args), history)
     if verdict.action == "deny":
         raise EditRefused(
             "denied_by_policy", {"message": f"the edited call is denied: {verdict.reason}", "rule": verdict.rule}, 409
@@ -611,7 +617,7 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
             f"with the same error ({streak.get('error')})"
         )
         return _fail_from(new, t, reason)
-    verdict = verdict_for(new, spec, tool, args, fp)
+    verdict = verdict_for(new, spec, tool, args, fp, _recorded(deps.history, t))
     t.detail["verdict"] = verdict.to_dict()
     if verdict.shadow:
         # What the profile's shadow rules would have decided: recorded, deciding nothing.
@@ -642,6 +648,20 @@ def _propose(new: RunState, call: dict[str, Any], deps: Deps, t: Move) -> Outcom
     t.messages.append(_tool_message(call, policy.not_permitted(verdict.reason)))
     t.to_state = PLANNING
     return _move(new, PLANNING, t)
+
+
+def _recorded(history: History | None, t: Move) -> Answer | None:
+    """The run's history provider, keeping on the move what it answered: the store
+    checks those figures again under its locks when it commits (store.commit)."""
+    if history is None:
+        return None
+
+    def answer(queries: Sequence[Query]) -> list[Figures]:
+        figures = history.figures(queries)
+        t.history.extend(zip(queries, figures, strict=True))
+        return figures
+
+    return answer
 
 
 def _prior_call(state: RunState, fp: str) -> dict[str, Any] | None:
@@ -698,9 +718,12 @@ def _already_ran(
     return _move(new, AWAITING_APPROVAL, t)
 
 
-def verdict_for(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str) -> policy.Verdict:
+def verdict_for(
+    state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp: str, history: Answer | None = None
+) -> policy.Verdict:
     """The run's policy on one call: what the model proposed, a reviewer's edit, or a
-    recorded call a backtest judges again (agents/runs/backtest.py): the one judge."""
+    recorded call a backtest judges again (agents/runs/backtest.py): the one judge.
+    `history` answers the history rules' queries (None: they fail closed)."""
     return policy.verdict(
         spec,
         tool,
@@ -712,6 +735,7 @@ def verdict_for(state: RunState, spec: ToolSpec | None, tool: str, args: Any, fp
         policy=state.policy,
         grants=state.grants,
         fingerprint=fp,
+        history=history,
     )
 
 
@@ -765,6 +789,7 @@ def _approval_row(
         "rule": verdict.rule if verdict else None,
         "required": verdict.required if verdict else 1,
         "shadow": [dict(s) for s in verdict.shadow] if verdict else [],
+        "history": verdict.history if verdict else None,
         "kind": kind,
         "key": call["key"],
         "call_id": call["id"],

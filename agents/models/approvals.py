@@ -62,6 +62,7 @@ class ApprovalDict(TypedDict):
     taint_source: dict[str, Any] | None
     rule: dict[str, Any] | None
     shadow: list[dict[str, Any]]
+    history: dict[str, Any] | None
     required: int
     votes: list[dict[str, Any]]
     decided_by: str | None
@@ -109,6 +110,9 @@ class Approval(models.Model):
     required = models.PositiveSmallIntegerField(default=1, help_text="votes needed")
     shadow = models.JSONField(
         default=list, blank=True, help_text='what the profile\'s shadow rules would have decided: [{"rule", "verdict"}]'
+    )
+    history = models.JSONField(
+        null=True, blank=True, help_text="the deciding history rule's figures (engine.history.Reading), or null"
     )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     decision = models.CharField(max_length=10, blank=True, help_text=", ".join(decisions.DECISIONS))
@@ -294,6 +298,7 @@ class Approval(models.Model):
             "taint_source": self.taint_source,
             "rule": self.rule,
             "shadow": self.shadow or [],
+            "history": self.history,
             "required": self.required,
             "votes": [v.to_dict() for v in self.current_votes()],
             "decided_by": self.decided_by.get_username() if self.decided_by else None,

@@ -537,7 +537,12 @@ class ToolCall(models.Model):
     result_sha256 = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
-        indexes = [models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint")]
+        indexes = [
+            models.Index(fields=["run", "fingerprint"], name="toolcall_run_fingerprint"),
+            # History rules (agents/runs/history.py): a tool's calls in a window. On
+            # PostgreSQL a GIN index on args (migration 0034) finds a `same` value.
+            models.Index(fields=["tool", "created_at"], name="toolcall_tool_created"),
+        ]
         constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="toolcall_idempotency_key")]
 
 

@@ -22,10 +22,12 @@ from django.utils import timezone
 
 from agents.engine import decisions, patch, policy
 from agents.engine.fingerprints import fingerprint
+from agents.engine.history import Answer
 from agents.engine.policy import PolicyError, Verdict
 from agents.engine.registry import Registry
 from agents.engine.step import RunState, verdict_for
 from agents.models import AgentProfile, Approval, Message, Run
+from agents.runs.history import StoreHistory
 from agents.tools import registry as tool_registry
 
 PROPOSAL_KEYS = ("rules", "always_ask_tools", "denied_tools", "irreversible_approvals")
@@ -81,6 +83,7 @@ class RecordedCall:
     state: RunState
     recorded: dict[str, Any]  # the payload's verdict
     approval: Approval | None
+    at: dt.datetime | None = None  # when it was judged: history rules see the calls before
 
     @property
     def outcome(self) -> str:
@@ -103,7 +106,7 @@ def recorded_calls(runs: Any) -> Iterator[RecordedCall]:
                 if isinstance(c, dict) and "id" in c:
                     proposed.setdefault(c["id"], []).append((seq, c.get("args")))
         engine: dict[str, Any] = {}
-        for t in run.transitions.order_by("seq").only("seq", "payload").iterator():
+        for t in run.transitions.order_by("seq").only("seq", "payload", "created_at").iterator():
             payload = t.payload or {}
             before = engine
             engine = patch.apply(engine, payload.get("patch", {}))
@@ -121,13 +124,21 @@ def recorded_calls(runs: Any) -> Iterator[RecordedCall]:
                 state=RunState.from_json(before),
                 recorded=verdict,
                 approval=approvals.get(call.get("id")),
+                at=t.created_at,
             )
 
 
-def judge(state: RunState, registry: Registry, tool: str, args: Any) -> Verdict:
-    """The verdict the engine gives this call in this state: the engine's own judge."""
+def judge(state: RunState, registry: Registry, tool: str, args: Any, history: Answer | None = None) -> Verdict:
+    """The verdict the engine gives this call in this state: the engine's own judge.
+    `history`: the figures of history rules, as they stood when the call was judged."""
     spec = registry.get(tool) if (state.tools is None or tool in state.tools) else None
-    return verdict_for(state, spec, tool, args, fingerprint(tool, args))
+    return verdict_for(state, spec, tool, args, fingerprint(tool, args), history)
+
+
+def history_then(call: RecordedCall) -> Answer:
+    """History as it stood just before `call` was judged: the calls counted then (made
+    before it, and waiting then or run), not those that came after."""
+    return StoreHistory(call.run, as_of=call.at).figures
 
 
 def under(state: RunState, proposal: dict[str, Any]) -> RunState:
@@ -264,7 +275,7 @@ def backtest(
     shadows: dict[int, Agreement] = {}
     for call in recorded_calls(runs.iterator()):
         report.calls += 1
-        after = judge(under(call.state, proposal), reg, call.tool, call.args)
+        after = judge(under(call.state, proposal), reg, call.tool, call.args, history_then(call))
         cls = change_class(call.recorded, after)
         if cls is not None:
             report.changes.setdefault(cls, []).append(Change(call, call.recorded, after))

@@ -4,6 +4,7 @@ loop itself, the sweeper's one-step claim and the poison-run rule."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -26,6 +27,7 @@ from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
 from agents.runs import rows, statement
+from agents.runs.history import HistoryMoved, StoreHistory
 from agents.runs.store import (
     ADVANCING,
     StaleRun,
@@ -192,7 +194,30 @@ def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
         registry=registry_for(run.profile, tools),
         journal=StoreJournal(run),
         runner=DjangoRunner(),
+        history=StoreHistory(run),
     )
+
+
+class SameTurn:
+    """A model client that answers a turn it answered already with the same decision:
+    a step judged again because its history figures moved (HistoryMoved) must not ask
+    the model again (it costs, and it may answer otherwise)."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner = inner
+        self.last: tuple[str, int, Decision | None] | None = None
+
+    def propose(self, request: ModelRequest) -> Decision | None:
+        if self.last is not None and self.last[:2] == (request.run_id, request.turn):
+            return self.last[2]
+        decision = self.inner.propose(request)
+        self.last = (request.run_id, request.turn, decision)
+        return decision
+
+
+# How many times a worker judges one step again because history rules' figures moved
+# before its commit (another run's call of the same scope committed first).
+HISTORY_RETRIES = 50
 
 
 # -- leases and the driver -----------------------------------------------------------
@@ -392,8 +417,11 @@ def drive(
             _fail_poison(run, state, reason, owner)
         else:
             bound = deps(run) if callable(deps) else deps or deps_for(run, state.tools)
+            if bound.history is not None:
+                bound = dataclasses.replace(bound, model=SameTurn(bound.model))
             if state.state == states.QUEUED and isinstance(bound.journal, StoreJournal):
                 bound.journal.starts_empty()
+            moved = 0
             for _ in range(max_transitions):
                 if max_seconds is not None and time.monotonic() - started >= max_seconds:
                     break
@@ -402,13 +430,23 @@ def drive(
                     break
                 after, t = outcome
                 try:
-                    commit(run, state, after, t, actor=owner, lease_owner=owner, claim=claiming)
+                    commit(run, state, after, t, actor=owner, lease_owner=owner, claim=claiming, recheck_history=True)
                     if isinstance(bound.journal, StoreJournal):
                         bound.journal.committed(t)
+                except HistoryMoved:
+                    # Another run's call counted by one of our history rules committed
+                    # between our judgement and our commit: judge this step again with
+                    # the figures as they are now (the model is not asked again).
+                    moved += 1
+                    if moved > HISTORY_RETRIES:
+                        log.warning("run=%s: history figures kept moving; leaving the step to the sweeper", run.pk)
+                        break
+                    continue
                 except StaleRun:
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
                 claiming = False
+                moved = 0
                 state = after
                 # The terminal commit (or one after which the run waits for its client)
                 # released the lease and left `run` current.

@@ -259,18 +259,28 @@ def _purge_batch(picked: dict[int, int], now: dt.datetime) -> PurgeReport:
             }
         _rewrite(ToolCall, hashed)
         approvals = list(
-            Approval.objects.filter(run_id__in=ids).only("pk", "args", "edited_args", "taint_source", "args_sha256")
+            Approval.objects.filter(run_id__in=ids).only(
+                "pk", "args", "edited_args", "taint_source", "args_sha256", "reason", "rule", "history"
+            )
         )
         for a in approvals:
             a.args_sha256 = a.args_hash  # the hash of the call as it stood (the edit, if any)
             a.args = a.edited_args = None
+            if a.history is not None:
+                # A history rule's figures name the call's `same` values ("with customer
+                # jane@..."): the rule's own reason and the figures without them remain.
+                a.reason = (a.rule or {}).get("reason") or a.reason.split(": ")[0]
+                a.history = {k: v for k, v in a.history.items() if k not in ("same", "text")}
             a.taint_source = (
                 {k: v for k, v in a.taint_source.items() if k in _KEEP_TAINT}
                 if isinstance(a.taint_source, dict)
                 else None
             )
             a.note = ""
-        _rewrite(Approval, _values(approvals, ["args", "edited_args", "taint_source", "note", "args_sha256"]))
+        _rewrite(
+            Approval,
+            _values(approvals, ["args", "edited_args", "taint_source", "note", "args_sha256", "reason", "history"]),
+        )
         ApprovalVote.objects.filter(approval__run_id__in=ids).update(note="", args=None)
         grants = list(Grant.objects.filter(run_id__in=ids).exclude(args=None).only("pk", "args"))
         for g in grants:

@@ -41,7 +41,7 @@ def approval_fields(a: ApprovalRow, now: dt.datetime, *, profile_id: int) -> dic
         "taint_source": clean(a["taint_source"]), "rule": rule, "required": a.get("required", 1),
         "status": a["status"], "decided_at": now if a["status"] != Approval.Status.PENDING else None,
         "expires_at": moment(a.get("expires_at")), "shadow": clean(a.get("shadow") or []),
-        "prior": a.get("prior"),
+        "history": clean(a.get("history")), "prior": a.get("prior"),
         "group_key": call_group_key(profile_id=profile_id, kind=a["kind"], tool=tool, rule=rule, args=args),
     }
 
@@ -133,14 +133,15 @@ def commit_statement(
         sql.append(
             ", a AS (INSERT INTO agents_approval (run_id, kind, idempotency_key, call_id, step, tool, args, risk, reason,"
             " taint_source, rule, required, status, decision, decided_at, note, expires_at, round, created_at, shadow,"
-            " prior, group_key)"
+            " prior, group_key, history)"
             f" SELECT r.id, {p('a_kind', f['kind'])}, {p('a_key', f['idempotency_key'])}, {p('a_call_id', f['call_id'])},"
             f" {p('a_step', f['step'])}, {p('a_tool', f['tool'])}, {p('a_args', j(f['args']), '::jsonb')},"
             f" {p('a_risk', f['risk'])}, {p('a_reason', f['reason'])},"
             f" {p('a_taint', None if taint is None else j(taint), '::jsonb')}, {p('a_rule', None if rule is None else j(rule), '::jsonb')},"
             f" {p('a_required', f['required'])}, {p('a_status', f['status'])}, '', {p('a_decided_at', f['decided_at'])}, '',"
             f" {p('a_expires_at', f['expires_at'])}, 0, %(now)s, {p('a_shadow', j(f['shadow']), '::jsonb')},"
-            f" {p('a_prior', None if prior is None else j(prior), '::jsonb')}, {p('a_group_key', f['group_key'])}"
+            f" {p('a_prior', None if prior is None else j(prior), '::jsonb')}, {p('a_group_key', f['group_key'])},"
+            f" {p('a_history', None if f['history'] is None else j(f['history']), '::jsonb')}"
             " FROM r RETURNING id)"
         )
     if t.approval_close is not None:

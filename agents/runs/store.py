@@ -27,7 +27,7 @@ from agents.models import (
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox
 from agents.ops import telemetry
-from agents.runs import rows, statement
+from agents.runs import history, rows, statement
 from agents.runs.sanitize import clean, clean_json
 
 log = logging.getLogger("airlock.store")
@@ -255,6 +255,7 @@ def commit(
     claim: bool = False,
     user: Any = None,
     record: ClientCall | None = None,
+    recheck_history: bool = False,
 ) -> None:
     """Write one transition and its effects atomically, or raise StaleRun.
 
@@ -266,7 +267,16 @@ def commit(
     one ORM transaction. Both write the same rows. `user` is the person behind a grant
     or a revocation. `record`, an external agent's proposal (an unsaved ClientCall of
     this run), is written by the same commit and saved on return.
+
+    `recheck_history`: the verdict was judged with history figures read outside any
+    transaction (a worker's step): the commit locks what they count and raises
+    HistoryMoved, writing nothing, if they changed meanwhile (agents/runs/history.py).
     """
+    if recheck_history and t.history:
+        with transaction.atomic():
+            history.hold(run, t.history)
+            commit(run, before, after, t, actor=actor, lease_owner=lease_owner, claim=claim, user=user, record=record)
+        return
     now = timezone.now()
     engine, engine_text = clean_json(after.engine_json())
     cached = cache_fields(after, engine)

@@ -19,6 +19,7 @@ APPROVAL_FIELDS = {
     "reason",
     "taint_source",
     "rule",
+    "history",
     "decided_by",
     "decided_at",
     "note",

@@ -183,3 +183,62 @@ def test_shadow_rules_report_their_agreement_with_what_happened(history) -> None
     # The shadow deny of echo "x" matched once, in a run where echo was allowed.
     assert (tally.rule, tally.agreed, tally.disagreed) == (2, 0, 1)
     assert policy.shadow_label({"rule": 2, "verdict": "deny"}) == "shadow rule 2 would have denied this"
+
+
+# -- history rules ------------------------------------------------------------------------
+
+THIRD_ENTRY = {"tool": "ledger_write", "then": "ask", "reason": "a third entry of one order in a day",
+               "history": {"within": "24h", "scope": "profile", "same": ["entry.order"], "calls_over": 2}}
+
+
+def entry(order: str, n: int) -> dict[str, Any]:
+    return call("ledger_write", entry={"order": order, "n": n})
+
+
+@pytest.fixture
+def counted_history(launch, drive, lena, rita) -> list[Run]:
+    """Five entries of order 1042 in five runs under THIRD_ENTRY: two allowed, the third
+    asked and was approved, the fourth asked and was rejected, the fifth asked again
+    (the rejection does not count, the approval does)."""
+    AgentProfile.objects.filter(name="scripted").update(rules=[THIRD_ENTRY])
+    runs = []
+    for n in range(5):
+        run = drive(launch([entry("1042", n), final()], user=lena))
+        if run.state == "awaiting_approval" and n < 4:
+            decision = "approve" if n == 2 else "reject"
+            approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision=decision, note="")
+            drive(run)
+        runs.append(run)
+    return runs
+
+
+def test_history_rules_are_judged_again_with_history_as_it_stood_at_each_call(counted_history) -> None:
+    calls = list(bt.recorded_calls(Run.objects.order_by("pk")))
+    assert [c.recorded["action"] for c in calls] == ["allow", "allow", "ask", "ask", "ask"]
+    assert [c.recorded["history"]["count"] for c in calls[2:]] == [2, 3, 3]
+    reg = registry()
+    for c in calls:
+        assert bt.judge(c.state, reg, c.tool, c.args, bt.history_then(c)).to_dict() == c.recorded, c.seq
+    profile = AgentProfile.objects.get(name="scripted")
+    assert bt.backtest(profile, {"rules": [THIRD_ENTRY]}).changes == {}
+
+
+def test_a_proposed_history_rule_is_tried_on_past_calls(counted_history) -> None:
+    profile = AgentProfile.objects.get(name="scripted")
+    looser = {**THIRD_ENTRY, "history": {**THIRD_ENTRY["history"], "calls_over": 3}}
+    report = bt.backtest(profile, {"rules": [looser]})
+    # As it stood then: the third call had two before it (now allowed); the fourth and
+    # fifth had three counted ones (the approved third included) and still ask.
+    assert [c.call.args["entry"]["n"] for c in report.changes["ask->allow"]] == [2]
+    assert set(report.changes) == {"ask->allow"}
+    stricter = {**THIRD_ENTRY, "history": {**THIRD_ENTRY["history"], "calls_over": 0}}
+    report = bt.backtest(profile, {"rules": [stricter]})
+    assert [c.call.args["entry"]["n"] for c in report.changes["allow->ask"]] == [0, 1]
+
+
+def test_a_shadow_history_rule_records_its_verdicts_on_live_calls(launch, drive, lena) -> None:
+    AgentProfile.objects.filter(name="scripted").update(rules=[{**THIRD_ENTRY, "mode": "shadow"}])
+    for n in range(3):
+        assert drive(launch([entry("7", n), final()], user=lena)).state == "done"  # shadow decides nothing
+    shadows = [t.payload.get("shadow") for t in Transition.objects.filter(payload__has_key="verdict").order_by("pk")]
+    assert shadows == [None, None, [{"rule": 1, "verdict": "ask"}]]

@@ -455,3 +455,22 @@ def test_a_purge_leaves_the_review_statistics_of_past_windows_unchanged(launch, 
     assert retention.purge(actor="test", older_than_days=0).runs == 3
     assert Run.objects.filter(purged_at__isnull=False).count() == 3
     assert figures() == before
+
+
+def test_a_purge_forgets_the_values_a_history_rules_figures_named(launch, drive, rita) -> None:
+    rule = {"tool": "ledger_write", "then": "ask", "reason": "a second entry for one customer",
+            "history": {"scope": "run", "calls_over": 1, "same": ["entry.customer"]}}
+    script = [call("ledger_write", entry={"customer": SECRET, "n": n}) for n in range(2)]
+    run = drive(launch([*script, final("ok")], policy={"rules": [rule]}))
+    approval = Approval.objects.get(run=run)
+    assert SECRET in approval.reason and approval.history["same"] == {"entry.customer": SECRET}
+    actions.approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="no")
+    assert drive(run).state == "done"
+
+    purge_cmd("--older-than", "0")
+
+    assert tables_holding(SECRET) == []
+    approval.refresh_from_db()
+    assert approval.reason == "a second entry for one customer"
+    assert (approval.history["count"], approval.history["calls_over"]) == (1, 1)
+    assert verify_run(Run.objects.get(pk=run.pk)) == []

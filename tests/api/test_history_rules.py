@@ -1,0 +1,278 @@
+"""History rules on Airlock's own runs, through the API and the driver: validation at
+launch and at profile save, the four scopes, `same`, `calls_over`, `sum_over`, `after`,
+`of`, what counts (ran, running, approved, waiting) and what does not (rejected,
+denied), and the figures on the approval."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from agents.models import AgentProfile, Approval, LedgerEntry, Project, Run, ToolCall
+from agents.runs import driver
+from agents.runs.verify import verify_run
+from tests.helpers import at_once, launch_body, requires_postgres
+
+# transaction=True: tools run on a thread with its own connection, which must see the run.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def write(order: str, amount: float = 10, tool: str = "ledger_write") -> dict[str, Any]:
+    return {"call": {"tool": tool, "args": {"entry": {"order": order, "amount": amount}}}}
+
+
+def rule(history: dict[str, Any], then: str = "ask", tool: str = "ledger_write", **extra: Any) -> dict[str, Any]:
+    return {"tool": tool, "then": then, "reason": "history says so", "history": history, **extra}
+
+
+def profile(**fields: Any) -> None:
+    AgentProfile.objects.filter(name="scripted").update(**fields)
+
+
+def run_script(api: Any, who: str, script: list[dict[str, Any]], **extra: Any) -> Run:
+    response = api(who).post("/api/runs", launch_body([*script, {"final": "ok"}], **extra))
+    assert response.status_code == 201, response.data
+    return driver.drive(response.data["id"])
+
+
+def ledger(run: Run) -> int:
+    return LedgerEntry.objects.filter(run=run).count()
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "history, field",
+    [
+        ({"scope": "profile", "calls_over": 2}, "policy.rules[1].history.within"),
+        ({"scope": "crowd", "within": "1h", "calls_over": 2}, "policy.rules[1].history.scope"),
+        ({"scope": "run", "sum_over": {"entry.amount": "lots"}}, "policy.rules[1].history.sum_over.entry.amount"),
+        ({"scope": "run", "calls_over": 1, "same": "entry.order"}, "policy.rules[1].history.same"),
+    ],
+)
+def test_a_launch_rule_with_a_bad_history_is_a_400_naming_the_field(api, history: Any, field: str) -> None:
+    response = api("lena").post("/api/runs", launch_body(policy={"rules": [rule(history)]}))
+    assert response.status_code == 400
+    assert response.data["error"] == "invalid_policy" and response.data["detail"].startswith(f"{field}: ")
+    assert not Run.objects.exists()
+
+
+def test_a_profile_saved_with_a_bad_history_names_the_field(defaults: None) -> None:
+    p = AgentProfile.objects.get(name="scripted")
+    p.rules = [rule({"scope": "profile", "within": "1 hour", "calls_over": 2})]
+    with pytest.raises(ValidationError) as e:
+        p.full_clean()
+    assert "rules[1].history.within" in str(e.value)
+
+
+def test_a_profile_saved_around_validation_launches_nothing(api) -> None:
+    profile(rules=[rule({"scope": "run", "calls_over": "two"})])
+    response = api("lena").post("/api/runs", launch_body())
+    assert response.status_code == 400 and response.data["detail"].startswith("profile.rules[1].history.calls_over: ")
+
+
+def test_a_launcher_may_add_a_history_rule_that_asks(api) -> None:
+    history = {"scope": "run", "calls_over": 1}
+    run = run_script(api, "lena", [write("1"), write("2")], policy={"rules": [rule(history)]})
+    assert (run.state, ledger(run)) == ("awaiting_approval", 1)
+    assert Approval.objects.get(run=run).rule == {**rule(history), "origin": "launch", "index": 1}
+
+
+# -- the scopes, and what counts ---------------------------------------------------------
+
+
+def test_calls_over_in_a_run_catches_the_n_plus_first_call_with_the_figures(api) -> None:
+    profile(rules=[rule({"scope": "run", "calls_over": 2, "same": ["entry.order"]})])
+    run = run_script(api, "lena", [write("1042", 1), write("7", 1), write("1042", 2), write("1042", 3)])
+    assert (run.state, ledger(run)) == ("awaiting_approval", 3)
+    approval = api("rita").get(f"/api/runs/{run.pk}").data["pending_approval"]
+    assert approval["args"] == {"entry": {"order": "1042", "amount": 3}}
+    assert approval["reason"] == "history says so: the 3rd ledger_write call with entry.order 1042 in this run (over 2)"
+    assert approval["history"] == {
+        "scope": "run", "within": None, "tools": ["ledger_write"], "same": {"entry.order": "1042"}, "count": 2,
+        "calls_over": 2, "total": None, "sum_over": None, "ran": None,
+        "text": "the 3rd ledger_write call with entry.order 1042 in this run (over 2)",
+    }
+
+
+def test_profile_scope_counts_other_runs_of_the_profile_within_the_window(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "24h", "calls_over": 2, "same": ["entry.order"]})])
+    first = run_script(api, "lena", [write("1042", 1)])
+    second = run_script(api, "leo", [write("1042", 2), write("99", 2)])
+    third = run_script(api, "lena", [write("1042", 3)])
+    assert (first.state, second.state, third.state) == ("done", "done", "awaiting_approval")
+    # Older than the window: the calls no longer count.
+    ToolCall.objects.update(created_at=timezone.now() - dt.timedelta(hours=25))
+    assert run_script(api, "leo", [write("1042", 4)]).state == "done"
+
+
+def test_caller_scope_counts_only_the_same_launchers_runs(api) -> None:
+    profile(rules=[rule({"scope": "caller", "within": "1h", "calls_over": 1})])
+    assert run_script(api, "lena", [write("1")]).state == "done"
+    assert run_script(api, "leo", [write("2")]).state == "done"  # leo's first
+    assert run_script(api, "lena", [write("3")]).state == "awaiting_approval"  # lena's second
+
+
+def test_project_scope_counts_the_projects_other_profiles(api) -> None:
+    project = Project.objects.create(slug="shop", name="Shop")
+    base = AgentProfile.objects.get(name="scripted")
+    twin = AgentProfile.objects.get(pk=base.pk)
+    twin.pk, twin.name = None, "scripted-twin"
+    twin.save()
+    AgentProfile.objects.filter(pk__in=[base.pk, twin.pk]).update(project=project)
+    limit = rule({"scope": "project", "within": "7d", "sum_over": {"entry.amount": 100}, "same": ["entry.order"]})
+    profile(rules=[limit])
+    AgentProfile.objects.filter(pk=twin.pk).update(rules=[])
+    body = launch_body([write("1042", 60), {"final": "ok"}], agent="scripted-twin")
+    other = driver.drive(api("root").post("/api/runs", body).data["id"])
+    assert other.state == "done"  # the twin has no rule; its call counts all the same
+    assert run_script(api, "root", [write("1042", 40)]).state == "done"  # 60 + 40 = 100, not over
+    run = run_script(api, "root", [write("1042", 0.5)])
+    assert run.state == "awaiting_approval"
+    figures = Approval.objects.get(run=run).history
+    assert (figures["total"], figures["sum_over"]) == (100.5, 100)
+    assert "100.50 entry.amount in ledger_write calls with entry.order 1042 in 7 d in this project" in figures["text"]
+
+
+def test_a_waiting_call_counts_and_a_rejected_one_does_not(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 1, "same": ["entry.order"]})])
+    assert run_script(api, "lena", [write("9", 1)]).state == "done"
+    waiting = run_script(api, "lena", [write("9", 2)])
+    assert waiting.state == "awaiting_approval"
+    # Waiting for a human counts: a third call is held too, whatever happens to the second.
+    assert run_script(api, "leo", [write("9", 3)]).state == "awaiting_approval"
+    held = Approval.objects.filter(status="pending").order_by("pk")
+    for approval in held:
+        response = api("rita").post(f"/api/approvals/{approval.pk}/decision", {"decision": "reject", "note": "no"})
+        assert response.status_code == 200
+    # Rejected calls do not count: one counted call (the first) remains.
+    assert Approval.objects.get(run__created_by__username="leo").history["count"] == 2
+    assert run_script(api, "leo", [write("9", 4)]).state == "awaiting_approval"
+    assert Approval.objects.filter(status="pending").get().history["count"] == 1
+
+
+def test_an_approved_call_counts(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 1})])
+    assert run_script(api, "lena", [write("1")]).state == "done"
+    held = run_script(api, "lena", [write("2")])
+    approval = Approval.objects.get(run=held)
+    assert api("rita").post(f"/api/approvals/{approval.pk}/decision", {"decision": "approve"}).status_code == 200
+    driver.drive(held.pk)
+    assert ledger(held) == 1
+    assert Approval.objects.get(run=run_script(api, "leo", [write("3")])).history["count"] == 2
+
+
+def test_a_denied_call_does_not_count(api) -> None:
+    profile(rules=[
+        rule({"scope": "profile", "within": "1h", "calls_over": 0}, then="deny", when={"arg": "entry.amount", "op": "gt", "value": 50}),
+        rule({"scope": "profile", "within": "1h", "calls_over": 1}),
+    ])
+    denied = run_script(api, "lena", [write("1", 99)])  # denied outright: never counted
+    assert (denied.state, ledger(denied)) == ("done", 0)
+    assert run_script(api, "lena", [write("2", 1)]).state == "done"  # the first counted call
+
+
+def test_after_asks_a_write_once_an_external_read_ran_in_the_run(api) -> None:
+    profile(rules=[rule({"scope": "run", "after": ["fetch_fixture"]}, reason="writes after reading outside text")])
+    clean = run_script(api, "lena", [write("1")])
+    assert clean.state == "done"
+    read_first = run_script(api, "lena", [{"call": {"tool": "echo", "args": {"text": "x"}}},
+                                          {"call": {"tool": "fetch_fixture", "args": {"text": "hi"}}}, write("2")])
+    assert read_first.state == "awaiting_approval"
+    assert Approval.objects.get(run=read_first).history["ran"] == "fetch_fixture"
+
+
+def test_of_counts_another_tools_calls(api) -> None:
+    profile(rules=[rule({"scope": "run", "calls_over": 1, "of": ["echo"]}, then="deny")])
+    run = run_script(api, "lena", [write("1"), {"call": {"tool": "echo", "args": {"text": "x"}}}, write("2")])
+    assert run.state == "done" and ledger(run) == 1
+    denial = [t for t in run.transitions.order_by("seq") if t.payload.get("verdict", {}).get("action") == "deny"]
+    assert denial[0].payload["verdict"]["history"]["count"] == 1
+
+
+def test_a_deny_rule_over_every_tool_stops_a_runaway_caller(api) -> None:
+    profile(rules=[rule({"scope": "caller", "within": "1h", "calls_over": 2}, then="deny", tool="*")])
+    run = run_script(api, "lena", [{"call": {"tool": "echo", "args": {"text": str(i)}}} for i in range(4)])
+    assert run.state == "done"
+    verdicts = [t.payload["verdict"]["action"] for t in run.transitions.order_by("seq") if "verdict" in t.payload]
+    assert verdicts == ["allow", "allow", "deny", "deny"]
+
+
+def test_a_purged_runs_calls_still_count_but_not_towards_same(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 1})])
+    run_script(api, "lena", [write("1042")])
+    ToolCall.objects.update(args=None)  # what a purge leaves: tool, time, hashes
+    assert run_script(api, "lena", [write("1042")]).state == "awaiting_approval"
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 1, "same": ["entry.order"]})])
+    Approval.objects.update(status="rejected")
+    assert run_script(api, "lena", [write("1042", 3)]).state == "done"
+
+
+# -- exact under concurrency ----------------------------------------------------------------
+
+
+@requires_postgres()  # SQLite takes one writer at a time; the advisory locks are PostgreSQL's
+def test_twelve_runs_proposing_at_once_let_exactly_three_through(api) -> None:
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 3})])
+    ids = [api("lena").post("/api/runs", launch_body([write(str(i)), {"final": "ok"}])).data["id"] for i in range(12)]
+    # Twelve workers, each driving one run: judged outside any transaction, committed
+    # under the history's lock, judged again when another's call came first.
+    at_once(lambda run_id: driver.drive(run_id).state, ids)
+    assert LedgerEntry.objects.count() == 3
+    assert Approval.objects.filter(status="pending").count() == 9
+    assert sorted(Run.objects.values_list("state", flat=True)) == ["awaiting_approval"] * 9 + ["done"] * 3
+    counts = sorted(a.history["count"] for a in Approval.objects.all())
+    assert counts[0] == 3  # no held call was judged with fewer than three before it
+    for run in Run.objects.all():
+        assert verify_run(run) == []
+
+
+def test_a_reviewers_edit_is_judged_with_the_history_before_the_call(api) -> None:
+    over = rule({"scope": "profile", "within": "1h", "calls_over": 1, "same": ["entry.order"]}, then="deny",
+                when={"arg": "entry.amount", "op": "gt", "value": 100})
+    small = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "lt", "value": 100}, "then": "ask",
+             "reason": "small ones ask"}
+    profile(rules=[over, small])
+    assert run_script(api, "leo", [write("5", 500)]).state == "done"  # the first big entry of order 5
+    held = run_script(api, "lena", [write("6", 1)])
+    approval = Approval.objects.get(run=held)
+    # Another order's first big entry: the waiting call itself is not counted against its edit.
+    edit = {"decision": "approve", "args": {"entry": {"order": "6", "amount": 500}}}
+    assert api("rita").post(f"/api/approvals/{approval.pk}/decision", edit).status_code == 200
+    # Order 5 has had a big entry: the edit would be the second, and is refused.
+    held = run_script(api, "lena", [write("7", 1)])
+    edit = {"decision": "approve", "args": {"entry": {"order": "5", "amount": 500}}}
+    response = api("rita").post(f"/api/approvals/{Approval.objects.get(run=held).pk}/decision", edit)
+    assert response.status_code == 409 and response.data["error"] == "denied_by_policy"
+
+
+def test_the_issues_example_rules_save_and_work_on_the_demo_profile(api) -> None:
+    third = {"tool": "refund", "then": "ask", "reason": "a third refund of one order in a day",
+             "history": {"within": "24h", "scope": "profile", "same": ["order_id"], "calls_over": 2}}
+    examples = [
+        third,
+        {"tool": "refund", "then": "ask", "reason": "over 500 EUR to one customer this week",
+         "history": {"within": "7d", "scope": "project", "same": ["customer"], "sum_over": {"amount": 500}}},
+        {"tool": "send_email", "then": "ask", "reason": "writes after reading a customer export",
+         "history": {"scope": "run", "after": ["export_customers", "crm__search"]}},
+        {"tool": "*", "then": "deny", "reason": "runaway client",
+         "history": {"within": "1h", "scope": "caller", "calls_over": 200}},
+    ]
+    demo = AgentProfile.objects.get(name="demo")
+    demo.rules = [third, *demo.rules, *examples[1:]]  # the small-refund allow stays before the others
+    demo.full_clean()  # what the admin's save runs
+    demo.save()
+    task = "The spatula from order 1045 melted the first time I used it. Can I get a refund? - Ines"
+    states = []
+    for _ in range(3):
+        run_id = api("root").post("/api/runs", {"agent": "demo", "task": task}).data["id"]
+        states.append(driver.drive(run_id).state)
+    assert states == ["done", "done", "awaiting_approval"]
+    assert Approval.objects.get().reason == (
+        "a third refund of one order in a day: the 3rd refund call with order_id 1045 in 24 h (over 2)"
+    )

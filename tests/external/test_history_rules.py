@@ -1,0 +1,82 @@
+"""History rules on external runs, through the decision API (`POST /api/runs/<id>/calls`):
+the same judge, the figures in the answer, and exact counts under concurrency."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents import external
+from agents.models import AgentProfile, Approval, LedgerEntry, Run, ToolCall
+from tests.helpers import at_once, requires_postgres
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THIRD = {"tool": "ledger_write", "then": "ask", "reason": "a third entry of one order in a day",
+         "history": {"within": "24h", "scope": "profile", "same": ["entry.order"], "calls_over": 2}}
+AFTER_READ = {"tool": "crm_update", "then": "ask", "reason": "writes after reading outside text",
+              "history": {"scope": "run", "after": ["fetch_fixture"]}}
+
+
+def propose(api: Any, run_id: int, tool: str, who: str = "lena", **args: Any) -> Any:
+    response = api(who).post(f"/api/runs/{run_id}/calls", {"tool": tool, "args": args})
+    assert response.status_code in (200, 201), response.data
+    return response.data
+
+
+def test_a_third_call_of_one_order_across_external_runs_waits_with_the_figures(api, external_run, profile) -> None:
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
+    for amount in (1, 2):
+        done = propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": amount})
+        assert done["verdict"] == "allow"
+    assert propose(api, external_run(), "ledger_write", entry={"order": "77", "amount": 3})["verdict"] == "allow"
+    held = propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": 4})
+    assert (held["verdict"], held["status"]) == ("ask", "pending")
+    assert held["reason"] == (
+        "a third entry of one order in a day: the 3rd ledger_write call with entry.order 1042 in 24 h (over 2)"
+    )
+    assert held["approval"]["history"]["count"] == 2
+    assert LedgerEntry.objects.count() == 3
+
+
+def test_after_holds_a_client_tool_once_the_run_read_outside_text(api, external_run, profile) -> None:
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[AFTER_READ])
+    run_id = external_run()
+    assert propose(api, run_id, "crm_update", customer="A", note="n")["verdict"] == "allow"
+    key = ToolCall.objects.get(run_id=run_id, tool="crm_update").idempotency_key
+    assert api("lena").post(f"/api/runs/{run_id}/calls/{key}/result", {"ok": True, "output": "ok"}).status_code == 200
+    propose(api, run_id, "fetch_fixture", text="a page")
+    held = propose(api, run_id, "crm_update", customer="B", note="n")
+    assert held["verdict"] == "ask" and held["approval"]["history"]["ran"] == "fetch_fixture"
+
+
+def test_a_launch_may_add_a_history_rule_to_an_external_run(api, external_run) -> None:
+    limit = {"tool": "echo", "then": "deny", "reason": "one echo per run",
+             "history": {"scope": "run", "calls_over": 1}}
+    run_id = external_run(policy={"rules": [limit]})
+    assert propose(api, run_id, "echo", text="a")["verdict"] == "allow"
+    denied = propose(api, run_id, "echo", text="b")
+    assert (denied["verdict"], denied["status"]) == ("deny", "denied")
+    bad = api("lena").post("/api/runs", {"agent": "ext", "task": "t", "policy": {
+        "rules": [{**limit, "history": {"scope": "caller", "calls_over": 1}}]}})
+    assert bad.status_code == 400 and bad.data["detail"].startswith("policy.rules[1].history.within: ")
+
+
+@requires_postgres()  # the advisory locks that serialise the count are PostgreSQL's
+def test_twelve_external_runs_proposing_at_once_let_exactly_three_through(api, external_run, profile, lena) -> None:
+    rule = {"tool": "ledger_write", "then": "ask", "reason": "three entries an hour",
+            "history": {"within": "1h", "scope": "profile", "calls_over": 3}}
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[rule])
+    ids = [external_run() for _ in range(12)]
+
+    def go(run_id: int) -> str:
+        answer = external.call_propose(run_id=run_id, tool="ledger_write", args={"entry": f"e{run_id}"}, user=lena)
+        return answer.verdict
+
+    verdicts = at_once(go, ids)
+    assert sorted(verdicts) == ["allow"] * 3 + ["ask"] * 9
+    assert LedgerEntry.objects.count() == 3
+    assert Approval.objects.filter(status="pending").count() == 9
+    assert min(a.history["count"] for a in Approval.objects.all()) == 3
+    assert Run.objects.filter(state="awaiting_approval").count() == 9

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0029_review_tally_version'),
+        ('agents', '0034_history_rules'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

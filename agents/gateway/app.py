@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.metadata
 import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
@@ -41,6 +43,11 @@ from agents.runs import driver
 from . import core
 
 T = TypeVar("T")
+# serverInfo.version: the installed distribution's (pyproject.toml's `version`).
+try:
+    VERSION = importlib.metadata.version("airlock")
+except importlib.metadata.PackageNotFoundError:  # a checkout run without `pip install -e .`
+    VERSION = "0+unknown"
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
 MAX_BODY = 4 * 1024 * 1024
 # On every answer, as Django's SecurityMiddleware puts it on the pages': a browser never
@@ -203,6 +210,7 @@ def _result(reply: core.Reply) -> types.CallToolResult:
 
 server = Server(
     "airlock-gateway",
+    version=VERSION,
     instructions="Airlock polices these tools: a call may be held for a human reviewer. When a result says "
     "pending_approval, call the same tool again with the same arguments later to get its outcome.",
     on_list_tools=list_tools,
@@ -274,6 +282,40 @@ async def _read_body(receive: Any) -> bytes | None:
             return b"".join(chunks)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(value: str) -> str | None:
+    """`scheme://host[:port]` as browsers send it (lower case, no default port), or
+    None for what is not an origin (`null`, a path, another scheme)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in _DEFAULT_PORTS or not host or parts.path not in ("", "/") or parts.query or parts.username:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else "")
+
+
+def origin_refusal(headers: dict[str, str]) -> core.Refused | None:
+    """403 for a request from a browser page of another origin than the deployment's
+    own (AIRLOCK_BASE_URL) or one of AIRLOCK_GATEWAY_ALLOWED_ORIGINS: the MCP
+    specification's guard against DNS rebinding and pages driving an agent through a
+    browser. No `Origin` (every non-browser client) is fine."""
+    sent = headers.get("origin")
+    if sent is None:
+        return None
+    allowed = {_origin(o) for o in (settings.AIRLOCK_BASE_URL, *settings.AIRLOCK_GATEWAY_ALLOWED_ORIGINS)}
+    found = _origin(sent)
+    if found is not None and found in allowed:
+        return None
+    return core.Refused(403, "forbidden_origin", f"Origin {sent[:200]!r} may not use this gateway "
+                        "(AIRLOCK_GATEWAY_ALLOWED_ORIGINS)")
+
+
 def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]) -> tuple[str, Any] | None:
     """A tools/call that the SDK will hand to `call_tool` as it stands, as (tool,
     arguments): its envelope, its params and the headers the SDK checks first (Accept,
@@ -305,7 +347,8 @@ def _wants_progress(message: Any) -> bool:
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The gateway for one HTTP request under `/mcp/<profile>/`.
 
-    1. The path names a profile; the Host must be one of ALLOWED_HOSTS.
+    1. A foreign `Origin` is 403 (`origin_refusal`); the path names a profile; the
+       Host must be one of ALLOWED_HOSTS.
     2. The token and the profile: 401 with `WWW-Authenticate: Bearer`, 404 for a
        profile that is not external, before anything else is read or run.
     3. GET (a standalone stream) is 405: server messages ride each POST's answer.
@@ -320,6 +363,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     match = PATH.match(scope["path"])
     try:
+        refused = origin_refusal(headers)
+        if refused is not None:
+            raise refused
         if match is None:
             raise core.Refused(404, "not_found", "the gateway is at /mcp/<profile>/")
         domain, _port = split_domain_port(headers.get("host", ""))

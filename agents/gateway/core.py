@@ -27,6 +27,8 @@ from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
 
+from . import names
+
 
 class Refused(Exception):
     """An HTTP answer before the MCP layer: status, error name, detail."""
@@ -210,15 +212,17 @@ def tool_list(caller: Caller) -> list[dict[str, Any]]:
     """tools/list: each offered tool's name, description and input schema as pinned,
     and its annotations as Airlock applies them: the server's own (a title, say) with
     the four hints set to the kind Airlock enforces, overrides included."""
-    specs = offered(caller.profile or AgentProfile.objects.get(pk=caller.profile_id))
+    profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
+    specs = offered(profile)
     pinned = {t.name: t for t in mcp_tools.offered_tools([s.name for s in specs])}
     listed = []
     for spec in specs:
         annotations = dict(pinned[spec.name].annotations or {}) if spec.name in pinned else {}
         annotations.update(hints_for(spec.risk, spec.returns, spec.retry_safety))
+        upstream = pinned[spec.name].mcp_name if spec.name in pinned else None
         listed.append({
-            "name": spec.name, "description": spec.description, "inputSchema": spec.schema,
-            "annotations": annotations,
+            "name": names.listed(profile, spec.name, upstream), "description": spec.description,
+            "inputSchema": spec.schema, "annotations": annotations,
         })
     return listed
 
@@ -248,10 +252,11 @@ def call_start(
     The offered-tools check, the policy and the drive read the MCP tools once, and
     only the profile's: a call costs the same however many tools other servers have."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
+    asked, tool = tool, names.governed(profile, tool)  # type: ignore[assignment]
     with mcp_tools.read_once(profile.tool_names()):
         if tool not in {s.name for s in offered(profile)}:
-            return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
-                         is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
+            return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",
+                         is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": asked}})
         try:
             if run_id is None:
                 run_id = session_run(caller, session_pk)

@@ -18,11 +18,15 @@ from django.db.models.functions import Cast
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
-from agents.engine.registry import ClientToolError, ToolSpec, client_tool_specs
+from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.models.projects import default_project
 from agents.runs import rows
+
+
+# An MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py: SEPARATOR).
+MCP_SEPARATOR = PATTERN[:-1]
 
 
 class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
@@ -88,6 +92,14 @@ class AgentProfile(models.Model):
         help_text='external profiles: tools the client runs, [{"name", "description", "schema", "risk", '
         '"returns", "retry_safety"}] with the values built-in tools declare',
     )
+    # The MCP gateway (docs/gateway.md, "One server's own names"): a profile whose tools are
+    # one MCP server's lists them under the server's own names, so a client's prompts and
+    # docs written for that server keep working; calls are governed as `SERVER__tool`.
+    expose_names = models.BooleanField(
+        default=False,
+        help_text="external profiles whose tools are one MCP server's (SERVER__* or SERVER__tool entries only): "
+        "the MCP gateway lists them under the server's own names, without the SERVER__ prefix",
+    )
     # Retention (docs/operations.md): empty means AIRLOCK_RETENTION_DAYS (unset: keep all).
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, help_text="purge finished runs' content after this many days (empty: the deployment's)"
@@ -132,6 +144,27 @@ class AgentProfile(models.Model):
             name = exc.field.split("[")[0].split(".")[0]
             raise ValidationError({name: f"{exc.field}: {exc.message}"}) from None
         self.client_specs()
+        if self.expose_names:
+            self._clean_exposed()
+
+    def _clean_exposed(self) -> None:
+        """`expose_names` needs an external profile whose tools are one MCP server's:
+        with two servers (or a built-in tool beside them) two tools could share a name."""
+        if self.provider != "external":
+            raise ValidationError({"expose_names": "only an external profile's tools are offered through the gateway"})
+        if self.exposed_server() is None:
+            raise ValidationError({"expose_names": "the profile's tools must all be one MCP server's "
+                                                   "(SERVER__* or SERVER__tool entries, one SERVER)"})
+
+    def exposed_server(self) -> str | None:
+        """The MCP server whose own names the gateway lists: set when `expose_names` is
+        on and every entry of `tools` is that one server's (`SERVER__*`, `SERVER__tool`)."""
+        if not self.expose_names or not isinstance(self.tools, list) or not self.tools:
+            return None
+        servers = {str(t).split(MCP_SEPARATOR, 1)[0] if MCP_SEPARATOR in str(t) else "" for t in self.tools}
+        if len(servers) != 1 or "" in servers:
+            return None
+        return servers.pop()
 
     def _clean_reviewing(self) -> None:
         """Who reviews: groups that exist (a misspelt group would leave the calls to

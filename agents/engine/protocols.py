@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .registry import Registry, ToolContext, ToolError, ToolSpec
+from .registry import Registry, ToolContext, ToolError, ToolSpec, WithContent
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,13 @@ class ToolOutcome:
     duration_ms: int = 0
     # The call may have taken effect before it failed (see ToolError.outcome_unknown).
     unknown: bool = False
+    # What the tool's source sent besides `value` (registry.WithContent): journal only.
+    content: dict[str, Any] | None = None
 
     def result(self) -> dict[str, Any]:
         if self.ok:
+            if self.content is not None:
+                return {"ok": True, "result": self.value, "content": self.content}
             return {"ok": True, "result": self.value}
         return {"ok": False, "error": self.error, "detail": self.detail}
 
@@ -171,6 +175,8 @@ class ThreadRunner:
                 duration_ms=_ms(started),
             )
         self._worker = worker
+        if isinstance(value, WithContent):
+            return ToolOutcome(ok=True, value=value.value, content=value.content, duration_ms=_ms(started))
         return ToolOutcome(ok=True, value=value, duration_ms=_ms(started))
 
     def wait(self, future: concurrent.futures.Future[Any], timeout: float) -> Any:

@@ -40,7 +40,7 @@ from agents import jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 
-from . import core
+from . import content, core
 
 T = TypeVar("T")
 # serverInfo.version: the installed distribution's (pyproject.toml's `version`).
@@ -201,11 +201,7 @@ def watcher() -> Watcher:
 
 
 def _result(reply: core.Reply) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=reply.text)],
-        structured_content=reply.structured,
-        is_error=reply.is_error,
-    )
+    return content.call_result(reply.text, reply.is_error, reply.structured, reply.content)
 
 
 server = Server(

@@ -27,7 +27,7 @@ from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
 
-from . import names
+from . import content, names
 
 
 class Refused(Exception):
@@ -238,6 +238,8 @@ class Reply:
     text: str
     is_error: bool = False
     structured: dict[str, Any] | None = None
+    # The upstream's own content blocks, passed through instead of `text` (content.py).
+    content: list[dict[str, Any]] | None = None
 
 
 def call_start(
@@ -341,13 +343,15 @@ def reply(answer: CallAnswer, run_id: int) -> Reply:
     status = answer.status
     if status == external.SUCCEEDED:
         text = _text(_unwrapped(answer.result))
+        kept = content.sent(answer.result)
         if answer.edited:
             note = f" Reviewer's note: {answer.note}" if answer.note else ""
-            text = (f"[Airlock: a reviewer edited the arguments before approving; what ran: "
-                    f"{json.dumps(answer.args, sort_keys=True, ensure_ascii=False)}.{note}]\n{text}")
-            return Reply(text, structured={"airlock": {**_airlock(data, run_id), "edited": True,
-                                                       "args": answer.args}})
-        return Reply(text)
+            said = (f"[Airlock: a reviewer edited the arguments before approving; what ran: "
+                    f"{json.dumps(answer.args, sort_keys=True, ensure_ascii=False)}.{note}]")
+            airlock = {"airlock": {**_airlock(data, run_id), "edited": True, "args": answer.args}}
+            return Reply(f"{said}\n{text}", structured=content.structured(kept, airlock),
+                         content=content.blocks(kept, said))
+        return Reply(text, structured=content.structured(kept), content=content.blocks(kept))
     airlock = _airlock(data, run_id)
     if status == external.PENDING:
         approval = answer.approval or {}

@@ -48,8 +48,9 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, ToolListChangedNotific
 
 from agents import jsonsafe
 from agents.engine import schemas
-from agents.engine.registry import ToolError
+from agents.engine.registry import ToolError, WithContent
 
+from . import content
 from .mapping import definition_sha256
 
 IDEMPOTENCY_META_KEY = "airlock/idempotency_key"
@@ -373,6 +374,9 @@ class Call:
     on_changed: Callable[[dict[str, Any] | None], None] = lambda definition: None
     # How long a kept-open session's tools/list is trusted (streamable HTTP only).
     listing_seconds: float = 30.0
+    # The journal's limit (AIRLOCK_JOURNAL_MAX_CHARS): what of the server's content
+    # blocks and structured content is kept to pass through (content.kept).
+    content_chars: int = 1_000_000
 
     def __call__(self, args: dict[str, Any], idempotency_key: str) -> Any:
         """The result for the model, or a ToolError naming what went wrong.
@@ -484,14 +488,18 @@ class Call:
         if result.is_error:
             raise ToolError("tool_error", content_text(result.content) or "the server reported an error")
         text = content_text(result.content)
-        if text or result.structured_content is None:
-            return text
-        try:
-            # Decoded by the SDK, which lets NaN, 1e400 (infinity) and any depth through:
-            # a row holding them could not be written (PostgreSQL's jsonb refuses them).
-            return jsonsafe.validate(result.structured_content)
-        except jsonsafe.JsonError as exc:
-            raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
+        value: Any = text
+        if result.structured_content is not None:
+            try:
+                # Decoded by the SDK, which lets NaN, 1e400 (infinity) and any depth through:
+                # a row holding them could not be written (PostgreSQL's jsonb refuses them).
+                structured = jsonsafe.validate(result.structured_content)
+            except jsonsafe.JsonError as exc:
+                raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
+            value = text or structured
+        # The model reads the text summary; the journal keeps the blocks as sent too.
+        sent = content.kept(result, value, self.content_chars)
+        return value if sent is None else WithContent(value, sent)
 
 
 class _Stale(Exception):

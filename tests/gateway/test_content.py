@@ -59,3 +59,14 @@ def test_a_plain_text_result_is_journaled_as_before(live_server: Any, media, tok
     result = mcp_session(f"{live_server.url}/mcp/media/", token, session)
     assert [(b.type, b.text) for b in result.content] == [("text", "This is a simple text response for testing.")]
     assert ToolCall.objects.get().result == {"ok": True, "result": "This is a simple text response for testing."}
+
+
+def test_structured_content_and_resource_links_pass_through(live_server: Any, media, token) -> None:
+    async def session(client: Any) -> Any:
+        return await client.call_tool("suite__structured_record", {})
+
+    result = mcp_session(f"{live_server.url}/mcp/media/", token, session)
+    assert result.structured_content == {"id": 7, "name": "alpha"}
+    assert [b.type for b in result.content] == ["text", "resource_link"]
+    assert str(result.content[1].uri) == "test://records/7"
+    assert Message.objects.get(role="tool").content == '{"id": 7, "name": "alpha"}\n[resource test://records/7]'

@@ -66,3 +66,13 @@ def test_one_servers_tools_by_pattern_and_by_name_may_keep_their_names(defaults:
     profile = AgentProfile(name="own", provider="external", tools=["web__lookup", "web__add_tag"], expose_names=True)
     profile.full_clean()
     assert profile.exposed_server() == "web"
+
+
+def test_the_admin_offers_the_switch(defaults: None, root: Any) -> None:
+    from django.test import Client
+
+    profile = AgentProfile.objects.create(name="own", provider="external", tools=["web__*"])
+    browser = Client()
+    browser.force_login(root)
+    page = browser.get(f"/admin/agents/agentprofile/{profile.pk}/change/")
+    assert page.status_code == 200 and 'name="expose_names"' in page.content.decode()

@@ -1,6 +1,6 @@
 """The upstream the conformance test puts behind the gateway: an MCP server built with
 the official SDK's low-level server, offering the tools the official conformance
-suite's server scenarios call, under the suite's names (the gateway's profile keeps
+suite's server scenarios call, under the suite's names (and `structured_record`) (the gateway's profile keeps
 them: `expose_names`). Each tool is a read (`readOnlyHint`, closed world), so Airlock's
 policy lets it run without a reviewer. Streamable HTTP on 127.0.0.1; prints "listening
 URL" once bound; exits after --max-seconds whatever happens (the tests' safety net).
@@ -57,6 +57,8 @@ TOOLS = {
     "test_tool_with_logging": "Sends three log messages while it runs.",
     "test_tool_with_progress": "Reports progress three times while it runs.",
     "json_schema_2020_12_tool": "Tool with JSON Schema 2020-12 features",
+    # Not the suite's: for tests/gateway/test_content.py.
+    "structured_record": "Returns a record as text, a resource link and structured content.",
 }
 
 
@@ -106,6 +108,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             await ctx.session.report_progress(done, 100)
             await anyio.sleep(0.05)
         return types.CallToolResult(content=[text("Progress test completed")])
+    if name == "structured_record":
+        return types.CallToolResult(
+            content=[text('{"id": 7, "name": "alpha"}'),
+                     types.ResourceLink(type="resource_link", uri="test://records/7", name="record 7")],
+            structured_content={"id": 7, "name": "alpha"})
     if name == "json_schema_2020_12_tool":
         return types.CallToolResult(content=[text(f"received {params.arguments or {}}")])
     return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import queue
 import threading
 import time
@@ -145,7 +146,10 @@ class ThreadRunner:
     def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         started = time.monotonic()
         worker = self._worker if self._worker is not None else _idle_worker()
-        future = worker.submit(lambda: self.call(spec, args, ctx))
+        # In the caller's context: what the caller set for the tool's call (the MCP
+        # gateway's progress listener) reaches it on the helper thread.
+        context = contextvars.copy_context()
+        future = worker.submit(lambda: context.run(self.call, spec, args, ctx))
         try:
             value = self.wait(future, ctx.timeout)
         except concurrent.futures.TimeoutError:

@@ -40,7 +40,7 @@ from agents import jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 
-from . import content, core
+from . import content, core, relay
 
 T = TypeVar("T")
 # serverInfo.version: the installed distribution's (pyproject.toml's `version`).
@@ -210,7 +210,7 @@ server = Server(
     instructions="Airlock polices these tools: a call may be held for a human reviewer. When a result says "
     "pending_approval, call the same tool again with the same arguments later to get its outcome.",
     on_list_tools=list_tools,
-    on_call_tool=call_tool,
+    on_call_tool=relay.relayed(call_tool),
 )
 
 
@@ -325,9 +325,11 @@ def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]
         params = types.CallToolRequestParams.model_validate(request.params)
     except ValidationError:
         return None
-    has_json, has_sse = check_accept_headers(Request(scope))
+    has_json, _sse = check_accept_headers(Request(scope))
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
-    if not has_json or (_wants_progress(message) and not has_sse) or content_type != "application/json":
+    # A call that asked for progress starts in the SDK's handler, where the client's
+    # answer stream is, so the upstream's progress can be relayed (relay.py).
+    if not has_json or _wants_progress(message) or content_type != "application/json":
         return None
     return params.name, params.arguments or {}
 

@@ -51,12 +51,12 @@ NOT_APPLICABLE = {
         "prompts-list", "prompts-get-simple", "prompts-get-with-args", "prompts-get-embedded-resource",
         "prompts-get-with-image")},
     "completion-complete": "no prompts or resource templates to complete",
-    # A governed call may run in a worker, or minutes later once a reviewer approves it,
-    # not inside the client's request: what the upstream sends while it runs (log
-    # messages, progress, requests for sampling or elicitation) has no one to go to.
+    # Airlock calls the upstream on a session of its own, shared by the process's calls,
+    # often outside the client's request (a worker, a held call): of what the upstream
+    # sends while a call runs, only the call's own progress is relayed (relay.py), not
+    # its log messages (the session's, not a call's) nor its requests to the client.
     "logging-set-level": "no log messages of its own (declares no logging capability)",
     "tools-call-with-logging": "an upstream's log messages during a call are not relayed",
-    "tools-call-with-progress": "an upstream's progress during a call is not relayed",
     "tools-call-sampling": "an upstream's sampling requests are not relayed",
     "tools-call-elicitation": "an upstream's elicitation requests are not relayed",
     "elicitation-sep1034-defaults": "an upstream's elicitation requests are not relayed",

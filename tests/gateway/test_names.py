@@ -14,9 +14,10 @@ from agents.models import AgentProfile, Approval, ToolCall
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres
 
-pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
+@requires_postgres()  # the gateway's live server: its own threads read committed rows
 def test_the_upstreams_own_names_are_listed_and_called_and_governed_under_server_names(
     live_server: Any, upstream, token, wait_seconds
 ) -> None:
@@ -40,6 +41,7 @@ def test_the_upstreams_own_names_are_listed_and_called_and_governed_under_server
     assert upstream.calls("delete_record") == []
 
 
+@requires_postgres()
 def test_a_profile_without_it_lists_server_names(live_server: Any, gw, upstream, token) -> None:
     async def session(client: Any) -> Any:
         return [t.name for t in (await client.list_tools()).tools], await client.call_tool("lookup", {})

@@ -254,7 +254,7 @@ def call_start(
     The offered-tools check, the policy and the drive read the MCP tools once, and
     only the profile's: a call costs the same however many tools other servers have."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
-    asked, tool = tool, names.governed(profile, tool)  # type: ignore[assignment]
+    asked, tool = tool, names.governed(profile, tool)  # None: a name its server has no tool of
     with mcp_tools.read_once(profile.tool_names()):
         if tool not in {s.name for s in offered(profile)}:
             return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",

@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The MCP conformance suite and its Node (`make conformance`, below).
+CONFORMANCE := .conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
 
 .PHONY: run test bench bench-compare install migrate clean chaos conformance
 
@@ -35,8 +38,6 @@ test: $(STAMP) $(CONFORMANCE_STAMP)
 # tests/gateway/conformance/package-lock.json, in .conformance/ for
 # tests/gateway/test_conformance.py (docs/gateway.md, "Conformance"). Needs npm (any
 # Node runs the install); `make test` installs it when missing or changed.
-CONFORMANCE := .conformance
-CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
 $(CONFORMANCE_STAMP): tests/gateway/conformance/package.json tests/gateway/conformance/package-lock.json
 	rm -rf $(CONFORMANCE)
 	mkdir -p $(CONFORMANCE)

@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The MCP conformance suite and its Node (`make conformance`, below).
+CONFORMANCE := .conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
 
-.PHONY: run test bench bench-compare install migrate clean chaos
+.PHONY: run test bench bench-compare install migrate clean chaos conformance
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +30,23 @@ run: seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) scripts/run.py
 
-test: $(STAMP)
+test: $(STAMP) $(CONFORMANCE_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The official MCP conformance suite and the Node 22 it needs (the `node` npm package
+# ships the binary: nothing is downloaded outside the npm registry), pinned by
+# tests/gateway/conformance/package-lock.json, in .conformance/ for
+# tests/gateway/test_conformance.py (docs/gateway.md, "Conformance"). Needs npm (any
+# Node runs the install); `make test` installs it when missing or changed.
+$(CONFORMANCE_STAMP): tests/gateway/conformance/package.json tests/gateway/conformance/package-lock.json
+	rm -rf $(CONFORMANCE)
+	mkdir -p $(CONFORMANCE)
+	cp tests/gateway/conformance/package.json tests/gateway/conformance/package-lock.json $(CONFORMANCE)/
+	cd $(CONFORMANCE) && npm ci --no-audit --no-fund --loglevel=error
+	$(CONFORMANCE)/node_modules/.bin/node --version
+	touch $@
+
+conformance: $(CONFORMANCE_STAMP)
 
 # PostgreSQL (and, for the worker figures, Redis) on localhost; writes bench/results.json.
 # The grouped queue and batch decisions: bench/batch.py (key "batch").
@@ -65,7 +83,7 @@ chaos: migrate
 	$(PY) scripts/chaos.py --runs $${M:-200} --kills $${K:-20}
 
 clean:
-	rm -rf $(VENV) $(COMPARE_VENV) var
+	rm -rf $(VENV) $(COMPARE_VENV) var $(CONFORMANCE)
 
 # -- demo data: `make run` runs this after migrate ---------------------------------------
 .PHONY: seed

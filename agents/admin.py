@@ -192,7 +192,7 @@ class AgentProfileAdmin(ProjectScoped):
     fieldsets = [
         (None, {"fields": ["name", "project", "description", "provider", "model_name", "system_prompt"]}),
         ("Model endpoint", {"fields": ["base_url", "api_key_env", "context_tokens"]}),
-        ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools", "client_tools"]}),
+        ("Tools", {"fields": ["tools", "denied_tools", "always_ask_tools", "client_tools", "expose_names"]}),
         ("Policy", {
             "fields": ["rules", "irreversible_approvals", "separate_duties", "approval_timeout_seconds", "on_expiry"],
             "description": "Argument rules, first match wins; see docs/policy.md.",

@@ -3,6 +3,7 @@ checkout work (SQLite under var/, a broker that needs no server, demo data)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -400,6 +401,14 @@ if AIRLOCK_GATEWAY_IDLE_SECONDS < 0:
 # -- notifications: webhooks and the reviewers' email digest -----------------------------
 # Links in webhook bodies, Slack messages and emails point here (default: `make run`'s).
 AIRLOCK_BASE_URL = env_str("AIRLOCK_BASE_URL", f"http://127.0.0.1:{env_str('PORT', '8000')}").rstrip("/")
+# Browser origins the MCP gateway accepts besides AIRLOCK_BASE_URL's own: a request whose
+# `Origin` is neither gets 403 (a page elsewhere must not drive an agent through a
+# reviewer's browser; the MCP specification asks for it). Comma-separated
+# `scheme://host[:port]`, e.g. https://inspector.internal:6274. No Origin is fine.
+AIRLOCK_GATEWAY_ALLOWED_ORIGINS = env_list("AIRLOCK_GATEWAY_ALLOWED_ORIGINS", [])
+for _origin in AIRLOCK_GATEWAY_ALLOWED_ORIGINS:
+    if not re.match(r"^https?://[^/?#@\s]+$", _origin.rstrip("/"), re.IGNORECASE):
+        raise EnvError(f"AIRLOCK_GATEWAY_ALLOWED_ORIGINS: {_origin!r} is not an origin (scheme://host[:port])")
 # Webhook receivers on private addresses are refused (as for http_get) unless listed
 # here: comma-separated host names or addresses, e.g. 127.0.0.1,hooks.internal.
 AIRLOCK_WEBHOOK_ALLOWED_HOSTS = [h.lower().rstrip(".") for h in env_list("AIRLOCK_WEBHOOK_ALLOWED_HOSTS", [])]

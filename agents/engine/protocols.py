@@ -4,6 +4,7 @@ and the history its history rules count."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import queue
 import threading
 import time
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .history import History
-from .registry import Registry, ToolContext, ToolError, ToolSpec
+from .registry import Registry, ToolContext, ToolError, ToolSpec, WithContent
 
 
 @dataclass(frozen=True)
@@ -115,9 +116,13 @@ class ToolOutcome:
     duration_ms: int = 0
     # The call may have taken effect before it failed (see ToolError.outcome_unknown).
     unknown: bool = False
+    # What the tool's source sent besides `value` (registry.WithContent): journal only.
+    content: dict[str, Any] | None = None
 
     def result(self) -> dict[str, Any]:
         if self.ok:
+            if self.content is not None:
+                return {"ok": True, "result": self.value, "content": self.content}
             return {"ok": True, "result": self.value}
         return {"ok": False, "error": self.error, "detail": self.detail}
 
@@ -143,7 +148,10 @@ class ThreadRunner:
     def run(self, spec: ToolSpec, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         started = time.monotonic()
         worker = self._worker if self._worker is not None else _idle_worker()
-        future = worker.submit(lambda: self.call(spec, args, ctx))
+        # In the caller's context: what the caller set for the tool's call (the MCP
+        # gateway's progress listener) reaches it on the helper thread.
+        context = contextvars.copy_context()
+        future = worker.submit(lambda: context.run(self.call, spec, args, ctx))
         try:
             value = self.wait(future, ctx.timeout)
         except concurrent.futures.TimeoutError:
@@ -173,6 +181,8 @@ class ThreadRunner:
                 duration_ms=_ms(started),
             )
         self._worker = worker
+        if isinstance(value, WithContent):
+            return ToolOutcome(ok=True, value=value.value, content=value.content, duration_ms=_ms(started))
         return ToolOutcome(ok=True, value=value, duration_ms=_ms(started))
 
     def wait(self, future: concurrent.futures.Future[Any], timeout: float) -> Any:

@@ -34,6 +34,18 @@ class ToolError(Exception):
 
 
 @dataclass(frozen=True)
+class WithContent:
+    """What a tool may return instead of a plain value: the `value` the model reads
+    (a text summary) and the `content` its source sent (an MCP tool's content blocks
+    and structured content, as JSON), which the journal keeps beside the value
+    (`{"ok": true, "result": value, "content": content}`) for the MCP gateway to pass
+    through as it came."""
+
+    value: Any
+    content: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ToolContext:
     run_id: str
     idempotency_key: str

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
+import importlib.metadata
 import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
@@ -41,9 +44,14 @@ from agents import external, jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 
-from . import core, holds
+from . import content, core, holds, relay
 
 T = TypeVar("T")
+# serverInfo.version: the installed distribution's (pyproject.toml's `version`).
+try:
+    VERSION = importlib.metadata.version("airlock")
+except importlib.metadata.PackageNotFoundError:  # a checkout run without `pip install -e .`
+    VERSION = "0+unknown"
 PATH = re.compile(r"^/mcp/(?P<profile>[A-Za-z0-9_-]{1,64})/?$")
 MAX_BODY = 4 * 1024 * 1024
 # On every answer, as Django's SecurityMiddleware puts it on the pages': a browser never
@@ -96,19 +104,25 @@ def _gate(ctx: Any) -> Gate:
 # -- the MCP server -----------------------------------------------------------------------
 
 
-# The input schemas this process has listed, by tool name (a pinned tool's schema is the
-# same for every profile that offers it): what the SDK checks a 2026-07-28 call's
-# `Mcp-Param-*` headers against, without a tools/list of its own (a trip to the database)
-# on every call. A tool this process never listed is not checked here, as the SDK skips
-# the check when a listing fails; its arguments are validated against the schema anyway,
-# by the engine, before anything runs.
-_schemas: dict[str, Any] = {}
+# The input schemas this process has listed, by profile and listed name (a profile that
+# keeps one server's names lists them under the upstream's own): what the SDK checks a
+# 2026-07-28 call's `Mcp-Param-*` headers against, without a tools/list of its own (a
+# trip to the database) on every call. The SDK asks with the name alone, so the front
+# says whose request it is (`_profile`). A tool this process never listed is not
+# checked here, as the SDK skips the check when a listing fails; its arguments are
+# validated against its schema anyway, by the engine, before anything runs.
+_schemas: dict[tuple[int, str], Any] = {}
+_profile: contextvars.ContextVar[int | None] = contextvars.ContextVar("airlock_gateway_profile", default=None)
+
+
+def listed_schema(name: str) -> Any:
+    return _schemas.get((_profile.get() or 0, name))
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     gate = _gate(ctx)
     listed = await db(core.tool_list, gate.caller)
-    _schemas.update((t["name"], t["inputSchema"]) for t in listed)
+    _schemas.update(((gate.caller.profile_id, t["name"]), t["inputSchema"]) for t in listed)
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
 
 
@@ -226,20 +240,17 @@ def watcher() -> Watcher:
 
 
 def _result(reply: core.Reply) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=reply.text)],
-        structured_content=reply.structured,
-        is_error=reply.is_error,
-    )
+    return content.call_result(reply.text, reply.is_error, reply.structured, reply.content)
 
 
 server = Server(
     "airlock-gateway",
+    version=VERSION,
     instructions="Airlock polices these tools: a call may be held for a human reviewer. When a result says "
     "pending_approval, call the same tool again with the same arguments later to get its outcome.",
     on_list_tools=list_tools,
-    on_call_tool=call_tool,
-    get_tool_input_schema=_schemas.get,
+    on_call_tool=relay.relayed(call_tool),
+    get_tool_input_schema=listed_schema,
 )
 # A held call's `requestState` (2026-07-28), sealed and checked at the SDK's boundary.
 server.middleware.append(holds.boundary())
@@ -309,6 +320,40 @@ async def _read_body(receive: Any) -> bytes | None:
             return b"".join(chunks)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(value: str) -> str | None:
+    """`scheme://host[:port]` as browsers send it (lower case, no default port), or
+    None for what is not an origin (`null`, a path, another scheme)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in _DEFAULT_PORTS or not host or parts.path not in ("", "/") or parts.query or parts.username:
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != _DEFAULT_PORTS[scheme] else "")
+
+
+def origin_refusal(headers: dict[str, str]) -> core.Refused | None:
+    """403 for a request from a browser page of another origin than the deployment's
+    own (AIRLOCK_BASE_URL) or one of AIRLOCK_GATEWAY_ALLOWED_ORIGINS: the MCP
+    specification's guard against DNS rebinding and pages driving an agent through a
+    browser. No `Origin` (every non-browser client) is fine."""
+    sent = headers.get("origin")
+    if sent is None:
+        return None
+    allowed = {_origin(o) for o in (settings.AIRLOCK_BASE_URL, *settings.AIRLOCK_GATEWAY_ALLOWED_ORIGINS)}
+    found = _origin(sent)
+    if found is not None and found in allowed:
+        return None
+    return core.Refused(403, "forbidden_origin", f"Origin {sent[:200]!r} may not use this gateway "
+                        "(AIRLOCK_GATEWAY_ALLOWED_ORIGINS)")
+
+
 def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]) -> tuple[str, Any] | None:
     """A tools/call that the SDK will hand to `call_tool` as it stands, as (tool,
     arguments): its envelope, its params and the headers the SDK checks first (Accept,
@@ -322,9 +367,11 @@ def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]
         params = types.CallToolRequestParams.model_validate(request.params)
     except ValidationError:
         return None
-    has_json, has_sse = check_accept_headers(Request(scope))
+    has_json, _sse = check_accept_headers(Request(scope))
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
-    if not has_json or (_wants_progress(message) and not has_sse) or content_type != "application/json":
+    # A call that asked for progress starts in the SDK's handler, where the client's
+    # answer stream is, so the upstream's progress can be relayed (relay.py).
+    if not has_json or _wants_progress(message) or content_type != "application/json":
         return None
     return params.name, params.arguments or {}
 
@@ -340,7 +387,8 @@ def _wants_progress(message: Any) -> bool:
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """The gateway for one HTTP request under `/mcp/<profile>/`.
 
-    1. The path names a profile; the Host must be one of ALLOWED_HOSTS.
+    1. A foreign `Origin` is 403 (`origin_refusal`); the path names a profile; the
+       Host must be one of ALLOWED_HOSTS.
     2. The token and the profile: 401 with `WWW-Authenticate: Bearer`, 404 for a
        profile that is not external, before anything else is read or run.
     3. GET (a standalone stream) is 405: server messages ride each POST's answer.
@@ -356,6 +404,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     match = PATH.match(scope["path"])
     try:
+        refused = origin_refusal(headers)
+        if refused is not None:
+            raise refused
         if match is None:
             raise core.Refused(404, "not_found", "the gateway is at /mcp/<profile>/")
         domain, _port = split_domain_port(headers.get("host", ""))
@@ -438,6 +489,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
             event = {**event, "headers": [*event.get("headers", []), *added]}
         await send(event)
 
+    _profile.set(admitted.caller.profile_id)
     found = await managers()
     chosen = found.sse if _wants_progress(message) else found.json
     await chosen.handle_request(inner, replay, stamped)

@@ -27,6 +27,8 @@ from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
 
+from . import content, names
+
 
 class Refused(Exception):
     """An HTTP answer before the MCP layer: status, error name, detail."""
@@ -299,15 +301,17 @@ def tool_list(caller: Caller) -> list[dict[str, Any]]:
     """tools/list: each offered tool's name, description and input schema as pinned,
     and its annotations as Airlock applies them: the server's own (a title, say) with
     the four hints set to the kind Airlock enforces, overrides included."""
-    specs = offered(caller.profile or AgentProfile.objects.get(pk=caller.profile_id))
+    profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
+    specs = offered(profile)
     pinned = {t.name: t for t in mcp_tools.offered_tools([s.name for s in specs])}
     listed = []
     for spec in specs:
         annotations = dict(pinned[spec.name].annotations or {}) if spec.name in pinned else {}
         annotations.update(hints_for(spec.risk, spec.returns, spec.retry_safety))
+        upstream = pinned[spec.name].mcp_name if spec.name in pinned else None
         listed.append({
-            "name": spec.name, "description": spec.description, "inputSchema": spec.schema,
-            "annotations": annotations,
+            "name": names.listed(profile, spec.name, upstream), "description": spec.description,
+            "inputSchema": spec.schema, "annotations": annotations,
         })
     return listed
 
@@ -323,6 +327,8 @@ class Reply:
     text: str
     is_error: bool = False
     structured: dict[str, Any] | None = None
+    # The upstream's own content blocks, passed through instead of `text` (content.py).
+    content: list[dict[str, Any]] | None = None
 
 
 def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, int] | Reply:
@@ -337,15 +343,16 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
     caller, pinned = admitted.caller, admitted.pinned
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
     run_id = pinned
+    asked, governed = tool, names.governed(profile, tool)  # None: a name its server has no tool of
     with mcp_tools.read_once(profile.tool_names()):
-        if tool not in {s.name for s in offered(profile)}:
-            return Reply(f"Unknown tool {tool!r}: this gateway offers only the tools in its tools/list.",
-                         is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": tool}})
+        if governed is None or governed not in {s.name for s in offered(profile)}:
+            return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",
+                         is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": asked}})
         for attempt in (1, 2):
             try:
                 if pinned is None:
                     run_id = stream_run(caller, admitted.key)
-                answer = external.call_propose(run_id=run_id, tool=tool, args=args, user=caller.user, once=True)
+                answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user, once=True)
                 break
             except ActionError as exc:
                 if exc.code == "run_ended" and pinned is None and attempt == 1 and not _stopped_looping(exc):
@@ -467,13 +474,15 @@ def reply(answer: CallAnswer, run_id: int) -> Reply:
     status = answer.status
     if status == external.SUCCEEDED:
         text = _text(_unwrapped(answer.result))
+        kept = content.sent(answer.result)
         if answer.edited:
             note = f" Reviewer's note: {answer.note}" if answer.note else ""
-            text = (f"[Airlock: a reviewer edited the arguments before approving; what ran: "
-                    f"{json.dumps(answer.args, sort_keys=True, ensure_ascii=False)}.{note}]\n{text}")
-            return Reply(text, structured={"airlock": {**_airlock(data, run_id), "edited": True,
-                                                       "args": answer.args}})
-        return Reply(text)
+            said = (f"[Airlock: a reviewer edited the arguments before approving; what ran: "
+                    f"{json.dumps(answer.args, sort_keys=True, ensure_ascii=False)}.{note}]")
+            airlock = {"airlock": {**_airlock(data, run_id), "edited": True, "args": answer.args}}
+            return Reply(f"{said}\n{text}", structured=content.structured(kept, airlock),
+                         content=content.blocks(kept, said))
+        return Reply(text, structured=content.structured(kept), content=content.blocks(kept))
     airlock = _airlock(data, run_id)
     if status == external.PENDING:
         approval = answer.approval or {}

@@ -33,7 +33,7 @@ def no_gin(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("agents", "0029_review_tally_version"),
+        ("agents", "0030_agentprofile_expose_names"),
     ]
 
     operations = [

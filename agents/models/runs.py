@@ -20,7 +20,7 @@ from agents.engine import limits as engine_limits
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
-from agents.engine.registry import ClientToolError, ToolSpec, client_tool_specs
+from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.models.projects import default_project
@@ -56,6 +56,9 @@ def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str
     if len(set(value)) != len(value):
         return f"{sorted({n for n in value if value.count(n) > 1})[0]!r} is listed twice"
     return None
+
+# An MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py: SEPARATOR).
+MCP_SEPARATOR = PATTERN[:-1]
 
 
 class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
@@ -120,6 +123,14 @@ class AgentProfile(models.Model):
         default=list, blank=True,
         help_text='external profiles: tools the client runs, [{"name", "description", "schema", "risk", '
         '"returns", "retry_safety"}] with the values built-in tools declare',
+    )
+    # The MCP gateway (docs/gateway.md, "One server's own names"): a profile whose tools are
+    # one MCP server's lists them under the server's own names, so a client's prompts and
+    # docs written for that server keep working; calls are governed as `SERVER__tool`.
+    expose_names = models.BooleanField(
+        default=False,
+        help_text="external profiles whose tools are one MCP server's (SERVER__* or SERVER__tool entries only): "
+        "the MCP gateway lists them under the server's own names, without the SERVER__ prefix",
     )
     # Retention (docs/operations.md): empty means AIRLOCK_RETENTION_DAYS (unset: keep all).
     retention_days = models.PositiveIntegerField(
@@ -191,6 +202,8 @@ class AgentProfile(models.Model):
         except engine_policy.PolicyError as exc:
             name = exc.field.split("[")[0].split(".")[0]
             errors.setdefault(name, f"{exc.field}: {exc.message}")
+        if self.expose_names and (problem := self._exposed_problem()):
+            errors["expose_names"] = problem
         return errors
 
     def launch_problem(self) -> str | None:
@@ -200,6 +213,25 @@ class AgentProfile(models.Model):
             return None
         field, message = next(iter(errors.items()))
         return f"the agent profile {self.name!r} is misconfigured: its {field}: {message} (fix it in the admin)"
+
+    def _exposed_problem(self) -> str | None:
+        """`expose_names` needs an external profile whose tools are one MCP server's:
+        with two servers (or a built-in tool beside them) two tools could share a name."""
+        if self.provider != "external":
+            return "only an external profile's tools are offered through the gateway"
+        if self.exposed_server() is None:
+            return "the profile's tools must all be one MCP server's (SERVER__* or SERVER__tool entries, one SERVER)"
+        return None
+
+    def exposed_server(self) -> str | None:
+        """The MCP server whose own names the gateway lists: set when `expose_names` is
+        on and every entry of `tools` is that one server's (`SERVER__*`, `SERVER__tool`)."""
+        if not self.expose_names or not isinstance(self.tools, list) or not self.tools:
+            return None
+        servers = {str(t).split(MCP_SEPARATOR, 1)[0] if MCP_SEPARATOR in str(t) else "" for t in self.tools}
+        if len(servers) != 1 or "" in servers:
+            return None
+        return servers.pop()
 
     def _clean_reviewing(self) -> None:
         """Who reviews: groups that exist (a misspelt group would leave the calls to

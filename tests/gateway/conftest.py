@@ -81,6 +81,28 @@ def upstream(defaults: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     server.stop()
 
 
+SUITE_UPSTREAM = BASE / "tests" / "gateway" / "conformance" / "upstream.py"
+
+
+@pytest.fixture
+def suite_upstream(defaults: None) -> Iterator[str]:
+    """`suite`: the conformance upstream (tests/gateway/conformance/upstream.py: the
+    tools the official conformance suite calls, returning text, an image, audio,
+    embedded resources), on loopback, registered and synced; yields its URL."""
+    proc = subprocess.Popen([sys.executable, str(SUITE_UPSTREAM), "--port", "0", "--max-seconds", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=BASE)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("listening "), f"the conformance upstream did not start: {line!r}"
+        url = line.split()[1]
+        McpServer.objects.create(name="suite", transport="http", url=url)
+        command("mcp_sync", "suite")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 @pytest.fixture
 def gw(upstream: Upstream) -> AgentProfile:
     """`gw`: an external profile offering the upstream's tools, two diagnostic tools and

@@ -49,4 +49,6 @@ def test_a_plain_structured_result_passes_unchanged(monkeypatch) -> None:
         conn=client.Connection(name="files", transport="stdio", command="unused"),
         mcp_name="lookup", pinned_sha256="", timeout=5, retry_safe=True,
     )
-    assert call({"record_id": "1"}, "key") == structured
+    found = call({"record_id": "1"}, "key")
+    # The model reads it as the value; the gateway passes it through as structuredContent.
+    assert found.value == structured and found.content == {"content": [], "structuredContent": structured}

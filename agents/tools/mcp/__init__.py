@@ -282,6 +282,7 @@ def _spec(tool: McpTool) -> ToolSpec:
         retry_safe=kind.retry_safety == "safe",
         on_changed=_changed_under(tool.pk, tool.sha256),
         listing_seconds=settings.AIRLOCK_MCP_LISTING_SECONDS,
+        content_chars=settings.AIRLOCK_JOURNAL_MAX_CHARS,
     )
 
     def run(args: dict[str, Any], ctx: ToolContext) -> Any:

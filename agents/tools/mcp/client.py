@@ -26,6 +26,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -48,11 +49,19 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, ToolListChangedNotific
 
 from agents import jsonsafe
 from agents.engine import schemas
-from agents.engine.registry import ToolError
+from agents.engine.registry import ToolError, WithContent
 
+from .content import kept as kept_content
 from .mapping import definition_sha256
 
 IDEMPOTENCY_META_KEY = "airlock/idempotency_key"
+# Who hears the server's progress notifications for a call (progress, total, message),
+# from the pool's loop thread: set by the MCP gateway around the work of a client's
+# request that asked for progress (agents/gateway/relay.py), read by the call in the
+# thread that makes it (the tool runner runs a tool in its caller's context).
+PROGRESS: contextvars.ContextVar[Callable[[float, float | None, str | None], None] | None] = (
+    contextvars.ContextVar("airlock_mcp_progress", default=None)
+)
 # Attempts for a call whose transport failed, for tools that are safe to repeat.
 SAFE_ATTEMPTS = 3
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -373,6 +382,9 @@ class Call:
     on_changed: Callable[[dict[str, Any] | None], None] = lambda definition: None
     # How long a kept-open session's tools/list is trusted (streamable HTTP only).
     listing_seconds: float = 30.0
+    # The journal's limit (AIRLOCK_JOURNAL_MAX_CHARS): what of the server's content
+    # blocks and structured content is kept to pass through (content.kept).
+    content_chars: int = 1_000_000
 
     def __call__(self, args: dict[str, Any], idempotency_key: str) -> Any:
         """The result for the model, or a ToolError naming what went wrong.
@@ -387,6 +399,13 @@ class Call:
            on did not run the call: any tool is tried once more on a new session.
         """
         sent = False
+        listener = PROGRESS.get()
+
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            assert listener is not None
+            listener(progress, total, message)
+
+        on_progress = heard if listener is not None else None
 
         def check(listed: dict[str, dict[str, Any]]) -> dict[str, Any]:
             found = listed.get(self.mcp_name)
@@ -403,7 +422,7 @@ class Call:
                 # outputSchema with Python's backtracking `re`: checked our way instead.
                 client.session.validate_tool_result = _output_check(found)  # type: ignore[method-assign]
                 return await client.call_tool(
-                    self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key}
+                    self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key}, progress_callback=on_progress
                 )
 
         async def kept_attempt(headers: dict[str, str]) -> Any:
@@ -417,7 +436,8 @@ class Call:
                     found = check(await kept.listing(self.listing_seconds, fresh=True))
                 assert kept.client is not None
                 sent = True
-                result = await kept.client.call_tool(self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key})
+                result = await kept.client.call_tool(self.mcp_name, args, meta={IDEMPOTENCY_META_KEY: idempotency_key},
+                                                     progress_callback=on_progress)
                 if not result.is_error:
                     await _output_check(found)(self.mcp_name, result)
                 return result
@@ -484,14 +504,18 @@ class Call:
         if result.is_error:
             raise ToolError("tool_error", content_text(result.content) or "the server reported an error")
         text = content_text(result.content)
-        if text or result.structured_content is None:
-            return text
-        try:
-            # Decoded by the SDK, which lets NaN, 1e400 (infinity) and any depth through:
-            # a row holding them could not be written (PostgreSQL's jsonb refuses them).
-            return jsonsafe.validate(result.structured_content)
-        except jsonsafe.JsonError as exc:
-            raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
+        value: Any = text
+        if result.structured_content is not None:
+            try:
+                # Decoded by the SDK, which lets NaN, 1e400 (infinity) and any depth through:
+                # a row holding them could not be written (PostgreSQL's jsonb refuses them).
+                structured = jsonsafe.validate(result.structured_content)
+            except jsonsafe.JsonError as exc:
+                raise ToolError("invalid_result", f"server {self.conn.name} returned unusable JSON: {exc.message}") from None
+            value = text or structured
+        # The model reads the text summary; the journal keeps the blocks as sent too.
+        sent = kept_content(result, value, self.content_chars)
+        return value if sent is None else WithContent(value, sent)
 
 
 class _Stale(Exception):

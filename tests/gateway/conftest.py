@@ -119,6 +119,14 @@ def token(lena: User) -> str:
     return raw
 
 
+@pytest.fixture(autouse=True)
+def _one_round_holds(settings: Any) -> None:
+    """A call held in the 2026-07-28 era answers after one wait, as in the handshake era,
+    unless a test holds it over input_required rounds (AIRLOCK_GATEWAY_HOLD_SECONDS:
+    tests/gateway/test_streams.py)."""
+    settings.AIRLOCK_GATEWAY_HOLD_SECONDS = 0.0
+
+
 @pytest.fixture
 def wait_seconds(settings: Any) -> float:
     settings.AIRLOCK_GATEWAY_WAIT_SECONDS = 0.5

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from agents.models import AgentProfile, Approval, ToolCall
+from agents.models import AgentProfile, Approval, McpServer, McpTool, ToolCall
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres
 
@@ -65,6 +65,11 @@ def test_only_one_servers_tools_may_keep_their_names(defaults: None, tools: Any,
 
 
 def test_one_servers_tools_by_pattern_and_by_name_may_keep_their_names(defaults: None) -> None:
+    # Names a profile may list are known ones (#47): the server's two pinned tools.
+    web = McpServer.objects.create(name="web", transport="http", url="http://127.0.0.1:9/mcp")
+    for tool in ("lookup", "add_tag"):
+        McpTool.objects.create(server=web, mcp_name=tool, name=f"web__{tool}", input_schema={"type": "object"},
+                               sha256="0" * 64)
     profile = AgentProfile(name="own", provider="external", tools=["web__lookup", "web__add_tag"], expose_names=True)
     profile.full_clean()
     assert profile.exposed_server() == "web"

@@ -178,3 +178,15 @@ def test_a_launch_rule_for_a_tool_the_agent_lacks_is_refused_on_the_field(lena) 
         '<p class="error" id="policy-error">policy.rules[1].tool: the agent has no tool named &#x27;delete_account&#x27; '
         "(its tools: http_get, kb_search, refund, send_email)</p>"
     ) in html
+
+
+def test_a_launch_history_rule_is_refused_on_the_field_the_form_names(lena) -> None:
+    rule = {"tool": "echo", "then": "ask", "reason": "three echoes", "history": {"scope": "caller", "calls_over": 3}}
+    response = csrf_post(client_for(lena), "/runs/new/", form(policy=json.dumps({"rules": [rule]})))
+    html = response.content.decode()
+    assert response.status_code == 400 and not Run.objects.exists()
+    assert '<p class="error" id="policy-error">policy.rules[1].history.within: a caller scope needs a window' in html
+    rule["history"]["within"] = "1h"
+    response = csrf_post(client_for(lena), "/runs/new/", form(policy=json.dumps({"rules": [rule]})))
+    assert response.status_code == 302
+    assert Run.objects.get().policy()["rules"][0]["history"] == {"scope": "caller", "within": "1h", "calls_over": 3}

@@ -259,8 +259,7 @@ SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 
 
 def by_slack(user: User, a: Approval) -> str:
-    member_id = f"U{user.pk:08d}"
-    slack.link(user.get_username(), member_id)
+    member_id = f"U{user.pk:08d}"  # linked before the message was sent (see the test)
     value = {"approval": a.pk, "args_hash": a.args_hash}
     data = {
         "type": "block_actions", "user": {"id": member_id}, "response_url": "",
@@ -289,6 +288,7 @@ def test_a_slack_click_decides_exactly_what_the_table_says(settings, cast, targe
     settings.AIRLOCK_SLACK_SIGNING_SECRET = SECRET
     settings.AIRLOCK_SLACK_ANSWER_SECONDS = 30.0
     user = cast["people"][who]
+    slack.link(user.get_username(), f"U{user.pk:08d}")  # an admin's link_slack, before the message
     approval = target(which)
     assert by_slack(user, approval) == expected_at("slack", expect)
     assert_outcome(approval, user, expect)

@@ -597,7 +597,7 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
 def run_hold(*, run_id: int, user: Any, reason: str) -> Run:
     """Put a run on legal hold: the purge never touches it until it is released.
     Holding a held run again replaces the reason (the latest word stands)."""
-    reason = " ".join((reason or "").split())[:500]
+    reason = sanitize.clean(" ".join((reason or "").split())[:500])  # no NUL: PostgreSQL refuses it
     if not reason:
         raise ActionError("invalid_hold", "a hold needs a reason")
     # A conditional update: a purge batch that locked the row first wins, and the run

@@ -46,6 +46,7 @@ from agents.engine import decisions
 from agents.engine.text import one_line
 from agents.models import Approval, NotificationPreference, SlackAction
 from agents.notifications.delivery import post, slack_escape
+from agents.runs import sanitize
 from agents.tools.http import Deadline, UrlRefused
 
 log = logging.getLogger("airlock.slack")
@@ -99,13 +100,14 @@ def parse(body: bytes) -> Click:
         approval_id = int(value["approval"])
         if not 0 < approval_id <= access.MAX_ID:
             raise BadInteraction("no such approval")
+        # Text PostgreSQL can store, cleaned as arguments are (a NUL lost the click's row).
         return Click(
-            member_id=str(payload["user"]["id"])[:40],
-            action_ts=str(action.get("action_ts") or payload.get("trigger_id") or "")[:40],
+            member_id=sanitize.clean(str(payload["user"]["id"])[:40]),
+            action_ts=sanitize.clean(str(action.get("action_ts") or payload.get("trigger_id") or "")[:40]),
             decision=decision,
             approval_id=approval_id,
-            args_hash=str(value["args_hash"])[:64],
-            response_url=str(payload.get("response_url") or "")[:2000],
+            args_hash=sanitize.clean(str(value["args_hash"])[:64]),
+            response_url=sanitize.clean(str(payload.get("response_url") or "")[:2000]),
             sent=_sent(value, payload),
         )
     except BadInteraction:

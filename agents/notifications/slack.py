@@ -70,6 +70,7 @@ class Click:
     # When Airlock made the message (its event's time, in the button), else Slack's
     # message timestamp; None when neither is known (the approval's creation stands in).
     sent: float | None = None
+    member_name: str = ""  # the clicker's Slack username, as Slack sent it (shown, never trusted)
 
 
 def verified(body: bytes, headers: Any) -> bool:
@@ -109,6 +110,7 @@ def parse(body: bytes) -> Click:
             args_hash=sanitize.clean(str(value["args_hash"])[:64]),
             response_url=sanitize.clean(str(payload.get("response_url") or "")[:2000]),
             sent=_sent(value, payload),
+            member_name=sanitize.clean(str(payload["user"].get("username") or payload["user"].get("name") or "")[:80]),
         )
     except BadInteraction:
         raise
@@ -206,7 +208,7 @@ def decide_click(click: Click, row: SlackAction) -> str:
         # whoever opens it in Airlock controls this member id.
         reply = ephemeral(
             "Your Slack account is not linked to an Airlock reviewer, so this click decided nothing. "
-            f"To link it to your Airlock account, open {link_url(click.member_id)} within "
+            f"To link it to your Airlock account, open {link_url(click.member_id, click.member_name)} within "
             f"{LINK_MAX_AGE // 60} minutes (it is meant for you alone)."
         )
     elif changed_since(pref, click, Approval.objects.filter(pk=click.approval_id).values_list("created_at", flat=True).first()):
@@ -367,23 +369,24 @@ def _link_state(member_id: str) -> str:
     return f"{pref.user_id}@{pref.slack_linked_at.timestamp() if pref.slack_linked_at else 0}"
 
 
-def link_token(member_id: str) -> str:
+def link_token(member_id: str, name: str = "") -> str:
     """A token proving that whoever holds it was shown it by Slack as `member_id` (it
-    goes only into an ephemeral reply to that member's signed click)."""
-    return signing.dumps({"m": member_id, "s": _link_state(member_id)}, salt=LINK_SALT, compress=True)
+    goes only into an ephemeral reply to that member's signed click); `name`, the Slack
+    username the click carried, is shown on the confirmation page."""
+    return signing.dumps({"m": member_id, "n": name, "s": _link_state(member_id)}, salt=LINK_SALT, compress=True)
 
 
-def link_url(member_id: str) -> str:
-    return settings.AIRLOCK_BASE_URL + reverse("slack_link", args=[link_token(member_id)])
+def link_url(member_id: str, name: str = "") -> str:
+    return settings.AIRLOCK_BASE_URL + reverse("slack_link", args=[link_token(member_id, name)])
 
 
 class LinkInvalid(Exception):
     pass
 
 
-def link_member(token: str) -> str:
-    """The member id a token proves, or LinkInvalid (forged, expired, or spent: the
-    member's link changed since it was made)."""
+def link_member(token: str) -> tuple[str, str]:
+    """The member id a token proves and the Slack username it was made for, or
+    LinkInvalid (forged, expired, or spent: the member's link changed since it was made)."""
     try:
         data = signing.loads(token, salt=LINK_SALT, max_age=LINK_MAX_AGE)
     except signing.SignatureExpired:
@@ -393,7 +396,7 @@ def link_member(token: str) -> str:
     member_id = str(data.get("m", ""))
     if data.get("s") != _link_state(member_id):
         raise LinkInvalid("This link was already used (the Slack account's link changed since).")
-    return member_id
+    return member_id, str(data.get("n", ""))
 
 
 # -- what Slack is sent ---------------------------------------------------------------

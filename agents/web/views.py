@@ -487,7 +487,7 @@ def slack_link(request: HttpRequest, token: str) -> HttpResponse:
     it to that member alone, after a signed click) to the logged-in user. GET asks, POST
     links; a member linked to someone else moves, and they are told."""
     try:
-        member_id = slack.link_member(token)
+        member_id, name = slack.link_member(token)
     except slack.LinkInvalid as exc:
         return render(request, "agents/slack_link.html", {"message": str(exc)}, status=410)
     held = slack.linked_user(member_id)
@@ -496,5 +496,5 @@ def slack_link(request: HttpRequest, token: str) -> HttpResponse:
         messages.success(request, f"Slack member {member_id} is linked to you: your clicks in Slack decide as you.")
         return redirect("notifications")
     others = held is not None and held.pk != request.user.pk
-    context = {"member_id": member_id, "held_by": held.get_username() if others else "", "token": token}
+    context = {"member_id": member_id, "name": name, "held_by": held.get_username() if others else ""}
     return render(request, "agents/slack_link.html", context)

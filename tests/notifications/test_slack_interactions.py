@@ -376,6 +376,8 @@ def test_an_unlinked_members_click_shows_them_alone_a_link_that_links_whoever_op
     page.force_login(rob)
     shown = page.get(path)
     assert shown.status_code == 200 and "U0ROB" in shown.content.decode()
+    assert "u0rob" in shown.content.decode()  # the Slack username the click carried
+    assert "If someone sent you this link, do not" in shown.content.decode()
     assert slack.linked_user("U0ROB") is None  # opening it changes nothing
     assert page.post(path, {}, headers={"X-CSRFToken": page.token()}).status_code == 302
     assert slack.linked_user("U0ROB") == rob

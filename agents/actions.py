@@ -512,6 +512,9 @@ def approval_batch_decide(
     of the others. `args_hashes` binds each answer to the call its voter saw. No
     argument edits and no grants: a batch answers the calls exactly as shown.
 
+    Each id is refused exactly as a single decision refuses it, with the same reason
+    (`refused`, "<error>: <detail>"): one `user` may see but does not review
+    (access.may_decide) is "forbidden: <who reviews it>", never decided.
     Ids `user` may not see answer `refused` "not found", exactly like missing ones; with
     `require_hashes` (the queue's form, whose every row carries its call's hash) so does
     an id without a hash: the page did not show it. Results come in the order of
@@ -529,9 +532,11 @@ def approval_batch_decide(
             results.append(BatchResult(approval_id, "refused", "not found"))
             continue
         try:
+            # by_reviewer: each id meets the single decision's every check (who reviews
+            # it, access.may_decide, then duties), and is refused with its reason.
             result = approval_decide(
                 approval_id=approval_id, user=user, decision=decision, note=note,
-                args_hash=hashes.get(approval_id), via=via,
+                args_hash=hashes.get(approval_id), via=via, by_reviewer=True,
             )
         except ActionError as exc:
             if exc.code == "not_found":  # gone since it was listed: no different from hidden
@@ -633,7 +638,7 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
 def run_hold(*, run_id: int, user: Any, reason: str) -> Run:
     """Put a run on legal hold: the purge never touches it until it is released.
     Holding a held run again replaces the reason (the latest word stands)."""
-    reason = " ".join((reason or "").split())[:500]
+    reason = sanitize.clean(" ".join((reason or "").split())[:500])  # no NUL: PostgreSQL refuses it
     if not reason:
         raise ActionError("invalid_hold", "a hold needs a reason")
     # A conditional update: a purge batch that locked the row first wins, and the run

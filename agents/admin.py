@@ -588,6 +588,9 @@ class DeliveryAdmin(admin.ModelAdmin):
 class NotificationPreferenceAdmin(admin.ModelAdmin):
     list_display = ["user", "email_digest", "email_each_call", "slack_member_id"]
     list_filter = ["email_digest", "email_each_call"]
+    # A Slack link is made with proof or by `manage.py link_slack` (which tells the
+    # previous owner and times the link), never by typing an id here.
+    readonly_fields = ["slack_member_id", "slack_linked_at"]
     search_fields = ["user__username", "slack_member_id"]
     autocomplete_fields = ["user"]
 

@@ -280,6 +280,9 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         parsed_usage = parse_usage(usage)
         if not isinstance(tool, str) or not tool or len(tool) > 100:
             raise ActionError("invalid_call", "tool must be a tool's name")
+        # As the arguments: text PostgreSQL can store (a NUL was a 500); such a name is
+        # no tool's, so it is recorded and answered as an unknown tool.
+        tool = sanitize.clean(tool)
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
         same, repeats = _identical(run, fp)

@@ -33,8 +33,10 @@ from agents.tools import registry_for
 RESTING = frozenset({states.QUEUED, states.PLANNING})
 REUSE = ("recorded", "none")
 # Journal statuses of a call that took effect (succeeded) or may have (started: the
-# outcome is unknown). A failed call reported an error: running it again is the point.
-EFFECTS = ("succeeded", "started")
+# outcome is unknown; intended: the parent ended while acting, and a worker that read the
+# call before the end may still begin it, so it counts as started). A failed call
+# reported an error: running it again is the point.
+EFFECTS = ("succeeded", "started", "intended")
 MAX_BULK = 200
 
 
@@ -117,7 +119,8 @@ def prior_calls(parent: Run, point: ForkPoint) -> list[dict[str, Any]]:
             seqs[str(call_id)] = seq
     return [
         {
-            "fp": r["fingerprint"], "key": r["idempotency_key"], "tool": r["tool"], "status": r["status"],
+            "fp": r["fingerprint"], "key": r["idempotency_key"], "tool": r["tool"],
+            "status": "succeeded" if r["status"] == "succeeded" else "started",
             "step": r["step"], "seq": seqs.get(r["call_id"]), "run": parent.pk,
         }
         for r in rows
@@ -190,7 +193,8 @@ def run_fork(
     point); returns the new run and the fork point used.
 
     1. Refuse what cannot be forked: an unknown run or reuse value, a purged parent, an
-       external agent's run, a bad task, limits looser than the profile's.
+       external agent's run, a parent still running (409 `parent_live`), a bad task,
+       limits looser than the profile's.
     2. Replay the parent's transitions to the fork point: the state there (transcript,
        taint, counters) is the fork's start, on the profile as it is now. Approvals and
        grants are not copied: a call that needs a human asks again.
@@ -211,6 +215,17 @@ def run_fork(
         raise ActionError("invalid_profile", problem, status=409)
     if profile.provider == "external":
         raise ActionError("not_forkable", "an external agent's run is driven by its client and cannot be forked")
+    if parent.state not in states.TERMINAL:
+        # The fork's list of the parent's effects (prior_calls) is read once, now: a live
+        # parent's later calls would be unseen, and an unsafe one repeated in the fork
+        # without a human. An ended run takes no further step (terminal states are
+        # final), so once it has ended the list is complete.
+        raise ActionError(
+            "parent_live",
+            f"run {parent.pk} is still {parent.state}: a fork could repeat what it does next; "
+            "cancel it, or wait for it to end, then fork",
+            status=409,
+        )
     if profile.provider == "scripted" and not settings.AIRLOCK_ALLOW_SCRIPTED:
         raise ActionError("scripted_disabled", "scripted runs are off (AIRLOCK_ALLOW_SCRIPTED)", status=403)
     if task is not None:

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import access
+from agents import access, teams
 from agents.actions import actor_name
 from agents.engine import decisions
 from agents.engine import step as engine
@@ -44,6 +44,7 @@ def person_roles_sync(*, user: Any, roles: Roles) -> None:
     page never sees half of a sign-in's roles."""
     with transaction.atomic():
         have = set(Membership.objects.filter(user=user).values_list("project_id", "role"))
+        was_admin = any(role == "admin" for _p, role in have)
         gone = have - roles.memberships
         if gone:
             q = Q()
@@ -59,6 +60,8 @@ def person_roles_sync(*, user: Any, roles: Roles) -> None:
                 user.groups.add(group)
             else:
                 user.groups.remove(group)
+        # Staff status follows the admin role, exactly as add_member and remove_member set it.
+        teams.admin_staff_sync(user, was_admin=was_admin)
     # access caches a user's groups and roles on the object: this one is stale now.
     access.forget_roles(user)
 

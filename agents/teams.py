@@ -52,23 +52,43 @@ def project_create(*, slug: str, name: str = "") -> Project:
     return Project.objects.create(slug=slug, name=name[:200])
 
 
+def admin_staff_sync(user: Any, *, was_admin: bool) -> None:
+    """Staff status follows the `admin` role, for every path that changes roles
+    (add_member, remove_member, a single sign-on's groups claim): a project admin is
+    made staff, so the admin site lets them in (to their projects' rows only); one who
+    held the role somewhere (`was_admin`) and holds it nowhere now is staff no more.
+    Superusers keep theirs. Call it in the transaction that changed the memberships."""
+    staff = True if is_admin_anywhere(user) else (False if was_admin and not user.is_superuser else None)
+    if staff is not None and staff != user.is_staff:
+        type(user).objects.filter(pk=user.pk).update(is_staff=staff)
+        user.is_staff = staff
+
+
+def is_admin_anywhere(user: Any) -> bool:
+    return Membership.objects.filter(user=user, role="admin").exists()
+
+
 def member_add(*, project: Project, user: Any, role: str) -> bool:
     """Give `user` `role` in `project`; False when they held it already. A project admin
-    is made staff, so the admin site lets them in (to their projects' rows only)."""
+    is made staff (admin_staff_sync)."""
     role = _role(role)
     with transaction.atomic():
+        was_admin = is_admin_anywhere(user)
         _membership, created = Membership.objects.get_or_create(project=project, user=user, role=role)
-        if role == "admin" and not user.is_staff:
-            type(user).objects.filter(pk=user.pk).update(is_staff=True)
+        admin_staff_sync(user, was_admin=was_admin)
     return created
 
 
 def member_remove(*, project: Project, user: Any, role: str | None = None) -> int:
-    """Take `role` (None: every role) in `project` from `user`; how many were removed."""
+    """Take `role` (None: every role) in `project` from `user`; how many were removed.
+    The last admin role gone, they are staff no more (admin_staff_sync)."""
     memberships = Membership.objects.filter(project=project, user=user)
     if role is not None:
         memberships = memberships.filter(role=_role(role))
-    removed, _ = memberships.delete()
+    with transaction.atomic():
+        was_admin = is_admin_anywhere(user)
+        removed, _ = memberships.delete()
+        admin_staff_sync(user, was_admin=was_admin)
     return removed
 
 

@@ -9,10 +9,11 @@ import json
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from agents.actions import ActionError
+from agents.actions import ActionError, DecisionResult
 from agents.models import DecisionLink
 from agents.notifications import links
 
@@ -30,7 +31,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         if links.step_up_required(found, request.user) and not request.user.is_authenticated:
             return redirect_to_login(request.path)
         try:
-            links.link_decide(
+            result = links.link_decide(
                 token=token, user=request.user, decision=decision, note=request.POST.get("note", "")[:2000]
             )
         except links.LinkRefused as exc:
@@ -38,11 +39,42 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         except ActionError as exc:
             detail = exc.detail.get("message") if isinstance(exc.detail, dict) else exc.detail
             return _page(request, found, message=f"Nothing was recorded: {detail}", status=exc.status)
+        # The page the browser GETs next says what this click did (once: a later visit
+        # finds the link spent, and says so).
+        request.session[DONE] = {"link": found.pk, "message": what_you_did(result, decision)}
         response = redirect(request.path)
         response.status_code = 303  # See Other: the browser GETs the page, which says what happened
         return response
+    done = request.session.pop(DONE, None)
+    if isinstance(done, dict) and done.get("link") == found.pk:
+        return _page(request, links.link_find(token), message=str(done.get("message", "")), status=200)
     why = links.refusal(found, request.user)
     return _page(request, found, message=why.message if why else "", status=200 if why is None else why.status)
+
+
+DONE = "airlock_link_done"  # the session's note of the decision this browser just made
+
+
+def what_you_did(result: DecisionResult, decision: str) -> str:
+    """What a successful POST did and what happens next, in the reviewer's words."""
+    a = result.approval
+    votes = a.current_votes()
+    when = a.decided_at or max((v.at for v in votes), default=None) or timezone.now()
+    at = f"{timezone.localtime(when):%H:%M %Z}"
+    if result.outcome == "decided":
+        if decision == "approve":
+            return f"You approved this call at {at}; it will run now."
+        return f"You rejected this call at {at}; it will not run, and the agent is told it was rejected."
+    if result.outcome == "voted":
+        counted = sum(1 for v in votes if v.decision == "approve")
+        return (
+            f"Your vote to {decision} is recorded ({at}): {counted} of {a.required} approvals so far; "
+            "the call waits for another reviewer."
+        )
+    if result.outcome == "already_voted":
+        return "You had already voted on this call: nothing changed."
+    who = f" by {a.decided_by.get_username()}" if a.decided_by else ""
+    return f"Nothing was recorded: this call was already {a.decided_label.lower()}{who}."
 
 
 def _page(request: HttpRequest, found: DecisionLink | None, *, message: str, status: int) -> HttpResponse:

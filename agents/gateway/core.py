@@ -22,7 +22,7 @@ from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
-from agents.runs import driver, rows
+from agents.runs import driver, rows, sanitize
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
@@ -180,7 +180,10 @@ def session_open(
     calls go to the caller's stream under `key`, or to the run `Airlock-Run` pinned."""
     session = GatewaySession.objects.create(
         session_id=secrets.token_hex(32), profile_id=caller.profile_id, user=caller.user, run_id=pinned,
-        client_name=client_name[:200], protocol_version=protocol_version[:20], stream_key=key,
+        # The client's words, cleaned as arguments are (a NUL was a 503, and that client
+        # could never connect).
+        client_name=sanitize.clean(client_name[:200]), protocol_version=sanitize.clean(protocol_version[:20]),
+        stream_key=key,
     )
     return session.session_id
 

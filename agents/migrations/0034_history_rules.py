@@ -33,7 +33,7 @@ def no_gin(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("agents", "0030_agentprofile_expose_names"),
+        ("agents", "0031_slack_linked_at"),
     ]
 
     operations = [

@@ -139,8 +139,13 @@ class NotificationPreference(models.Model):
     email_digest = models.BooleanField(default=True, help_text="email me digests of tool calls waiting for review")
     email_each_call = models.BooleanField(default=False, help_text="email me each call as it starts waiting")
     # The reviewer's Slack member id (U...): a click on a Slack button decides as this
-    # user only when it came from this member. Unique among those set.
+    # user only when it came from this member. Unique among those set. Linked only with
+    # proof (a signed click of that member, or an admin's link_slack): agents.notifications.slack.
     slack_member_id = models.CharField(max_length=40, blank=True, default="")
+    # When it was linked: a click on a message sent before then decides nothing (the
+    # member's clicks were someone else's when it was sent). Null: linked before this
+    # was recorded.
+    slack_linked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

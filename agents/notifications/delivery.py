@@ -101,7 +101,7 @@ def render(event: OutboxEvent) -> dict[str, Any]:
 def body(event: OutboxEvent, webhook: Webhook) -> bytes:
     """The same bytes on every attempt: built from the frozen `data`."""
     if webhook.format == "slack":
-        payload: dict[str, Any] = slack_message(event.type, event.data or {})
+        payload: dict[str, Any] = slack_message(event.type, event.data or {}, sent=event.created_at.timestamp())
     else:
         payload = {"type": event.type, "timestamp": event.created_at, "data": event.data}
     return json.dumps(payload, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
@@ -113,8 +113,10 @@ def slack_escape(text: Any) -> str:
     return one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Slack's incoming-webhook body: `text` (notifications, fallback) and blocks."""
+def slack_message(event_type: str, data: dict[str, Any], *, sent: float | None = None) -> dict[str, Any]:
+    """Slack's incoming-webhook body: `text` (notifications, fallback) and blocks.
+    `sent`: the event's time, which the buttons carry (a click from a member linked
+    after it decides nothing)."""
     e = slack_escape
     url = data.get("url", "")
     if event_type.startswith("approval."):
@@ -142,7 +144,7 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     ]
     # Buttons where someone new may answer: a call asked, or handed to the backup group.
     if event_type in BUTTON_EVENTS and data.get("id") and data.get("status", "pending") == "pending":
-        blocks.append(slack_buttons(data))
+        blocks.append(slack_buttons(data, sent=sent))
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"Airlock · {event_type}"}]})
     return {"text": f"{text}: {url}", "blocks": blocks}
 
@@ -150,11 +152,15 @@ def slack_message(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
 BUTTON_EVENTS = ("approval.pending", "approval.escalated")
 
 
-def slack_buttons(data: dict[str, Any]) -> dict[str, Any]:
+def slack_buttons(data: dict[str, Any], *, sent: float | None = None) -> dict[str, Any]:
     """Approve and Reject on an `approval.pending` or `approval.escalated` message
     (answered by agents.notifications.slack): each carries the approval and the
-    args_hash of the call the message shows, so a click after an edit is refused."""
-    value = json.dumps({"approval": data.get("id"), "args_hash": data.get("args_hash", "")})
+    args_hash of the call the message shows, so a click after an edit is refused, and
+    when the message was made (`sent`, the event's time: the same bytes on every attempt)."""
+    fields: dict[str, Any] = {"approval": data.get("id"), "args_hash": data.get("args_hash", "")}
+    if sent is not None:
+        fields["sent"] = round(sent, 3)
+    value = json.dumps(fields)
     button = {"type": "button", "value": value}
     return {
         "type": "actions",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.core import signing
+from django.core.mail import send_mail
 from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -43,6 +46,7 @@ from agents.engine import decisions
 from agents.engine.text import one_line
 from agents.models import Approval, NotificationPreference, SlackAction
 from agents.notifications.delivery import post, slack_escape
+from agents.runs import sanitize
 from agents.tools.http import Deadline, UrlRefused
 
 log = logging.getLogger("airlock.slack")
@@ -63,6 +67,10 @@ class Click:
     approval_id: int
     args_hash: str
     response_url: str
+    # When Airlock made the message (its event's time, in the button), else Slack's
+    # message timestamp; None when neither is known (the approval's creation stands in).
+    sent: float | None = None
+    member_name: str = ""  # the clicker's Slack username, as Slack sent it (shown, never trusted)
 
 
 def verified(body: bytes, headers: Any) -> bool:
@@ -93,18 +101,35 @@ def parse(body: bytes) -> Click:
         approval_id = int(value["approval"])
         if not 0 < approval_id <= access.MAX_ID:
             raise BadInteraction("no such approval")
+        # Text PostgreSQL can store, cleaned as arguments are (a NUL lost the click's row).
         return Click(
-            member_id=str(payload["user"]["id"])[:40],
-            action_ts=str(action.get("action_ts") or payload.get("trigger_id") or "")[:40],
+            member_id=sanitize.clean(str(payload["user"]["id"])[:40]),
+            action_ts=sanitize.clean(str(action.get("action_ts") or payload.get("trigger_id") or "")[:40]),
             decision=decision,
             approval_id=approval_id,
-            args_hash=str(value["args_hash"])[:64],
-            response_url=str(payload.get("response_url") or "")[:2000],
+            args_hash=sanitize.clean(str(value["args_hash"])[:64]),
+            response_url=sanitize.clean(str(payload.get("response_url") or "")[:2000]),
+            sent=_sent(value, payload),
+            member_name=sanitize.clean(str(payload["user"].get("username") or payload["user"].get("name") or "")[:80]),
         )
     except BadInteraction:
         raise
     except (UnicodeDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise BadInteraction(f"not a Slack interaction payload ({type(exc).__name__})") from None
+
+
+def _sent(value: dict[str, Any], payload: dict[str, Any]) -> float | None:
+    """When the clicked message was made: the time our button carries, else Slack's
+    `container.message_ts` (both inside the signed body)."""
+    container = payload.get("container") if isinstance(payload.get("container"), dict) else {}
+    for raw in (value.get("sent"), container.get("message_ts")):
+        try:
+            sent = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(sent) and sent > 0:
+            return sent
+    return None
 
 
 def record(click: Click) -> SlackAction | None:
@@ -174,13 +199,23 @@ def wait_idle(timeout: float = 60.0) -> None:
 def decide_click(click: Click, row: SlackAction) -> str:
     """Decide as the linked reviewer, log the outcome on the click's row and tell Slack."""
     close_old_connections()
-    user = linked_user(click.member_id)
+    pref = linked(click.member_id)
+    user = pref.user if pref is not None else None
     reply: dict[str, Any]
     if user is None:
         outcome = "refused: unlinked Slack user"
+        # Only the clicker sees an ephemeral reply: the link in it is the proof that
+        # whoever opens it in Airlock controls this member id.
         reply = ephemeral(
             "Your Slack account is not linked to an Airlock reviewer, so this click decided nothing. "
-            f"Link it on {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
+            f"To link it to your Airlock account, open {link_url(click.member_id, click.member_name)} within "
+            f"{LINK_MAX_AGE // 60} minutes (it is meant for you alone)."
+        )
+    elif changed_since(pref, click, Approval.objects.filter(pk=click.approval_id).values_list("created_at", flat=True).first()):
+        outcome = "refused: link changed"
+        reply = ephemeral(
+            "This Slack account was linked to an Airlock account after this message was sent, so this click "
+            "decided nothing. Open the call in Airlock to decide it."
         )
     else:
         outcome, reply = _decide_as(user, click)
@@ -230,30 +265,138 @@ def _decide_as(user: Any, click: Click) -> tuple[str, dict[str, Any]]:
     return "late", replace(approval, "")
 
 
-def linked_user(member_id: str) -> Any:
-    pref = (
+def linked(member_id: str) -> NotificationPreference | None:
+    """The link of an active user to `member_id`, with its user, or None."""
+    return (
         NotificationPreference.objects.select_related("user")
         .filter(slack_member_id=member_id, user__is_active=True)
         .exclude(slack_member_id="")
         .first()
     )
+
+
+def linked_user(member_id: str) -> Any:
+    pref = linked(member_id)
     return pref.user if pref is not None else None
 
 
+def changed_since(pref: NotificationPreference, click: Click, approval_created: dt.datetime | None) -> bool:
+    """Whether the member's link was made after the clicked message was: its clicks
+    belonged to someone else (or to no one) when the message went out. Without the
+    message's time, the call's creation stands in (the message came after it)."""
+    if pref.slack_linked_at is None:
+        return False  # linked before links were timed: before any message of today's
+    if click.sent is not None:
+        return pref.slack_linked_at.timestamp() > click.sent
+    return approval_created is None or pref.slack_linked_at > approval_created
+
+
 def link(username: str, member_id: str) -> Any:
-    """Link a Slack member id to an Airlock user (a member id names one user only)."""
+    """An admin's link (`manage.py link_slack`): `member_id` to `username`, moved from
+    whoever held it, who is told."""
     from django.contrib.auth import get_user_model
 
-    member_id = member_id.strip()
-    if not member_id or len(member_id) > 40 or not member_id.isalnum():
-        raise ValueError(f"{member_id!r} is not a Slack member id (such as U012ABCDEF)")
+    member_id = valid_member_id(member_id)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
         raise ValueError(f"no user {username!r}")
-    with transaction.atomic():
-        NotificationPreference.objects.filter(slack_member_id=member_id).exclude(user=user).update(slack_member_id="")
-        NotificationPreference.objects.update_or_create(user=user, defaults={"slack_member_id": member_id})
+    link_move(user=user, member_id=member_id, how="by an administrator (manage.py link_slack)")
     return user
+
+
+def valid_member_id(member_id: str) -> str:
+    member_id = member_id.strip()
+    if not member_id or len(member_id) > 40 or not member_id.isalnum():
+        raise ValueError(f"{member_id!r} is not a Slack member id (such as U012ABCDEF)")
+    return member_id
+
+
+def link_move(*, user: Any, member_id: str, how: str) -> Any:
+    """Link `member_id` to `user` (a member id names one user only): the one place a
+    link is made, by proof or by an admin, never by someone merely typing an id.
+    Returns the previous owner (told by email after the commit), or None.
+
+    Under the rows' locks: two moves of one member id queue, and the second sees the
+    first's owner as the previous one."""
+    now = timezone.now()
+    with transaction.atomic():
+        held = list(
+            NotificationPreference.objects.select_for_update().select_related("user")
+            .filter(slack_member_id=member_id).exclude(user=user)
+        )
+        NotificationPreference.objects.filter(pk__in=[p.pk for p in held]).update(slack_member_id="", slack_linked_at=now)
+        mine, _ = NotificationPreference.objects.select_for_update().get_or_create(user=user)
+        if mine.slack_member_id != member_id:
+            mine.slack_member_id, mine.slack_linked_at = member_id, now
+            mine.save(update_fields=["slack_member_id", "slack_linked_at"])
+        previous = held[0].user if held else None
+        if previous is not None:
+            log.warning(
+                "slack member %s moved from user=%s to user=%s %s", member_id, previous.pk, user.pk, how
+            )
+            transaction.on_commit(lambda: _tell_previous(previous, user, member_id, how))
+    return previous
+
+
+def _tell_previous(previous: Any, user: Any, member_id: str, how: str) -> None:
+    """Email the previous owner of a Slack link that it moved (best effort: logged)."""
+    if not previous.email:
+        log.warning("slack member %s: user=%s has no email to be told of the move", member_id, previous.pk)
+        return
+    text = (
+        f"Your Slack member id {member_id} is no longer linked to your Airlock account {previous.get_username()}: "
+        f"it was linked to {user.get_username()} {how} on {timezone.now():%Y-%m-%d %H:%M} UTC.\n\n"
+        "Your clicks in Slack no longer decide as you. If you did not expect this, tell an administrator; "
+        f"your settings: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}\n"
+    )
+    try:
+        send_mail("Airlock: your Slack link moved", text, settings.DEFAULT_FROM_EMAIL, [previous.email])
+    except Exception:  # noqa: BLE001 - the move stands; the log says who was not told
+        log.exception("slack member %s: telling user=%s of the move failed", member_id, previous.pk)
+
+
+# -- linking with proof: a signed click of the member, then its ephemeral link ----------
+
+LINK_SALT = "airlock.slack-link"
+LINK_MAX_AGE = 30 * 60
+
+
+def _link_state(member_id: str) -> str:
+    """The member's link as it stands: a token made for one state is spent once it changes."""
+    pref = NotificationPreference.objects.filter(slack_member_id=member_id).first()
+    if pref is None:
+        return ""
+    return f"{pref.user_id}@{pref.slack_linked_at.timestamp() if pref.slack_linked_at else 0}"
+
+
+def link_token(member_id: str, name: str = "") -> str:
+    """A token proving that whoever holds it was shown it by Slack as `member_id` (it
+    goes only into an ephemeral reply to that member's signed click); `name`, the Slack
+    username the click carried, is shown on the confirmation page."""
+    return signing.dumps({"m": member_id, "n": name, "s": _link_state(member_id)}, salt=LINK_SALT, compress=True)
+
+
+def link_url(member_id: str, name: str = "") -> str:
+    return settings.AIRLOCK_BASE_URL + reverse("slack_link", args=[link_token(member_id, name)])
+
+
+class LinkInvalid(Exception):
+    pass
+
+
+def link_member(token: str) -> tuple[str, str]:
+    """The member id a token proves and the Slack username it was made for, or
+    LinkInvalid (forged, expired, or spent: the member's link changed since it was made)."""
+    try:
+        data = signing.loads(token, salt=LINK_SALT, max_age=LINK_MAX_AGE)
+    except signing.SignatureExpired:
+        raise LinkInvalid("This link expired: click a button in Slack again for a new one.") from None
+    except signing.BadSignature:
+        raise LinkInvalid("This link is not valid.") from None
+    member_id = str(data.get("m", ""))
+    if data.get("s") != _link_state(member_id):
+        raise LinkInvalid("This link was already used (the Slack account's link changed since).")
+    return member_id, str(data.get("n", ""))
 
 
 # -- what Slack is sent ---------------------------------------------------------------

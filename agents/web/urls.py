@@ -19,4 +19,6 @@ urlpatterns = [
     path("runs/<int:run_id>/messages/<int:index>.txt", views.run_message_text, name="run_message_text"),
     path("runs/<int:run_id>/grants/<int:grant_id>/revoke/", views.run_grant_revoke, name="run_grant_revoke"),
     path("account/notifications/", views.notifications, name="notifications"),
+    # A Slack link's proof: Slack showed this URL to one member, after their signed click.
+    path("account/slack/link/<str:token>/", views.slack_link, name="slack_link"),
 ]

@@ -461,17 +461,20 @@ def notifications(request: HttpRequest) -> HttpResponse:
         NotificationPreference.objects.filter(user=request.user).update(
             email_each_call=request.POST.get("email_each_call") == "on"
         )
+        if request.POST.get("slack_unlink") == "on":
+            NotificationPreference.objects.filter(user=request.user).exclude(slack_member_id="").update(
+                slack_member_id="", slack_linked_at=timezone.now()
+            )
         member = request.POST.get("slack_member_id", "").strip()
         current = NotificationPreference.objects.get(user=request.user).slack_member_id
-        if member != current:
-            if not member:
-                NotificationPreference.objects.filter(user=request.user).update(slack_member_id="")
-            else:
-                try:
-                    slack.link(request.user.get_username(), member)
-                except ValueError as exc:
-                    messages.error(request, f"Slack not linked: {exc}")
-                    return redirect("notifications")
+        if member and member != current:
+            # Typing an id proves nothing: it changes no link (anyone could type another's).
+            messages.error(
+                request,
+                "Slack not linked: a Slack account is linked only with proof that it is yours. Click Approve or "
+                "Reject on any Airlock message in Slack and open the link Slack shows you alone.",
+            )
+            return redirect("notifications")
         messages.success(request, "Digest emails are on." if on else "Digest emails are off.")
         return redirect("notifications")
     pref = NotificationPreference.objects.filter(user=request.user).first()
@@ -485,3 +488,23 @@ def notifications(request: HttpRequest) -> HttpResponse:
             "slack_member_id": pref.slack_member_id if pref else "",
         },
     )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def slack_link(request: HttpRequest, token: str) -> HttpResponse:
+    """Link the Slack member a proof link names (agents.notifications.slack: Slack showed
+    it to that member alone, after a signed click) to the logged-in user. GET asks, POST
+    links; a member linked to someone else moves, and they are told."""
+    try:
+        member_id, name = slack.link_member(token)
+    except slack.LinkInvalid as exc:
+        return render(request, "agents/slack_link.html", {"message": str(exc)}, status=410)
+    held = slack.linked_user(member_id)
+    if request.method == "POST":
+        slack.link_move(user=request.user, member_id=member_id, how="with proof from Slack (a signed click)")
+        messages.success(request, f"Slack member {member_id} is linked to you: your clicks in Slack decide as you.")
+        return redirect("notifications")
+    others = held is not None and held.pk != request.user.pk
+    context = {"member_id": member_id, "name": name, "held_by": held.get_username() if others else ""}
+    return render(request, "agents/slack_link.html", context)

@@ -84,6 +84,16 @@ def test_a_purged_run_cannot_be_forked(api, launch, drive) -> None:
     assert response.status_code == 400 and response.data["error"] == "purged"
 
 
+def test_a_live_run_is_a_409_that_says_to_cancel_or_wait(api, launch, drive) -> None:
+    parent = drive(launch([call("ledger_write_unsafe", entry="PAY 100 EUR"), final("done")]), max_transitions=2)
+    assert parent.state == "acting"
+    response = api("otto").post(f"/api/runs/{parent.pk}/fork", {"from_seq": 2})
+    assert response.status_code == 409
+    assert response.data["error"] == "parent_live"
+    assert "cancel it, or wait for it to end" in response.data["detail"]
+    assert Run.objects.filter(forked_from=parent).count() == 0
+
+
 def test_the_reuse_decision_through_the_api(api, launch, drive) -> None:
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $5"), final("done")]))
     fork = api("otto").post(f"/api/runs/{parent.pk}/fork", {"from_seq": pickup(parent)}).data

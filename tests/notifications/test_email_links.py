@@ -131,6 +131,40 @@ def test_the_pages_post_decides_once_as_the_bound_reviewer(loopback_allowed, smt
     assert "already used (approved)" in browser.get(path).content.decode()
 
 
+@pytest.mark.parametrize(
+    ("decision", "policy", "said"),
+    [
+        ("approve", None, "; it will run now."),
+        ("reject", None, "; it will not run, and the agent is told it was rejected."),
+        ("approve", TWO_VOTES, ": 1 of 2 approvals so far; the call waits for another reviewer."),
+    ],
+)
+def test_the_page_after_deciding_says_what_you_did_and_a_later_visit_that_the_link_is_spent(
+    loopback_allowed, smtp, waiting, decision, policy, said
+) -> None:
+    """The probe: right after a successful click, the page said "This link was already
+    used (approved); it works once" with a 410, as if the click had not counted."""
+    reviewer("rita")
+    approval = waiting(policy=policy) if policy else waiting()
+    mail_digest()
+    [path] = smtp.links()
+    browser = Client(enforce_csrf_checks=True)
+    response = post(browser, path, decision)
+    assert response.status_code == 303 and response["Location"] == path
+    page = browser.get(path)
+    text = page.content.decode()
+    assert page.status_code == 200, text[:500]
+    assert "already used" not in text
+    approval.refresh_from_db()
+    at = timezone.localtime(approval.decided_at or ApprovalVote.objects.get().at)
+    verb = {"approve": "approved", "reject": "rejected"}[decision] if policy is None else f"vote to {decision}"
+    assert f"You {verb}" in text or f"Your {verb}" in text
+    assert f"{at:%H:%M}" in text and said in text
+    assert '<form method="post" class="link-decision">' not in text  # nothing left to answer here
+    later = browser.get(path)
+    assert later.status_code == 410 and "already used" in later.content.decode()
+
+
 def test_a_logged_in_user_who_is_not_the_bound_reviewer_decides_nothing(loopback_allowed, smtp, waiting) -> None:
     reviewer("rita")
     rob = reviewer("rob")

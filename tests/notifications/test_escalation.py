@@ -154,7 +154,8 @@ def test_a_slack_webhook_says_where_it_went_and_offers_the_buttons(
     assert "escalated to payments-leads" in body["text"]
     actions = [b for b in body["blocks"] if b["type"] == "actions"]
     assert [e["action_id"] for e in actions[0]["elements"]] == ["approve", "reject"]
-    assert json.loads(actions[0]["elements"][0]["value"]) == {"approval": approval.pk, "args_hash": approval.args_hash}
+    value = json.loads(actions[0]["elements"][0]["value"])
+    assert value == {"approval": approval.pk, "args_hash": approval.args_hash, "sent": value["sent"]}
 
 
 def test_the_backup_groups_digest_holds_the_call_once_it_is_escalated(

@@ -20,7 +20,9 @@ from django.test import Client
 from slack_sdk.signature import SignatureVerifier
 
 from agents.actions import approval_decide
-from agents.models import Approval, LedgerEntry, NotificationPreference, Run, SlackAction, Transition
+from agents.models import (
+    Approval, LedgerEntry, NotificationPreference, OutboxEvent, Run, SlackAction, Transition, Webhook,
+)
 from agents.notifications import delivery, slack
 from tests.helpers import CsrfClient, at_once, call, final, person
 from tests.notifications.conftest import PLANTED
@@ -333,17 +335,101 @@ def test_a_message_is_rewritten_when_the_call_is_decided_in_the_dashboard(waitin
     assert message["replace_original"] is True and "rejected by rob via dashboard" in message["text"]
 
 
-def test_a_reviewer_links_their_slack_member_id_on_their_notifications_page(defaults) -> None:
-    rita = person("rita", "reviewer")
+# -- linking a Slack identity: only with proof (issue 46, item 2) ------------------------
+
+
+def proof_link(message: dict[str, Any]) -> str:
+    """The path of the proof link in an ephemeral reply to an unlinked member's click."""
+    import re
+
+    [path] = re.findall(r"https://airlock\.example\.org(/account/slack/link/[^/\s]+/)", message["text"])
+    return path
+
+
+def test_typing_another_reviewers_member_id_links_nothing_and_her_clicks_still_decide_as_her(waiting, receiver) -> None:
+    """The probe: rob typed rita's member id on his notifications page; her next Approve
+    was recorded as rob's. A typed id now changes no link."""
+    rita = linked("rita", "U0RITA")
+    rob = person("rob", "reviewer")
+    lara = person("lara", "launcher")
+    for thief in (rob, lara):
+        page = CsrfClient()
+        page.force_login(thief)
+        response = page.post(
+            "/account/notifications/", {"email_digest": "on", "slack_member_id": "U0RITA"},
+            headers={"X-CSRFToken": page.token()},
+        )
+        assert response.status_code == 302
+        assert "only with proof" in page.get("/account/notifications/").content.decode()
+        assert slack.linked_user("U0RITA") == rita
+        assert not NotificationPreference.objects.get(user=thief).slack_member_id
+    approval = waiting()
+    post(payload(approval, "U0RITA", response_url=receiver.url))
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("approved", rita)
+
+
+def test_an_unlinked_members_click_shows_them_alone_a_link_that_links_whoever_opens_it_once(waiting, receiver) -> None:
+    rob = person("rob", "reviewer")
+    first = waiting()
+    post(payload(first, "U0ROB", response_url=receiver.url))
+    [message] = answers(receiver)
+    assert message["response_type"] == "ephemeral" and first.status == "pending"
+    path = proof_link(message)
     page = CsrfClient()
-    page.force_login(rita)
-    token = page.token()
-    response = page.post(
-        "/account/notifications/", {"email_digest": "on", "slack_member_id": "U0RITA"}, headers={"X-CSRFToken": token}
-    )
-    assert response.status_code == 302
-    assert slack.linked_user("U0RITA") == rita
-    assert 'value="U0RITA"' in page.get("/account/notifications/").content.decode()
-    bad = page.post("/account/notifications/", {"slack_member_id": "<script>"}, headers={"X-CSRFToken": token})
-    assert bad.status_code == 302
-    assert NotificationPreference.objects.get(user=rita).slack_member_id == "U0RITA"
+    page.force_login(rob)
+    shown = page.get(path)
+    assert shown.status_code == 200 and "U0ROB" in shown.content.decode()
+    assert "u0rob" in shown.content.decode()  # the Slack username the click carried
+    assert "If someone sent you this link, do not" in shown.content.decode()
+    assert slack.linked_user("U0ROB") is None  # opening it changes nothing
+    assert page.post(path, {}, headers={"X-CSRFToken": page.token()}).status_code == 302
+    assert slack.linked_user("U0ROB") == rob
+    # Spent: the member's link changed since it was made.
+    assert page.post(path, {}, headers={"X-CSRFToken": page.token()}).status_code == 410
+    forged = path.replace("/link/", "/link/x")
+    assert page.get(forged).status_code == 410
+    # The message clicked before the link decides nothing; a new one decides as rob.
+    post(payload(first, "U0ROB", action_ts="1700000000.000200", response_url=receiver.url))
+    assert Approval.objects.get(pk=first.pk).status == "pending"
+    assert SlackAction.objects.get(action_ts="1700000000.000200").outcome == "refused: link changed"
+    second = waiting(entry="another")
+    post(payload(second, "U0ROB", action_ts="1700000000.000300", response_url=receiver.url))
+    second.refresh_from_db()
+    assert (second.status, second.decided_by, second.via) == ("approved", rob, "slack")
+
+
+def test_a_moved_link_tells_the_previous_owner(defaults, mailoutbox) -> None:
+    rita = linked("rita", "U0RITA")
+    rita.email = "rita@example.org"
+    rita.save()
+    linked("rob", "U0RITA")  # an admin moves it (link_slack)
+    assert slack.linked_user("U0RITA").username == "rob"
+    [mail] = mailoutbox
+    assert mail.to == ["rita@example.org"]
+    assert "U0RITA" in mail.body and "rob" in mail.body and "no longer decide as you" in mail.body
+    assert not NotificationPreference.objects.get(user=rita).slack_member_id
+
+
+def test_a_click_on_a_message_sent_before_the_members_link_changed_decides_nothing(waiting, receiver) -> None:
+    """rita's member id moved to rob after the message went out: that message's buttons,
+    clicked by the member, decide nothing (neither as rob nor as rita)."""
+    linked("rita", "U0SHARED")
+    approval = waiting()
+    event = OutboxEvent.objects.get(approval=approval, type="approval.pending")
+    event.data = delivery.render(event)
+    message = json.loads(delivery.body(event, Webhook(format="slack", url="https://hooks.example.org/x")))
+    [actions] = [b for b in message["blocks"] if b["type"] == "actions"]
+    value = json.loads(actions["elements"][0]["value"])
+    assert value["sent"] == round(event.created_at.timestamp(), 3)
+    linked("rob", "U0SHARED", "reviewer")
+    click = payload(approval, "U0SHARED", response_url=receiver.url)
+    click["actions"][0]["value"] = json.dumps(value)
+    post(click)
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert not approval.votes.exists()
+    assert SlackAction.objects.get().outcome == "refused: link changed"
+    assert "after this message was sent" in answers(receiver)[0]["text"]
+    # Without the message's time, the call's creation stands in: refused as well.
+    post(payload(approval, "U0SHARED", action_ts="1700000000.000900"))
+    assert Approval.objects.get(pk=approval.pk).status == "pending"

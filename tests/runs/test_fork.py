@@ -256,3 +256,56 @@ def test_a_purged_fork_still_verifies_from_its_inherited_counters(launch, drive)
     assert child.purged_at is not None and verify_run(child) == []
     Run.objects.filter(pk=child.pk).update(tokens=child.tokens + 1)
     assert verify_run(Run.objects.get(pk=child.pk)) == ["transition tokens sum to 220, cached 221"]
+
+
+# -- a live parent (issue 46, item 3) ---------------------------------------------------
+
+PAY = "PAY 100 EUR to supplier 77"
+
+
+def test_a_fork_of_a_run_about_to_make_an_unsafe_write_is_refused_and_the_write_happens_once(launch, drive) -> None:
+    """The probe: a fork of a parent in `acting`, before its unsafe write, ran the same
+    write without asking (two ledger rows). A live parent is not forked: 409."""
+    parent = drive(launch([call("ledger_write_unsafe", entry=PAY), final("paid")]), max_transitions=2)
+    assert parent.state == "acting"
+    before = Run.objects.count()
+    with pytest.raises(ActionError) as refused:
+        run_fork(run_id=parent.pk, user=None, from_seq=parent.version)
+    assert (refused.value.code, refused.value.status) == ("parent_live", 409)
+    assert "cancel it, or wait for it to end" in refused.value.detail
+    assert Run.objects.count() == before
+    acting_seq = parent.version
+    assert drive(parent).state == "done"
+    assert LedgerEntry.objects.filter(entry=PAY).count() == 1
+    # Once it has ended, the same fork waits for a human before writing again.
+    child = drive(fork(parent, from_seq=acting_seq))
+    assert child.state == "awaiting_approval"
+    assert Approval.objects.get(run=child).kind == "already_ran"
+    assert LedgerEntry.objects.filter(entry=PAY).count() == 1
+
+
+@pytest.mark.parametrize("state", ["queued", "planning", "awaiting_approval"])
+def test_no_live_run_is_forked(launch, drive, state) -> None:
+    script = [call("fetch_fixture", text=PLANTED), call("ledger_write", entry=PAY), final("paid")]
+    parent = launch(script)
+    if state != "queued":
+        parent = drive(parent, max_transitions=1) if state == "planning" else drive(parent)
+    assert parent.state == state
+    with pytest.raises(ActionError) as refused:
+        run_fork(run_id=parent.pk, user=None, from_seq=parent.version)
+    assert refused.value.code == "parent_live"
+
+
+def test_a_call_a_cancelled_parent_had_not_begun_still_counts_as_maybe_done(launch, drive, rita) -> None:
+    """Cancelled while acting, before its worker began the unsafe write: that worker may
+    still begin it (it read the call before the cancel). The fork asks a human."""
+    parent = drive(launch([call("ledger_write_unsafe", entry=PAY), final("paid")]), max_transitions=2)
+    assert parent.state == "acting"
+    actions.run_cancel(run_id=parent.pk, user=None)
+    assert ToolCall.objects.get(run=parent).status == "intended"
+    child = drive(fork(parent, from_seq=seq_of(parent, "pickup")))
+    assert child.state == "awaiting_approval"
+    approval = Approval.objects.get(run=child)
+    assert approval.kind == "already_ran" and approval.prior["status"] == "started"
+    assert "reuse" not in approval.choices
+    assert LedgerEntry.objects.count() == 0

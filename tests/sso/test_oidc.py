@@ -132,6 +132,28 @@ def test_a_second_sign_in_with_fewer_groups_removes_roles(sso, projects, caplog)
     assert User.objects.filter(username="ada").count() == 1
 
 
+def test_the_admin_role_from_the_claim_makes_staff_and_leaving_it_takes_staff_away(sso, projects) -> None:
+    """The probe: `support:admin` from the identity provider gave the membership but not
+    staff status, so the admin site stayed closed; add_member does make staff."""
+    ada = sso.add_person("ada", groups=["support:admin"])
+    client = Client(enforce_csrf_checks=True)
+    sign_in(client, sso, "ada")
+    user = User.objects.get(username="ada")
+    assert user.is_staff
+    assert client.get("/admin/agents/agentprofile/").status_code == 200  # the admin site lets her in
+    ada.groups = ["support:reviewer"]
+    sign_in(Client(enforce_csrf_checks=True), sso, "ada")
+    user.refresh_from_db()
+    assert roles(user) == ({("support", "reviewer")}, set()) and not user.is_staff
+    # A superuser keeps staff whatever the claim says.
+    boss = sso.add_person("boss", groups=["*:admin"])
+    sign_in(Client(enforce_csrf_checks=True), sso, "boss")
+    User.objects.filter(username="boss").update(is_superuser=True)
+    boss.groups = ["support:reviewer"]
+    sign_in(Client(enforce_csrf_checks=True), sso, "boss")
+    assert User.objects.get(username="boss").is_staff
+
+
 def test_groups_made_by_an_administrator_are_left_alone(sso, projects) -> None:
     from django.contrib.auth.models import Group
 

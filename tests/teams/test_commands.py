@@ -7,6 +7,7 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -52,6 +53,23 @@ def test_add_member_and_remove_member_change_roles_one_or_all(defaults) -> None:
     assert roles_of("sue", "support") == {"reviewer", "admin"}
     assert "removed every role of sue in support (2 membership(s))" in run("remove_member", "support", "sue")
     assert roles_of("sue", "support") == set()
+    assert not User.objects.get(username="sue").is_staff  # the last admin role went, and staff with it
+
+
+def test_staff_status_stays_while_an_admin_role_is_left_and_a_superuser_keeps_it(defaults) -> None:
+    person("sue")
+    person("root", superuser=True)
+    run("create_project", "support")
+    run("create_project", "finance")
+    run("add_member", "support", "sue", "admin")
+    run("add_member", "finance", "sue", "admin")
+    run("remove_member", "support", "sue", "admin")
+    assert User.objects.get(username="sue").is_staff  # still finance's admin
+    run("remove_member", "finance", "sue", "admin")
+    assert not User.objects.get(username="sue").is_staff
+    run("add_member", "support", "root", "admin")
+    run("remove_member", "support", "root", "admin")
+    assert User.objects.get(username="root").is_staff
 
 
 @pytest.mark.parametrize(

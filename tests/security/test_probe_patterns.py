@@ -83,7 +83,9 @@ def test_a_profile_pattern_saved_around_validation_launches_nothing(people) -> N
     response = Client(headers={"Authorization": f"Bearer {token}"}).post(
         "/api/runs", launch_body(), content_type="application/json"
     )
-    assert response.status_code == 400 and response.json()["detail"].startswith("profile.rules[1].when.value: ")
+    # A broken profile row costs only itself, named by its field (#47): 409 invalid_profile.
+    assert response.status_code == 409 and response.json()["error"] == "invalid_profile"
+    assert "its rules: rules[1].when.value: " in response.json()["detail"]
 
 
 def spec(schema: dict[str, Any]) -> ToolSpec:

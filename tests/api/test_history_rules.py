@@ -73,7 +73,9 @@ def test_a_profile_saved_with_a_bad_history_names_the_field(defaults: None) -> N
 def test_a_profile_saved_around_validation_launches_nothing(api) -> None:
     profile(rules=[rule({"scope": "run", "calls_over": "two"})])
     response = api("lena").post("/api/runs", launch_body())
-    assert response.status_code == 400 and response.data["detail"].startswith("profile.rules[1].history.calls_over: ")
+    # The profile's fault (#47): a 409 naming the rule, not the caller's 400.
+    assert response.status_code == 409 and response.data["error"] == "invalid_profile"
+    assert "rules[1].history.calls_over: " in response.data["detail"]
 
 
 def test_a_launcher_may_add_a_history_rule_that_asks(api) -> None:

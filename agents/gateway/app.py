@@ -34,8 +34,10 @@ import mcp_types as types
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -44,7 +46,7 @@ from agents import external, jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 
-from . import content, core, holds, relay
+from . import content, core, holds, relay, tasks
 
 T = TypeVar("T")
 # serverInfo.version: the installed distribution's (pyproject.toml's `version`).
@@ -126,12 +128,13 @@ async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in listed])
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
     """A tools/call: proposed through the decision API's `call_propose`; a call that
     needs a human waits up to AIRLOCK_GATEWAY_WAIT_SECONDS for the decision (progress
     notifications, if the client asked, each second), then answers as it stands. In the
     2026-07-28 era a call still held answers `input_required` with a sealed
-    `requestState` naming it (`holds`), for up to HOLD_ROUNDS rounds."""
+    `requestState` naming it (`holds`), for up to HOLD_ROUNDS rounds, or, to a client
+    that takes the tasks extension, a task handle (`tasks`)."""
     gate = _gate(ctx)
     modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
     held = holds.read(params.request_state, gate.caller) if modern and params.request_state else None
@@ -144,8 +147,15 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if isinstance(started, core.Reply):
         return _result(started)
     answer, run_id = started
+    # A client that takes tasks gets a held call's handle at once, and a running one's
+    # when its round's wait is up (tasks.py).
+    as_task = modern and tasks.wanted(params.meta)
+    if as_task and answer.status == external.PENDING:
+        return await db(tasks.create, gate.caller, run_id, answer)
     waited_from = time.time()
     answer = await _wait(ctx, gate, answer, run_id)
+    if as_task and core.waiting(answer):
+        return await db(tasks.create, gate.caller, run_id, answer)
     if modern and answer.status == external.PENDING:  # held for a human (a running call answers "call again")
         held = held if held is not None else holds.first(run_id, answer.key, since=waited_from)
         if held.again():
@@ -254,6 +264,27 @@ server = Server(
 )
 # A held call's `requestState` (2026-07-28), sealed and checked at the SDK's boundary.
 server.middleware.append(holds.boundary())
+
+
+def _task_method(fn: Callable[[core.Caller, str], dict[str, Any]]) -> Callable[[Any, Any], Any]:
+    """A tasks/* method of the extension, for the 2026-07-28 era only (the handshake
+    era's tasks were another design, which the gateway does not offer)."""
+
+    async def handler(ctx: Any, params: Any) -> dict[str, Any]:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+        if not tasks.wanted(params.meta):  # the extension says: each request declares it
+            raise MCPError(code=MISSING_REQUIRED_CLIENT_CAPABILITY, message="Missing required client capability",
+                           data={"requiredCapabilities": {"extensions": {tasks.EXTENSION: {}}}})
+        return await db(fn, _gate(ctx).caller, params.task_id)
+
+    return handler
+
+
+server.extensions[tasks.EXTENSION] = {}
+server.add_request_handler("tasks/get", types.GetTaskRequestParams, _task_method(tasks.get))
+server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, _task_method(tasks.cancel))
+server.add_request_handler("tasks/update", tasks.UpdateTaskParams, _task_method(tasks.update))
 
 
 class Managers:

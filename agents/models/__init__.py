@@ -8,14 +8,14 @@ api.py         API tokens, launch idempotency keys
 ops.py         metric tallies, purge records
 projects.py    projects and memberships (teams)
 external.py    ClientCall, the calls external agents proposed
-gateway.py     GatewayStream, a gateway caller's runs; GatewaySession, a handshake-era session
+gateway.py     GatewayStream, a gateway caller's runs; GatewaySession, a handshake-era session; GatewayTask, a held call as a task
 testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test instrument)
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
 from agents.models.approvals import Approval, ApprovalClaim, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
 from agents.models.external import ClientCall
-from agents.models.gateway import GatewaySession, GatewayStream
+from agents.models.gateway import GatewaySession, GatewayStream, GatewayTask
 from agents.models.mcp import McpServer, McpTool
 from agents.models.mcp import _validate_server_name as _validate_server_name  # migration 0009 names it here
 from agents.models.notifications import (
@@ -46,6 +46,7 @@ from agents.models.testing import LedgerEntry
 __all__ = [
     "GatewaySession",
     "GatewayStream",
+    "GatewayTask",
     "EVENT_TYPES",
     "AgentProfile",
     "AgentProfileQuerySet",

@@ -59,3 +59,29 @@ class GatewayStream(models.Model):
 
     def __str__(self) -> str:
         return f"gateway stream of {self.user_id} on {self.profile_id} ({self.key or 'default'}): run {self.run_id}"
+
+
+class GatewayTask(models.Model):
+    """A held call handed to its client as a task (the MCP tasks extension,
+    `io.modelcontextprotocol/tasks`, in the 2026-07-28 era): the client polls
+    `tasks/get` with `task_id` until the call's outcome is in, from any connection or
+    web process, and may withdraw it with `tasks/cancel` (docs/gateway.md, "Tasks").
+
+    The row is the task: it names the call (its run and key) and whose it is; the
+    call's status, result and the reviewer's note are read from the run each time, so
+    nothing a task answers lives in a process. One task per call: the same call held
+    again (from any connection) answers the same task."""
+
+    task_id = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
+    profile = models.ForeignKey("agents.AgentProfile", on_delete=models.CASCADE, related_name="+", db_index=False)
+    run = models.ForeignKey("agents.Run", on_delete=models.CASCADE, related_name="+", db_index=False)
+    key = models.CharField(max_length=200, help_text="the call's idempotency key in its run")
+    created_at = models.DateTimeField(auto_now_add=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True, help_text="the client withdrew the call (tasks/cancel)")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="gatewaytask_call")]
+
+    def __str__(self) -> str:
+        return f"gateway task {self.task_id[:8]} of run {self.run_id} ({self.key[:12]})"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import httpx2
 import pytest
 from django.contrib.auth.models import User
@@ -163,3 +164,22 @@ def run_async(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
 
 def text(result: Any) -> str:
     return "\n".join(block.text for block in result.content if getattr(block, "type", "") == "text")
+
+
+def modern_rpc(url: str, token: str, method: str, params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
+    """One 2026-07-28 request as it goes on the wire (each request stands alone: the
+    envelope in `_meta`, the routing headers), declaring the tasks extension unless
+    `tasks` is false; the JSON-RPC answer (its `result` or `error`)."""
+    capabilities: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}}} if tasks else {}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-wire", "version": "1"}}
+    name = params.get("name") or params.get("taskId")
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, **({"Mcp-Name": name} if name else {})}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    response = httpx.post(url, json=body, headers=headers, timeout=60.0)
+    answer = response.json()
+    # A result is a 200; the SDK sends a JSON-RPC error of the request's own with a 4xx.
+    assert (response.status_code == 200) == ("result" in answer), response.text
+    return answer

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents.actions import approval_decide
 from agents.models import Approval, GatewayStream, McpTool, Run, ToolCall
-from tests.gateway.conftest import run_async, text
+from tests.gateway.conftest import modern_rpc, run_async, text
 from tests.helpers import database_url, free_port, listening, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
@@ -226,4 +226,23 @@ def test_a_held_calls_request_state_outlives_the_process_that_sealed_it(
     _second, port = gateway_process(AIRLOCK_GATEWAY_WAIT_SECONDS="5")
     done = round_on(port, held.request_state)
     assert not done.is_error and text(done) == "deleted omega"
+    assert len(upstream.calls("delete_record")) == 1
+
+
+def test_a_tasks_outcome_is_delivered_after_the_process_that_created_it_is_killed(
+    gateway_process: Any, gw, upstream, token, rita: User
+) -> None:
+    """2026-07-28 with the tasks extension: the task is a row written before its handle
+    goes out, so when the process that created it is killed, a poll that lands on a
+    new process finds it, runs the approved call once and answers its outcome."""
+    delete = {"name": "web__delete_record", "arguments": {"record_id": "sigma"}}
+    first, port = gateway_process(AIRLOCK_GATEWAY_WAIT_SECONDS="0.5")
+    handle = modern_rpc(f"http://127.0.0.1:{port}/mcp/gw/", token, "tools/call", delete)["result"]
+    assert (handle["resultType"], handle["status"]) == ("task", "working")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=20)
+    approval_decide(approval_id=Approval.objects.get(status="pending").pk, decision="approve", user=rita)
+    _second, port = gateway_process(AIRLOCK_GATEWAY_WAIT_SECONDS="0.5")
+    done = modern_rpc(f"http://127.0.0.1:{port}/mcp/gw/", token, "tasks/get", {"taskId": handle["taskId"]})["result"]
+    assert done["status"] == "completed" and done["result"]["content"][0]["text"] == "deleted sigma"
     assert len(upstream.calls("delete_record")) == 1

@@ -37,7 +37,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -276,6 +276,9 @@ def _task_method(fn: Callable[[core.Caller, str], dict[str, Any]]) -> Callable[[
         if not tasks.wanted(params.meta):  # the extension says: each request declares it
             raise MCPError(code=MISSING_REQUIRED_CLIENT_CAPABILITY, message="Missing required client capability",
                            data={"requiredCapabilities": {"extensions": {tasks.EXTENSION: {}}}})
+        named = ctx.request.headers.get("mcp-name") if ctx.request is not None else None
+        if named is not None and named != params.task_id:  # the routing header a balancer may have used
+            raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match the request's taskId")
         return await db(fn, _gate(ctx).caller, params.task_id)
 
     return handler

@@ -166,15 +166,18 @@ def text(result: Any) -> str:
     return "\n".join(block.text for block in result.content if getattr(block, "type", "") == "text")
 
 
-def modern_rpc(url: str, token: str, method: str, params: dict[str, Any], *, tasks: bool = True) -> dict[str, Any]:
+def modern_rpc(
+    url: str, token: str, method: str, params: dict[str, Any], *, tasks: bool = True, name: str | None = None
+) -> dict[str, Any]:
     """One 2026-07-28 request as it goes on the wire (each request stands alone: the
     envelope in `_meta`, the routing headers), declaring the tasks extension unless
-    `tasks` is false; the JSON-RPC answer (its `result` or `error`)."""
+    `tasks` is false (`name`: an Mcp-Name header other than the request's); the
+    JSON-RPC answer (its `result` or `error`)."""
     capabilities: dict[str, Any] = {"extensions": {"io.modelcontextprotocol/tasks": {}}} if tasks else {}
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": capabilities,
             "io.modelcontextprotocol/clientInfo": {"name": "raw-wire", "version": "1"}}
-    name = params.get("name") or params.get("taskId")
+    name = name or params.get("name") or params.get("taskId")
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method, **({"Mcp-Name": name} if name else {})}
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}

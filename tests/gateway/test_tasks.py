@@ -105,6 +105,9 @@ def test_a_task_is_its_callers_alone(url: str, upstream, token: str, leo: User) 
         error = modern_rpc(url, leos, method, {"taskId": task_id, "inputResponses": {}})["error"]
         assert error["message"] == f"Unknown task {task_id!r}"
     assert modern_rpc(url, token, "tasks/get", {"taskId": "forged"})["error"]["data"] == {"reason": "unknown_task"}
+    # The routing header names the task the body does (a balancer may have routed by it).
+    mismatched = modern_rpc(url, token, "tasks/get", {"taskId": task_id}, name="another-task")["error"]
+    assert mismatched["code"] == -32020
     assert Run.objects.get().state == "awaiting_approval" and Approval.objects.get().status == "pending"
 
 

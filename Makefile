@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# The MCP conformance suite and its Node (`make conformance`, below).
+# The MCP conformance suite, the MCP Inspector and their Node (`make conformance`, below).
 CONFORMANCE := .conformance
 CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
 
@@ -33,7 +33,8 @@ run: seed
 test: $(STAMP) $(CONFORMANCE_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The official MCP conformance suite and the Node 22 it needs (the `node` npm package
+# The official MCP conformance suite, the MCP Inspector (tests/gateway/test_inspector.py)
+# and the Node 22 they need (the `node` npm package
 # ships the binary: nothing is downloaded outside the npm registry), pinned by
 # tests/gateway/conformance/package-lock.json, in .conformance/ for
 # tests/gateway/test_conformance.py (docs/gateway.md, "Conformance"). Needs npm (any

@@ -278,3 +278,35 @@ def test_the_issues_example_rules_save_and_work_on_the_demo_profile(api) -> None
     assert Approval.objects.get().reason == (
         "a third refund of one order in a day: the 3rd refund call with order_id 1045 in 24 h (over 2)"
     )
+
+
+@requires_postgres()
+def test_the_figures_read_on_a_generic_plan_leave_the_transaction_as_they_found_it(api) -> None:
+    """Inside the decision's transaction the figures are one prepared statement on its
+    generic plan (runs/history.py); its plan settings are this statement's only, and it
+    counts what the planned statement outside a transaction counts."""
+    from django.db import connection, transaction
+
+    from agents.engine.history import query_for
+    from agents.runs.history import StoreHistory
+
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]})])
+    run = run_script(api, "lena", [write("1042", 1), write("7", 2), write("1042", 3)])
+    queries = [
+        query_for(rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]}), "ledger_write",
+                  {"entry": {"order": "1042", "amount": 4}}),
+        query_for(rule({"scope": "caller", "within": "1h", "calls_over": 9}), "ledger_write", {"entry": {}}),
+        query_for(rule({"scope": "project", "within": "1h", "sum_over": {"entry.amount": 100}, "same": ["entry.order"]}),
+                  "ledger_write", {"entry": {"order": "1042", "amount": 4}}),
+    ]
+    planned = StoreHistory(run).figures(queries)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        before = cursor.fetchone()
+        generic = StoreHistory(run, lock=True).figures(queries)
+        cursor.execute("SHOW plan_cache_mode")
+        after = cursor.fetchone()
+        cursor.execute("SHOW enable_seqscan")
+        assert (after, cursor.fetchone()) == (before, ("on",))
+    assert generic == planned
+    assert [(f.count, f.total) for f in generic] == [(2, 0), (3, 0), (2, 4)]

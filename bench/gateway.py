@@ -501,18 +501,28 @@ def stream_opening(stand: Stand, base: str, clients: int = OPENING_CLIENTS) -> d
 def gateway_bench(
     calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS, server: str = "gunicorn"
 ) -> dict[str, Any]:
+    # BENCH_GATEWAY_PARTS (comma-separated: gateway, handshake, api, others, opening,
+    # waiting; all by default) runs some of the sections, for measuring one cut.
+    parts = set(os.environ.get("BENCH_GATEWAY_PARTS", "gateway,handshake,api,others,opening,waiting").split(","))
     stand = Stand(calls + round_trips, server)
+    results: dict[str, Any] = {"server": server}
     try:
         with stand.web() as (base, _proc):
-            results: dict[str, Any] = {"server": server, "gateway": gateway_vs_direct(stand, base, calls)}
-            results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"])
-            results["decision_api"] = api_vs_healthz(stand, base, round_trips)
-            results["other_tools"] = other_servers_tools(stand, base, calls // 2)
-            results["opening"] = stream_opening(stand, base)
-        # Each waiting client holds one of gunicorn's threads: as many as deployment.md says to size for.
-        threads = str(max(32, 2 * clients))
-        with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60", WEB_THREADS=threads) as (base, proc):
-            results["waiting"] = waiting_clients(stand, base, proc, clients)
+            if "gateway" in parts:
+                results["gateway"] = gateway_vs_direct(stand, base, calls)
+            if "handshake" in parts:
+                results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"])
+            if "api" in parts:
+                results["decision_api"] = api_vs_healthz(stand, base, round_trips)
+            if "others" in parts:
+                results["other_tools"] = other_servers_tools(stand, base, calls // 2)
+            if "opening" in parts:
+                results["opening"] = stream_opening(stand, base)
+        if "waiting" in parts:
+            # Each waiting client holds one of gunicorn's threads: as many as deployment.md says to size for.
+            threads = str(max(32, 2 * clients))
+            with stand.web(AIRLOCK_GATEWAY_WAIT_SECONDS="60", WEB_THREADS=threads) as (base, proc):
+                results["waiting"] = waiting_clients(stand, base, proc, clients)
     finally:
         stand.close()
     return results
@@ -523,29 +533,32 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
 
     t = Targets()
     for era, key in (("2026-07-28", "gateway"), ("handshake", "gateway_handshake")):
+        if key not in r:
+            continue
         g = r[key]
         t.check(f"gateway {era} era: Airlock's share ms (p50 - SDK proxy's p50)", g["airlock_share_ms"], "<=",
                 TARGET_SHARE_MS)
         t.check(f"gateway {era} era: throughput / SDK proxy's (sequential)", g["throughput_of_proxy"], ">=",
                 TARGET_THROUGHPUT_OF_PROXY)
-    d = r["decision_api"]
-    t.check("decision API: propose + report p50 / /healthz p50", d["of_healthz"], "<=", TARGET_ROUND_TRIP_OF_HEALTHZ)
-    t.check("GET /api/runs/<id> (token) p50 / /healthz p50", d["run_read_of_healthz"], "<=",
-            TARGET_RUN_READ_OF_HEALTHZ)
-    o = r["other_tools"]
-    t.check(f"gateway: call p50 with {o['tools']} other servers' tools / without", o["ratio"], "<=",
-            TARGET_OTHER_TOOLS_RATIO)
-    op = r["opening"]
-    t.check("gateway: a new stream's first call p50 / its second's", op["ratio"], "<=", TARGET_OPENING_RATIO)
-    w = r["waiting"]
-    if w["decision_delay_max_s"] is not None:
+    if (d := r.get("decision_api")) is not None:
+        t.check("decision API: propose + report p50 / /healthz p50", d["of_healthz"], "<=",
+                TARGET_ROUND_TRIP_OF_HEALTHZ)
+        t.check("GET /api/runs/<id> (token) p50 / /healthz p50", d["run_read_of_healthz"], "<=",
+                TARGET_RUN_READ_OF_HEALTHZ)
+    if (o := r.get("other_tools")) is not None:
+        t.check(f"gateway: call p50 with {o['tools']} other servers' tools / without", o["ratio"], "<=",
+                TARGET_OTHER_TOOLS_RATIO)
+    if (op := r.get("opening")) is not None:
+        t.check("gateway: a new stream's first call p50 / its second's", op["ratio"], "<=", TARGET_OPENING_RATIO)
+    w = r.get("waiting")
+    if w is not None and w["decision_delay_max_s"] is not None:
         t.check(f"gateway: {w['clients']} waiting clients, slowest decision-to-answer s", w["decision_delay_max_s"],
                 "<=", TARGET_DECISION_DELAY_S)
     return t.rows
 
 
 def print_gateway(r: dict[str, Any]) -> None:
-    d, w = r["decision_api"], r["waiting"]
+    d, w, o, op = r.get("decision_api"), r.get("waiting"), r.get("other_tools"), r.get("opening")
     mb = 1024 * 1024
     print(f"\n[{r.get('server', 'uvicorn')}] load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for era, key in (("2026-07-28", "gateway"), ("handshake", "gateway_handshake")):
@@ -564,28 +577,30 @@ def print_gateway(r: dict[str, Any]) -> None:
             f"  the machine in the same rounds: PostgreSQL round trip {m['db_round_trip_us']:.0f} us, durable commit "
             f"{m['db_commit_us']:.0f} us, fixed Python work {m['python_reference_us']:.0f} us"
         )
-    print(
+    if d is not None:
+        print(
         f"decision API ({d['round_trips']} round trips, alternating with /healthz): propose + report p50 "
         f"{d['p50_ms']:.1f} ms (propose {d['propose_p50_ms']:.1f}, report {d['report_p50_ms']:.1f}) against /healthz "
         f"{d['healthz_p50_ms']:.2f} ms = {d['of_healthz']:.1f}x (target <= {TARGET_ROUND_TRIP_OF_HEALTHZ:g}x)"
     )
-    print(
+        print(
         f"GET /api/runs/<id> with a token: p50 {d['run_read_p50_ms']:.2f} ms against /healthz "
         f"{d['healthz_p50_ms']:.2f} ms = {d['run_read_of_healthz']:.1f}x (target <= {TARGET_RUN_READ_OF_HEALTHZ:g}x)"
     )
-    o = r["other_tools"]
-    print(
+    if o is not None:
+        print(
         f"a gateway call with {o['tools']} other servers' MCP tools registered: p50 {o['among_p50_ms']:.1f} ms "
         f"against {o['alone_p50_ms']:.1f} ms without them ({o['ratio']:.2f}x; {o['calls']} calls each)"
     )
-    op = r["opening"]
-    print(
+    if op is not None:
+        print(
         f"opening a stream ({op['clients']} new clients, a conversation key each): first call p50 "
         f"{op['first_p50_ms']:.1f} ms, second {op['second_p50_ms']:.1f} ms ({op['ratio']:.1f}x)"
     )
-    delay = "n/a" if w["decision_delay_p50_s"] is None else (
+    if w is not None:
+        delay = "n/a" if w["decision_delay_p50_s"] is None else (
         f"p50 {w['decision_delay_p50_s'] * 1000:.0f} ms, max {w['decision_delay_max_s'] * 1000:.0f} ms")
-    print(
+        print(
         f"{w['clients']} waiting gateway clients: RSS {w['rss_before_bytes'] / mb:.0f} MB before, "
         f"{w['rss_waiting_bytes'] / mb:.0f} MB while waiting ({w['rss_per_waiting_client_bytes'] / 1024:.0f} kB a "
         f"client); {w['database_connections_waiting']} database connections while waiting; decision to answer "

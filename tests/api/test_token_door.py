@@ -146,3 +146,12 @@ def test_a_sessions_post_without_a_token_still_needs_csrf(lena: User, client) ->
     status, _h, content = call(wsgi.application, "POST", "/api/runs", body={"agent": "scripted", "task": "t"},
                                HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}={cookie}")
     assert status == 403 and b"CSRF" in content
+
+
+def test_the_apis_patterns_are_tried_first_and_pages_still_resolve() -> None:
+    from django.urls import get_resolver, resolve
+
+    assert str(get_resolver().url_patterns[0].pattern) == "api/"
+    assert resolve("/api/runs/1").namespace == "api"
+    assert resolve("/runs/").url_name == resolve("/runs/").url_name  # the pages' own, unchanged
+    assert resolve("/").url_name == "overview"

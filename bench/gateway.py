@@ -575,7 +575,9 @@ def print_gateway(r: dict[str, Any]) -> None:
         )
         print(
             f"  the machine in the same rounds: PostgreSQL round trip {m['db_round_trip_us']:.0f} us, durable commit "
-            f"{m['db_commit_us']:.0f} us, fixed Python work {m['python_reference_us']:.0f} us"
+            f"{m['db_commit_us']:.0f} us, fixed Python work {m['python_reference_us']:.0f} us; a call's two durable "
+            f"commits (its intent before the upstream, its result before the answer) alone: "
+            f"{2 * m['db_commit_us'] / 1000:.1f} ms of the share"
         )
     if d is not None:
         print(

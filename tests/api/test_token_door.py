@@ -5,6 +5,7 @@ the same refusal log line; the host check and CSRF for a session's request stay.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -155,3 +156,40 @@ def test_the_apis_patterns_are_tried_first_and_pages_still_resolve() -> None:
     assert resolve("/api/runs/1").namespace == "api"
     assert resolve("/runs/").namespace != "api"  # the pages resolve as before
     assert resolve("/").url_name == "overview"
+
+
+def test_the_asgi_door_takes_a_tokens_request_too(lena: User, lenas_run: Run, monkeypatch) -> None:
+    from asgiref.sync import async_to_sync
+
+    from config import asgi
+
+    _row, raw = token_create(user=lena)
+    taken: list[str] = []
+    door = asgi.token_api_application
+
+    async def spy(scope: Any, receive: Any, send: Any) -> None:
+        taken.append(scope["path"])
+        await door(scope, receive, send)
+
+    monkeypatch.setattr(asgi, "token_api_application", spy)
+    sent: list[dict[str, Any]] = []
+    bodies = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if bodies:
+            return bodies.pop()
+        await asyncio.sleep(60)  # no disconnect: Django stops listening once it has answered
+        return {"type": "http.disconnect"}
+
+    async def send(event: dict[str, Any]) -> None:
+        sent.append(event)
+
+    path = f"/api/runs/{lenas_run.pk}"
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {raw}".encode())],
+             "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 1), "http_version": "1.1",
+             "asgi": {"version": "3.0"}, "root_path": ""}
+    async_to_sync(asgi.application)(scope, receive, send)
+    assert taken == [path]
+    assert sent[0]["status"] == 200
+    assert json.loads(b"".join(e.get("body", b"") for e in sent[1:]))["id"] == lenas_run.pk

@@ -85,6 +85,26 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# A request to /api/ that carries an Authorization header is a token's (agents/api/auth.py:
+# a present header never falls back to the session), so config.wsgi and config.asgi
+# answer it through MIDDLEWARE without the layers that serve only a browser's session:
+# its cookie, CSRF, login, messages, htmx, allauth, the project switcher, the login
+# lockout and static files. Everything else stays, in order: the database-down 503, the
+# security headers, the host check, CSP and the refusal log (DenialLogMiddleware). A
+# middleware added to MIDDLEWARE later is kept there too unless it is named here.
+BROWSER_ONLY_MIDDLEWARE = (
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "agents.web.projects.ProjectSwitchMiddleware",
+    "axes.middleware.AxesMiddleware",
+)
+TOKEN_API_MIDDLEWARE = [m for m in MIDDLEWARE if m not in BROWSER_ONLY_MIDDLEWARE]
+
 # Login throttling (django-axes): AIRLOCK_LOGIN_FAILURE_LIMIT wrong
 # passwords for one username from one address lock that pair, and only that pair, for
 # AIRLOCK_LOGIN_COOLOFF_MINUTES (the right password included). Locking an address locked

@@ -118,7 +118,7 @@ def runs_export(request: HttpRequest, filters: Query[RunExportQuery]) -> Streami
 
 @router.get("/runs/{int:run_id}", response={200: RunOut, ERRORS: Error}, summary="A run")
 def runs_detail(request: HttpRequest, run_id: int) -> dict[str, Any]:
-    return dict(access.readable_run(request.auth, run_id).to_dict())  # type: ignore[attr-defined]
+    return dict(access.readable_run(request.auth, run_id, for_dict=True).to_dict())  # type: ignore[attr-defined]
 
 
 @router.get(

@@ -426,6 +426,8 @@ class Run(models.Model):
         prefetch_related_objects(runs, Prefetch("grants", Grant.objects.select_related("by").order_by("number")))
 
     def _grants(self) -> Any:
+        if getattr(self, "_grant_count", None) == 0:
+            return []  # access.readable_run(for_dict=True) counted them with the run
         if "grants" in getattr(self, "_prefetched_objects_cache", {}):
             return self.grants.all()  # prefetch_dicts read them in order
         return self.grants.select_related("by").order_by("number")

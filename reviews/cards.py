@@ -396,7 +396,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
 # What a card reads of its run. Not the engine state or the script, which can be large
 # (but the policy, read from the engine state, when the viewer launched the run), nor the
 # counters and times: reading all of the run's columns cost the queue 0.4 ms.
-CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile")
+CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile", "purged_at")
 
 
 def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:

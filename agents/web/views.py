@@ -172,6 +172,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "last_seq": last,
             "live_after": last,
             "poll": LIVE_POLL,
+            "fork_form": _fork_form(request, run),
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.

@@ -39,8 +39,10 @@ def approvals_get(request: HttpRequest, approval_id: int) -> dict[str, Any]:
     user = request.auth  # type: ignore[attr-defined]
     if not access.may_read_runs(user):
         raise forbidden("reading approvals needs the reviewer, operator or launcher role")
-    approvals = access.visible_approvals(user).select_related("decided_by", "edited_by", "claimed_by")
-    found = approvals.prefetch_related("votes").filter(pk=approval_id).first() if 0 < approval_id <= access.MAX_ID else None
+    found = None
+    if 0 < approval_id <= access.MAX_ID:
+        approvals = access.visible_approvals(user).select_related("decided_by", "edited_by", "claimed_by")
+        found = approvals.prefetch_related("votes").filter(pk=approval_id).first()
     if found is None:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
     return dict(found.to_dict())

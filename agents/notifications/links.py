@@ -83,7 +83,9 @@ def needs_step_up(approval: Approval) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    code: str  # revoked, used, expired (the link), call_expired, decided, changed, run_ended, wrong_user, step_up, duties
+    # revoked, used, expired (the link), call_expired, decided, changed, run_ended,
+    # wrong_user, step_up, duties
+    code: str
     message: str
     status: int
 

@@ -139,7 +139,9 @@ def test_the_run_page_links_to_the_calls_page(pending, rita, as_user) -> None:
     assert f'<a class="approval-link" href="/reviews/{approval.pk}/">Approval #{approval.pk}</a> requested' in timeline
 
 
-def test_a_purged_runs_call_says_it_was_purged_with_the_hash_and_the_decision_record(pending, drive, rita, as_user) -> None:
+def test_a_purged_runs_call_says_it_was_purged_with_the_hash_and_the_decision_record(
+    pending, drive, rita, as_user
+) -> None:
     from agents.engine.fingerprints import args_hash
     from agents.runs.retention import purge
 

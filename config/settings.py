@@ -29,6 +29,8 @@ if not SECRET_KEY:
     SECRET_KEY = key_file.read_text().strip()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A refused form token gets a page in the site layout that says what to do (agents/web/errors.py).
+CSRF_FAILURE_VIEW = "agents.web.errors.csrf_failure"
 
 AIRLOCK_ALLOW_SCRIPTED = env_bool("AIRLOCK_ALLOW_SCRIPTED", True)
 # Modules whose TOOLS join the diagnostic tools (only with AIRLOCK_ALLOW_SCRIPTED): how

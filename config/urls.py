@@ -46,3 +46,7 @@ urlpatterns += [
 
 # A database that is down answers 503 even when the error escaped every middleware.
 handler500 = "agents.ops.unavailable.server_error"
+# 400, 403 and 404 in the site layout, saying why and offering a way back (JSON under /api/).
+handler400 = "agents.web.errors.bad_request"
+handler403 = "agents.web.errors.permission_denied"
+handler404 = "agents.web.errors.page_not_found"

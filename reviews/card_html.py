@@ -25,6 +25,7 @@ from agents.web.jinja import fragment
 
 from .cards import Card, OnScreen
 from .groups import OUTCOME_LABELS, Group
+from .untrusted import Untrusted
 
 
 def _shared(context: Context) -> dict[str, Any]:
@@ -38,6 +39,11 @@ def _shared(context: Context) -> dict[str, Any]:
         "csrf": CsrfTokenNode().render(context),  # already safe
         "tz": timezone.get_current_timezone(),  # as the `date` filter shows times
     }
+
+
+def untrusted(taint: Untrusted, pk: int) -> SafeString:
+    """The untrusted passage as a card shows it (highlighted, with its source step)."""
+    return fragment("reviews/untrusted.html", {"t": taint, "pk": pk, "tz": timezone.get_current_timezone()})
 
 
 def claim(card: Card, context: Context) -> SafeString:

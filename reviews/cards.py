@@ -351,6 +351,28 @@ def _search(text: str) -> Q:
     )
 
 
+def _taint(a: Approval, journal: dict[str, ToolCall]) -> Untrusted | None:
+    """What tainted the run, as a card shows it: the tainting call's result with its
+    suspect passages flagged (reviews/untrusted.py), or that the result is missing."""
+    source = a.taint_source if isinstance(a.taint_source, dict) else None
+    if not source:
+        return None
+    call = journal.get(source.get("key", ""))
+    if call is not None:
+        return untrusted(call.tool, source.get("step", call.step), call.result)
+    return Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
+
+
+def taint_of(a: Approval) -> Untrusted | None:
+    """One approval's taint evidence, as its card shows it (the email link's page)."""
+    key = a.taint_source.get("key") if isinstance(a.taint_source, dict) else None
+    journal = {
+        c.idempotency_key: c
+        for c in ToolCall.objects.filter(idempotency_key=key).only("idempotency_key", "tool", "step", "result")
+    } if key else {}
+    return _taint(a, journal)
+
+
 def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = False) -> list[Card]:
     approvals = list(approvals)
     keys = [a.taint_source["key"] for a in approvals if isinstance(a.taint_source, dict) and a.taint_source.get("key")]
@@ -363,14 +385,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
     priors = Prior.of(approvals)
     cards = []
     for a in approvals:
-        taint = None
-        source = a.taint_source if isinstance(a.taint_source, dict) else None
-        if source:
-            call = journal.get(source.get("key", ""))
-            if call is not None:
-                taint = untrusted(call.tool, source.get("step", call.step), call.result)
-            else:
-                taint = Untrusted(tool=str(source.get("tool", "?")), step=source.get("step"), missing=True)
+        taint = _taint(a, journal)
         votes = _votes(a)
         separated = a.is_pending and viewer is not None and access.duties_separated(viewer, a.run)
         may = viewer is None or access.may_decide(viewer, a)
@@ -396,7 +411,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
 # What a card reads of its run. Not the engine state or the script, which can be large
 # (but the policy, read from the engine state, when the viewer launched the run), nor the
 # counters and times: reading all of the run's columns cost the queue 0.4 ms.
-CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile")
+CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile", "purged_at")
 
 
 def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:

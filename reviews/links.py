@@ -17,6 +17,8 @@ from agents.actions import ActionError, DecisionResult
 from agents.models import DecisionLink
 from agents.notifications import links
 
+from . import card_html, cards
+
 
 @never_cache
 @require_http_methods(["GET", "POST"])
@@ -86,7 +88,9 @@ def _page(request: HttpRequest, found: DecisionLink | None, *, message: str, sta
         "can_answer": found is not None and not message,
         "step_up": found is not None and not message and links.step_up_required(found, request.user),
         "args_json": json.dumps(a.current_args, indent=2, ensure_ascii=False, sort_keys=True) if a else "",
-        "taint_json": json.dumps(a.taint_source, ensure_ascii=False, sort_keys=True) if a and a.taint_source else "",
+        # What tainted the run, as the queue's card shows it: the passage, flagged.
+        "taint_html": card_html.untrusted(taint, a.pk) if a and (taint := cards.taint_of(a)) else "",
+        "expired": a is not None and a.status == "expired",
         "login_url": redirect_to_login(request.path).url,
     }
     return render(request, "reviews/link.html", context, status=status)

@@ -19,7 +19,7 @@ from django_htmx.http import trigger_client_event
 from agents import access, claims
 from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide
 from agents.models import Approval
-from agents.web import projects
+from agents.web import errors, projects
 
 from . import cards, groups
 from . import stats as review_stats
@@ -60,15 +60,16 @@ def _grouped_context(request: HttpRequest, filters: Any, *, pending_total: int |
 
 
 def _queue_context(
-    request: HttpRequest, *, pending_total: int | None = None, grouped: bool = True
+    request: HttpRequest, *, pending_total: int | None = None, grouped: bool = True, use_cursor: bool = True
 ) -> dict[str, Any]:
     """`pending_total`: every pending call the user can see, when the caller counted them.
-    `grouped`: the page may be the grouped view (the polled list never is)."""
+    `grouped`: the page may be the grouped view (the polled list never is).
+    `use_cursor`: False shows the first page whatever `?after=` says (it was refused)."""
     filters = FilterForm(request.GET).filters()
     filters.project = projects.current_id(request)
     if filters.group and grouped:
         return _grouped_context(request, filters, pending_total=pending_total)
-    after = _cursor(request)
+    after = _cursor(request) if use_cursor else None
     if pending_total is None and filters.active:
         pending_total = cards.pending_count(request.user, filters.project)
     page = cards.queue(
@@ -115,12 +116,16 @@ def queue(request: HttpRequest) -> HttpResponse:
     # One statement counts the pending calls and names their tools for the filter.
     project = projects.current_id(request)
     total, tools = cards.pending_summary(request.user, project)
+    status = 200
     try:
         context = _queue_context(request, pending_total=total)
     except cards.BadCursor as exc:
-        return _bad_cursor(exc)
+        # Said inside the page, above its first cards, rather than as a bare text answer.
+        context = _queue_context(request, pending_total=total, use_cursor=False)
+        context["refused"] = f"{exc}: this is the first page of the queue instead."
+        status = 400
     context["choices"] = cards.filter_choices(tools, request.user, project)
-    return render(request, "reviews/queue.html", context)
+    return render(request, "reviews/queue.html", context, status=status)
 
 
 @access.login_required_htmx
@@ -150,7 +155,7 @@ def stats(request: HttpRequest) -> HttpResponse:
     try:
         days = review_stats.window_days(request.GET.get("days"))
     except review_stats.BadWindow as exc:
-        return HttpResponseBadRequest(f"invalid window: {exc}", content_type="text/plain")
+        return errors.error_page(request, 400, f"invalid window: {exc}")
     figures = review_stats.stats(request.user, days=days)
     return render(request, "reviews/stats.html", {"stats": figures, "windows": review_stats.WINDOWS})
 
@@ -257,7 +262,7 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
     if not form.is_valid():
         if "args" in form.errors and len(form.errors) == 1:
             return _refused_edit(request, approval_id, form.errors["args"][0])
-        return HttpResponseBadRequest(f"invalid decision: {form.errors.as_text()}", content_type="text/plain")
+        return errors.error_page(request, 400, f"invalid decision: {form.errors.as_text()}")
     try:
         result = approval_decide(
             approval_id=approval_id,
@@ -353,7 +358,7 @@ def decide_batch(request: HttpRequest) -> HttpResponse:
         raise PermissionDenied("only reviewers decide approvals")
     form = BatchForm(request.POST)
     if not form.is_valid():
-        return HttpResponseBadRequest(f"invalid batch: {form.errors.as_text()}", content_type="text/plain")
+        return errors.error_page(request, 400, f"invalid batch: {form.errors.as_text()}")
     ids, seen = form.picked(request.POST)
     key = form.cleaned_data["group_key"]
     filters = FilterForm(request.POST).filters()

@@ -31,6 +31,23 @@ def approvals_list(request: HttpRequest, filters: Query[ApprovalPageQuery]) -> d
     return page(approvals, params, OLDEST_FIRST, lambda a: dict(a.to_dict()))
 
 
+@router.get("/approvals/{int:approval_id}", response={200: ApprovalOut, ERRORS: Error}, summary="One approval")
+def approvals_get(request: HttpRequest, approval_id: int) -> dict[str, Any]:
+    """One approval in any status, exactly as an item of `GET /api/approvals` (the
+    `approval_id` webhooks and the gateway hand out). The same 404 for an id that names
+    no approval and for one outside the caller's projects or runs."""
+    user = request.auth  # type: ignore[attr-defined]
+    if not access.may_read_runs(user):
+        raise forbidden("reading approvals needs the reviewer, operator or launcher role")
+    found = None
+    if 0 < approval_id <= access.MAX_ID:
+        approvals = access.visible_approvals(user).select_related("decided_by", "edited_by", "claimed_by")
+        found = approvals.prefetch_related("votes").filter(pk=approval_id).first()
+    if found is None:
+        raise ActionError("not_found", f"no approval {approval_id}", status=404)
+    return dict(found.to_dict())
+
+
 @router.post(
     "/approvals/{int:approval_id}/decision", response={200: ApprovalOut, ERRORS: Error}, summary="Decide an approval"
 )

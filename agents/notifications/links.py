@@ -83,7 +83,9 @@ def needs_step_up(approval: Approval) -> bool:
 
 @dataclass(frozen=True)
 class Refusal:
-    code: str  # revoked, used, expired, decided, changed, run_ended, wrong_user, step_up, duties
+    # revoked, used, expired (the link), call_expired, decided, changed, run_ended,
+    # wrong_user, step_up, duties
+    code: str
     message: str
     status: int
 
@@ -104,6 +106,10 @@ def refusal(link: DecisionLink, user: Any, *, now: dt.datetime | None = None) ->
             "Nothing was recorded.",
             403,
         )
+    if a.status == "expired":
+        # Not "decided elsewhere": nobody decided it, the time to answer ran out.
+        at = f" at {timezone.localtime(a.decided_at):%Y-%m-%d %H:%M %Z}" if a.decided_at else ""
+        return Refusal("call_expired", f"This call expired{at}: nobody answered in time, so it will not run.", 410)
     if not a.is_pending:
         who = f" by {a.decided_by.get_username()}" if a.decided_by else ""
         via = f" via {a.via}" if a.via else ""

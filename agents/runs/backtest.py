@@ -26,7 +26,7 @@ from agents.engine.history import Answer
 from agents.engine.policy import PolicyError, Verdict
 from agents.engine.registry import Registry
 from agents.engine.step import RunState, verdict_for
-from agents.models import AgentProfile, Approval, Message, Run
+from agents.models import AgentProfile, Approval, Message, Run, Transition
 from agents.runs.history import StoreHistory
 from agents.tools import registry as tool_registry
 
@@ -197,6 +197,22 @@ class Report:
     changes: dict[str, list[Change]] = field(default_factory=dict)
     # The proposal's shadow rules on the same calls: how each would have agreed.
     shadow: list[Agreement] = field(default_factory=list)
+    # Calls in the window that could not be judged again: their runs were purged by
+    # retention, which forgot the arguments and the state each call was judged in.
+    unjudged: int = 0
+    purged_runs: int = 0
+
+    def unjudged_text(self) -> str:
+        """'13 calls in the window could not be judged: their 4 runs were purged ...', or ''."""
+        if not self.unjudged:
+            return ""
+        calls = f"{self.unjudged} call{'' if self.unjudged == 1 else 's'}"
+        runs = f"{self.purged_runs} run{'' if self.purged_runs == 1 else 's'}"
+        return (
+            f"{calls} in the window could not be judged: {'its' if self.unjudged == 1 else 'their'} {runs} "
+            f"{'was' if self.purged_runs == 1 else 'were'} purged by retention, which keeps the decision "
+            "record but not the arguments or the state each call was judged in"
+        )
 
     def answers(self, cls: str) -> dict[str, list[int]]:
         """How reviewers answered the calls of a class that asked: status -> approval ids."""
@@ -230,6 +246,7 @@ class Report:
             "days": self.days,
             "since": self.since.isoformat(),
             "calls": self.calls,
+            "unjudged": {"calls": self.unjudged, "purged_runs": self.purged_runs, "why": self.unjudged_text()},
             "changed": {cls: len(self.changes.get(cls, ())) for cls in CLASSES},
             "answers": {cls: self.answers(cls) for cls in CLASSES if self.answers(cls)},
             "calls_changed": {
@@ -271,7 +288,16 @@ def backtest(
     since = (now or timezone.now()) - dt.timedelta(days=days)
     reg = registry or tool_registry()
     report = Report(profile=profile.name, days=days, since=since)
-    runs = Run.objects.filter(profile=profile, created_at__gte=since).order_by("pk")
+    window = Run.objects.filter(profile=profile, created_at__gte=since)
+    runs = window.filter(purged_at=None).order_by("pk")
+    purged = window.exclude(purged_at=None)
+    report.purged_runs = purged.count()
+    if report.purged_runs:
+        # A tombstone keeps each transition's skeleton: the ones that judged a proposed
+        # call still name it (`call`), from planning, though their verdict is gone.
+        report.unjudged = Transition.objects.filter(
+            run__in=purged, from_state="planning", payload__has_key="call"
+        ).count()
     shadows: dict[int, Agreement] = {}
     for call in recorded_calls(runs.iterator()):
         report.calls += 1

@@ -210,3 +210,20 @@ class LaunchForm(forms.Form):
         if field is not None and field not in self.fields:
             field = None
         self.add_error(field, str(detail))
+
+
+class RetryForm(forms.Form):
+    """A retry's or a fork's `limits` (docs/retry.md: the parent's, each may rise to the
+    profile's): a field per limit, blank keeps the parent's. run_fork checks the values
+    against the profile, with the API's words; `from_seq` only for "Fork from here"."""
+
+    from_seq = forms.IntegerField(required=False, min_value=0)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in DEFAULTS:
+            self.fields[name] = forms.IntegerField(required=False, label=name.replace("_", " "))
+
+    def limits(self) -> dict[str, int] | None:
+        chosen = {name: self.cleaned_data[name] for name in DEFAULTS if self.cleaned_data.get(name) is not None}
+        return chosen or None

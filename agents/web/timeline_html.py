@@ -11,6 +11,8 @@ partials call `entries`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
@@ -21,12 +23,15 @@ from agents.web.timeline import PAGE_TEXT_MAX, Entry
 FOLD_OVER = 600  # characters: a longer result or argument list is folded into <details>
 
 
-def entries(items: list[Entry]) -> SafeString:
-    """The entries of a page, a live answer or a "load more", in order."""
+def entries(items: list[Entry], fork: Any = None) -> SafeString:
+    """The entries of a page, a live answer or a "load more", in order. `fork`
+    (`{"url", "csrf"}`, from the run page when the viewer may fork this ended run): each
+    resting point gets a "Fork from here" form posting to that URL."""
     return fragment(
         "agents/timeline_entries.html",
         {
             "items": items,
+            "fork": fork or None,
             # The current time zone once for all, as the `date` filter shows times in it.
             "tz": timezone.get_current_timezone(),
             "cap": TRANSCRIPT_CAP,

@@ -11,6 +11,7 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:run_id>/hold/", views.run_hold, name="run_hold"),
     path("runs/<int:run_id>/retry/", views.run_retry, name="run_retry"),
+    path("runs/<int:run_id>/fork/", views.run_fork, name="run_fork"),
     path("runs/<int:run_id>/release/", views.run_release, name="run_release"),
     path("runs/<int:run_id>/export/", views.run_export, name="run_export"),
     path("runs/<int:run_id>/eval-case/", views.run_save_eval_case, name="run_save_eval_case"),

@@ -15,7 +15,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -26,11 +28,12 @@ from agents.actions import run_hold as hold_action
 from agents.actions import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
+from agents.engine.limits import LimitError
 from agents.models import NotificationPreference, Run
 from agents.notifications import slack
 from agents.runs.export import CaseRefused, export_run, save_eval_case
 from agents.web import projects, timeline
-from agents.web.forms import LaunchForm, RunFilterForm
+from agents.web.forms import LaunchForm, RetryForm, RunFilterForm
 
 LIST_PAGE = 50
 LIVE_POLL = "every 1s"
@@ -169,6 +172,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "last_seq": last,
             "live_after": last,
             "poll": LIVE_POLL,
+            "fork_form": _fork_form(request, run),
         }
         return render(request, "agents/run_detail.html#more", context)
     # Without htmx, "load more" is a plain link: the page starting after that seq.
@@ -218,7 +222,45 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
         "forks": list(run.forks.order_by("pk").only("pk", "state", "fork_seq")),
         # A gateway stream's runs (docs/gateway.md): the partial index answers most runs' "none".
         "continued_by": list(run.continued_by.order_by("pk").only("pk")),
+        "limit_rows": _limit_rows(run),
+        "launch_policy": run.policy(),
+        "fork_form": _fork_form(request, run),
     }
+
+
+LIMIT_LABELS = {
+    "max_steps": "Steps",
+    "max_cost_micros": "Cost (micro-dollars)",
+    "max_tokens": "Tokens",
+    "deadline_seconds": "Deadline (seconds from launch or fork)",
+    "max_consecutive_errors": "Consecutive tool errors",
+    "max_identical_calls": "Identical calls",
+}
+
+
+def _limit_rows(run: Run) -> list[dict[str, Any]]:
+    """The run's effective limits beside what its profile allows now (the most a retry
+    or a fork may raise them to, docs/retry.md); a broken profile row allows nothing."""
+    mine = (run.engine or {}).get("limits") or {}
+    try:
+        ceiling: dict[str, Any] = run.profile.base_limits().to_dict()
+    except LimitError:
+        ceiling = {}
+    return [
+        {"name": name, "label": label, "value": mine.get(name), "ceiling": ceiling.get(name)}
+        for name, label in LIMIT_LABELS.items()
+    ]
+
+
+def _fork_form(request: HttpRequest, run: Run) -> dict[str, str] | None:
+    """"Fork from here" on the timeline's resting points: an ended run the viewer may
+    fork, with its content (a purged run has no transcript to fork) and its own driver
+    (an external agent's client drives its runs, which cannot be forked)."""
+    if not (run.is_terminal and not run.purged_at and run.profile.provider != "external"):
+        return None
+    if not access.can_fork(request.user, run):
+        return None
+    return {"url": reverse("run_fork", args=[run.pk]), "csrf": get_token(request)}
 
 
 def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
@@ -286,13 +328,45 @@ def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
     run = access.readable_run(request.user, run_id)
     if not access.can_fork(request.user, run):
         raise PermissionDenied("only operators, or the run's launcher, retry runs")
+    form = RetryForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Not retried: {_form_errors(form)}")
+        return redirect("run_detail", run_id=run.pk)
     try:
-        fork, point = forks.run_retry(run_id=run.pk, user=request.user)
+        fork, point = forks.run_retry(run_id=run.pk, user=request.user, limits=form.limits())
     except ActionError as exc:
         messages.error(request, str(exc.detail))
         return redirect("run_detail", run_id=run.pk)
     messages.success(request, f"Run {run.pk} retried as run {fork.pk}, from after step {point.used}.")
     return redirect("run_detail", run_id=fork.pk)
+
+
+@require_POST
+@login_required
+def run_fork(request: HttpRequest, run_id: int) -> HttpResponse:
+    """"Fork from here" on a timeline step: a fork after that step (or the nearest earlier
+    resting point, which the message names); goes to the new run."""
+    run = access.readable_run(request.user, run_id)
+    if not access.can_fork(request.user, run):
+        raise PermissionDenied("only operators, or the run's launcher, fork runs")
+    form = RetryForm(request.POST)
+    if not form.is_valid() or form.cleaned_data.get("from_seq") is None:
+        messages.error(request, f"Not forked: {_form_errors(form) or 'name the step to fork from'}")
+        return redirect("run_detail", run_id=run.pk)
+    try:
+        fork, point = forks.run_fork(
+            run_id=run.pk, user=request.user, from_seq=form.cleaned_data["from_seq"], limits=form.limits()
+        )
+    except ActionError as exc:
+        messages.error(request, f"Not forked: {exc.detail}")
+        return redirect("run_detail", run_id=run.pk)
+    moved = f" ({point.why})" if point.used != point.requested else ""
+    messages.success(request, f"Run {run.pk} forked as run {fork.pk}, from after step {point.used}{moved}.")
+    return redirect("run_detail", run_id=fork.pk)
+
+
+def _form_errors(form: Any) -> str:
+    return "; ".join(f"{name.replace('_', ' ')}: {' '.join(errs)}" for name, errs in form.errors.items())
 
 
 @require_POST

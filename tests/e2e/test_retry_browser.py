@@ -71,3 +71,67 @@ def test_a_reviewer_reuses_the_result_of_a_call_that_already_ran(new_page, login
     page.goto(f"/runs/{child.pk}/")
     expect(page.locator("#timeline .flag-reused")).to_contain_text(f"Reused the result of run #{parent.pk} step {step}")
     assert not watch.console_errors, watch.console_errors
+
+
+def test_a_run_that_failed_on_its_step_budget_is_retried_with_more_steps_and_finishes(
+    new_page, login, launch, drive, defaults
+) -> None:
+    person("otto", "operator")
+    script = [call("echo", text="one"), call("echo", text="two"), call("echo", text="three"), final("all three")]
+    parent = drive(launch(script, task="Echo three times", limits={"max_steps": 4}))
+    assert parent.state == "failed" and "max_steps" in parent.error
+    page, watch = new_page()
+    login(page, "otto", PASSWORD)
+    page.goto(f"/runs/{parent.pk}/")
+    # The page shows the run's effective limits and its launch policy, not only its JSON.
+    page.get_by_text("Limits and launch policy").click()
+    steps = page.locator('#run-limits tr[data-limit="max_steps"]')
+    expect(steps.locator(".value")).to_have_text("4")
+    expect(steps.locator(".ceiling")).to_have_text("20")
+    expect(page.locator("#launch-policy")).to_contain_text("a human reviewer")
+    page.get_by_text("Limits for the retry").click()
+    page.get_by_label("Steps").fill("12")
+    page.get_by_role("button", name="Retry from the last good step").click()
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    child = Run.objects.get(forked_from=parent)
+    assert child.engine["limits"]["max_steps"] == 12
+    child = drive(child)
+    assert child.state == "done" and child.answer == "all three", (child.state, child.error)
+    # Retried with the same budget, it would have failed at once (docs/retry.md).
+    assert not watch.console_errors, watch.console_errors
+
+
+def test_a_retry_above_the_profiles_limit_is_refused_with_the_reason(new_page, login, launch, drive, defaults) -> None:
+    person("otto", "operator")
+    parent = drive(launch([call("echo", text="x")] * 3, limits={"max_steps": 2}))
+    assert parent.state == "failed"
+    page, _ = new_page()
+    login(page, "otto", PASSWORD)
+    page.goto(f"/runs/{parent.pk}/")
+    page.get_by_text("Limits for the retry").click()
+    page.get_by_label("Steps").evaluate("i => i.removeAttribute('max')")  # as a stale form would send it
+    page.get_by_label("Steps").fill("500")
+    page.get_by_role("button", name="Retry from the last good step").click()
+    expect(page.locator(".messages")).to_contain_text("max_steps")
+    assert not Run.objects.filter(forked_from=parent).exists()
+
+
+def test_an_operator_forks_a_finished_run_from_a_timeline_step(new_page, login, launch, drive, defaults) -> None:
+    person("otto", "operator")
+    parent = drive(launch([call("echo", text="first"), call("echo", text="second"), final("done")], task="Two echoes"))
+    assert parent.state == "done"
+    resting = parent.transitions.filter(to_state="planning").order_by("seq").first()
+    page, watch = new_page()
+    login(page, "otto", PASSWORD)
+    page.goto(f"/runs/{parent.pk}/")
+    step = page.locator(f"#t{resting.seq}")
+    step.get_by_role("button", name="Fork from here").click()
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    child = Run.objects.get(forked_from=parent)
+    assert child.fork_seq == resting.seq and page.url.endswith(f"/runs/{child.pk}/")
+    expect(page.locator(".messages")).to_contain_text(f"forked as run {child.pk}, from after step {resting.seq}")
+    # A step that is not a resting point (a tool call under way) offers no fork.
+    acting = parent.transitions.filter(to_state="acting").order_by("seq").first()
+    page.goto(f"/runs/{parent.pk}/")
+    expect(page.locator(f"#t{acting.seq}").get_by_role("button", name="Fork from here")).to_have_count(0)
+    assert not watch.console_errors, watch.console_errors

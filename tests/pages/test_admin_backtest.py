@@ -72,6 +72,17 @@ def test_trying_looser_rules_lists_the_calls_and_how_reviewers_answered(admin_cl
     assert counts() == before and AgentProfile.objects.get(name="scripted").rules == rules
 
 
+def test_try_these_rules_says_how_many_calls_a_purge_left_unjudged(admin_client: Client, answered: Any) -> None:
+    from agents.runs.retention import purge
+
+    purge(actor="test", older_than_days=0, only=[answered["reject"].run_id])
+    page = admin_client.post(url(), {"policy": json.dumps({"rules": []}), "days": "30"}).content.decode()
+    assert "1 call in the last 30 days" in page
+    assert (
+        "Not judged: 1 call in the window could not be judged: its 1 run was purged by retention" in page
+    )
+
+
 def test_a_bad_policy_is_a_form_error_not_a_500(admin_client: Client, answered: Any) -> None:
     bad = {"rules": [{"tool": "ledger_write", "then": "perhaps", "reason": "r"}]}
     response = admin_client.post(url(), {"policy": json.dumps(bad), "days": "30"})

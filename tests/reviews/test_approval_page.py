@@ -105,7 +105,14 @@ def test_someone_who_may_not_see_it_gets_the_404_of_a_missing_one(pending, lena,
     hidden = client.get(f"/reviews/{approval.pk}/")
     missing = client.get("/reviews/999999999/")
     assert hidden.status_code == missing.status_code == 404
-    assert hidden.content.replace(str(approval.pk).encode(), b"N") == missing.content.replace(b"999999999", b"N")
+
+    def same(content: bytes, pk: str) -> bytes:
+        # The page's CSRF token is masked afresh in every answer: noise, not a tell.
+        content = re.sub(rb'"X-CSRFToken": "[^"]*"', b"", content)
+        content = re.sub(rb'name="csrfmiddlewaretoken" value="[^"]*"', b"", content)
+        return content.replace(f"no approval {pk}".encode(), b"no approval N")
+
+    assert same(hidden.content, str(approval.pk)) == same(missing.content, "999999999")
     assert as_user(lena).get(f"/reviews/{approval.pk}/").status_code == 200  # read-only: no buttons
     assert ">Approve</button>" not in as_user(lena).get(f"/reviews/{approval.pk}/").content.decode()
 
@@ -130,3 +137,26 @@ def test_the_run_page_links_to_the_calls_page(pending, rita, as_user) -> None:
     assert f'<a href="/reviews/{approval.pk}/" class="approval-link">#{approval.pk}</a>' in html
     timeline: Any = as_user(rita).get(f"/runs/{approval.run_id}/").content.decode()
     assert f'<a class="approval-link" href="/reviews/{approval.pk}/">Approval #{approval.pk}</a> requested' in timeline
+
+
+def test_a_purged_runs_call_says_it_was_purged_with_the_hash_and_the_decision_record(
+    pending, drive, rita, as_user
+) -> None:
+    from agents.engine.fingerprints import args_hash
+    from agents.runs.retention import purge
+
+    approval = pending()
+    sha = args_hash(approval.args)
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", note="checked the ACME order")
+    drive(approval.run)
+    assert purge(actor="test", older_than_days=0, only=[approval.run_id]).runs == 1
+
+    html = as_user(rita).get(f"/reviews/{approval.pk}/").content.decode()
+    assert 'id="approval-purged"' in html and "Content purged" in html
+    assert f'<code id="args-sha256">{sha}</code>' in html and f'<code class="args-sha256">{sha}</code>' in html
+    assert "Decision record" in html and "Approved by rita via dashboard" in html
+    assert "The arguments were purged with the run" in html
+    # Not a "null" where the arguments were, nor an empty task box.
+    assert ">null<" not in html and "<pre></pre>" not in html
+    assert "checked the ACME order" not in html
+    assert "The text was purged with the run" in html  # the untrusted passage, gone too

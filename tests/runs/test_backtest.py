@@ -242,3 +242,25 @@ def test_a_shadow_history_rule_records_its_verdicts_on_live_calls(launch, drive,
         assert drive(launch([entry("7", n), final()], user=lena)).state == "done"  # shadow decides nothing
     shadows = [t.payload.get("shadow") for t in Transition.objects.filter(payload__has_key="verdict").order_by("pk")]
     assert shadows == [None, None, [{"rule": 1, "verdict": "ask"}]]
+
+
+def test_after_a_purge_the_calls_that_could_not_be_judged_are_counted_and_explained(history, tmp_path: Path) -> None:
+    from io import StringIO
+
+    from agents.runs.retention import purge
+
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"rules": []}))
+    whole = bt.backtest(AgentProfile.objects.get(name="scripted"), {"rules": []})
+    assert whole.calls == 10 and whole.unjudged == 0 and whole.unjudged_text() == ""
+    # The rejected run (one proposed call) and the unattended one (three) are purged.
+    gone = [history["rejected"].run_id, Run.objects.get(approver="none").pk]
+    purge(actor="test", older_than_days=0, only=gone)
+    report = bt.backtest(AgentProfile.objects.get(name="scripted"), {"rules": []})
+    assert report.calls == 6 and report.unjudged == 4 and report.purged_runs == 2
+    assert report.to_dict()["unjudged"]["calls"] == 4
+    out = StringIO()
+    call_command("backtest_policy", "scripted", "--rules", str(rules), stdout=out)
+    text = out.getvalue()
+    assert "6 call(s) in the last 30 day(s)" in text
+    assert "not judged: 4 calls in the window could not be judged: their 2 runs were purged by retention" in text

@@ -185,3 +185,30 @@ def test_fifty_runs_failed_by_an_outage_all_finish_on_a_bulk_retry_without_a_dup
     # A second bulk retry of the same runs is refused, run by run: each was retried.
     again = api("otto").post("/api/runs/retry", {"ids": ids[:3]}).data["results"]
     assert {r["outcome"] for r in again} == {"refused"} and "already retried" in again[0]["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_who_may_fork_from_a_step_and_where_the_button_is(launch, drive, lena, leo, rita, otto) -> None:
+    parent = drive(launch([call("echo", text="a"), final("ok")], user=leo))
+    assert parent.state == "done"
+    url, seq = f"/runs/{parent.pk}/fork/", parent.transitions.filter(to_state="planning").first().seq
+    assert csrf_post(client_for(lena), url, {"from_seq": seq}).status_code == 404
+    assert csrf_post(client_for(rita), url, {"from_seq": seq}).status_code == 403
+    assert "Fork from here" not in client_for(rita).get(f"/runs/{parent.pk}/").content.decode()
+    assert "Fork from here" in client_for(otto).get(f"/runs/{parent.pk}/").content.decode()
+    # No step named: nothing forked, and the page says why.
+    response = csrf_post(client_for(otto), url, {}, follow=True)
+    assert "Not forked: name the step to fork from" in response.content.decode()
+    assert not Run.objects.filter(forked_from=parent).exists()
+    response = csrf_post(client_for(leo), url, {"from_seq": seq, "max_steps": "8"})
+    child = Run.objects.get(forked_from=parent)
+    assert response.status_code == 302 and response["Location"] == f"/runs/{child.pk}/"
+    assert child.fork_seq == seq and child.engine["limits"]["max_steps"] == 8 and child.created_by == leo
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_live_run_has_no_fork_buttons(launch, drive, otto, pending) -> None:
+    waiting = pending()
+    page = client_for(otto).get(f"/runs/{waiting.run_id}/").content.decode()
+    assert "Fork from here" not in page
+    assert 'id="run-limits"' in page and 'data-limit="max_steps"' in page

@@ -47,6 +47,8 @@ class Command(BaseCommand):
             f"backtest_policy {report.profile}: {report.calls} call(s) in the last {days} day(s), "
             f"{changed} would be decided differently"
         )
+        if report.unjudged:
+            self.stdout.write(f"not judged: {report.unjudged_text()}")
         for cls in CLASSES:
             if not report.changes.get(cls):
                 continue

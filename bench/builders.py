@@ -230,7 +230,7 @@ def _form(card: Card, shared: _Shared) -> str:
             "Reject</button>\n"
             f"{grant}\n"
             f'<button type="button" class="edit-args" aria-expanded="{"true" if error else "false"}" '
-            f'aria-controls="approval-{pk}-edit">Edit arguments</button>\n'
+            f'aria-controls="approval-{pk}-edit">{"Cancel edit" if error else "Edit arguments"}</button>\n'
             "</div>"
         )
     # The call this card shows, by hash: an answer counts only for that call (a stale

@@ -324,3 +324,17 @@ def test_an_already_ran_card_names_no_allow_rule_as_the_reason_it_asked(launch, 
     why = html[html.index("Why asked") : html.index("</dd>", html.index("Why asked"))]
     assert "this exact call already ran" in why
     assert "rule" not in why and "small writes go through" not in why
+
+
+def test_a_forks_chart_starts_from_what_it_inherited(launch, drive, otto) -> None:
+    """#47, item 6: the chart counted only the fork's own steps ("0 tok" against an
+    inherited 476 in the header)."""
+    parent = drive(launch([call("echo", usage=USAGE, text="a"), call("echo", usage=USAGE, text="b"), final("done")]))
+    child = fork(parent, from_seq=seq_of(parent, "tool", 1))
+    assert child.tokens == 110
+    child = drive(child)
+    assert child.state == "done" and child.tokens == 220  # 110 inherited, 110 its own
+    html = client_for(otto).get(f"/runs/{child.pk}/").content.decode()
+    chart = html[html.index('id="run-chart"') : html.index("</section>", html.index('id="run-chart"'))]
+    assert f"{child.tokens:,} tok" in chart and "and 0 tokens" not in chart
+    assert f"and {child.tokens} tokens over" in chart

@@ -716,7 +716,7 @@ def _already_ran(
     if verdict.action != "ask":
         # The prior run asks here, not the policy: a rule that would have allowed the call
         # is no reason it was asked, and the card must not name it as one.
-        row.update(rule=None, required=1)
+        row["rule"], row["required"] = None, 1
     t.approval = {**row, "prior": ref}
     _set_expiry(new, t, deps.now())
     t.to_state = AWAITING_APPROVAL

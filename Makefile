@@ -26,9 +26,15 @@ migrate: $(STAMP)
 # migrate, then the demo data (seed), static files into var/static (whitenoise serves
 # them; the server runs with DEBUG off), then scripts/run.py: web + worker + beat in the
 # foreground, each restarted with a back-off if it dies; Ctrl-C stops all three.
-run: seed
+# The port is checked first: a second `make run` on a busy port says so in one line and
+# starts nothing (no migrate, no worker or beat on the shared broker).
+run: port-free seed
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) scripts/run.py
+
+.PHONY: port-free
+port-free: $(STAMP)
+	@$(PY) scripts/run.py --check-port
 
 test: $(STAMP) $(CONFORMANCE_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

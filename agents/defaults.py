@@ -17,6 +17,11 @@ DEMO_RULES: list[dict[str, Any]] = [
     {"tool": "refund", "then": "ask", "reason": "refunds of 20 or more need a human"},
 ]
 
+# A first day: a newcomer reads the queue for longer than the default 15 minutes, and a
+# demo call must still be waiting when they decide (README). 0037 sets it on
+# installations seeded before.
+DEMO_LIMITS: dict[str, Any] = {"deadline_seconds": 24 * 3600}
+
 PROFILES: dict[str, dict[str, Any]] = {
     "scripted": {
         "description": "Replays the decisions given with the run (tests, evals). All diagnostic tools.",
@@ -32,6 +37,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "system_prompt": "You are a careful help-desk agent. Answer from the knowledge base.",
         "tools": DEMO_TOOLS,
         "rules": DEMO_RULES,
+        "limits": DEMO_LIMITS,
         "separate_duties": True,
     },
 }

@@ -230,7 +230,7 @@ def _form(card: Card, shared: _Shared) -> str:
             "Reject</button>\n"
             f"{grant}\n"
             f'<button type="button" class="edit-args" aria-expanded="{"true" if error else "false"}" '
-            f'aria-controls="approval-{pk}-edit">Edit arguments</button>\n'
+            f'aria-controls="approval-{pk}-edit">{"Cancel edit" if error else "Edit arguments"}</button>\n'
             "</div>"
         )
     # The call this card shows, by hash: an answer counts only for that call (a stale
@@ -323,6 +323,15 @@ def _card(card: Card, shared: _Shared) -> str:
             f'<span class="expires{" expiring" if card.expiring else ""}" data-until="{until}" '
             f'data-total="{card.timeout_seconds}">expires in <time datetime="{shared.iso(a.expires_at)}">'
             f"{esc(card.time_left)}</time></span>"
+        )
+    elif pending:
+        # #47: a call without an expiry of its own shows its run's deadline.
+        deadline = a.run.deadline
+        expires = (
+            f'<span class="expires run-deadline{" expiring" if card.run_deadline_expiring else ""}" '
+            f'data-until="{int(deadline.timestamp())}" data-total="{card.run_deadline_total}" '
+            f"title=\"the run's deadline: the call expires with its run\">run deadline in "
+            f'<time datetime="{shared.iso(deadline)}">{esc(card.run_deadline_left)}</time></span>'
         )
     rule = f'<span class="rule">{esc(a.rule_label)}</span>: ' if a.rule_label else ""
     needed = f' <span class="muted">({a.required} approvals needed)</span>' if a.required > 1 else ""

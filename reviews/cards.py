@@ -275,6 +275,23 @@ class Card:
         return short_duration(self.seconds_left)
 
     @property
+    def run_deadline_total(self) -> int:
+        """The run's whole time, launch to deadline: what `run_deadline_left` is a part of."""
+        run = self.approval.run
+        return round((run.deadline - run.created_at).total_seconds())
+
+    @property
+    def run_deadline_left(self) -> str:
+        """How long the run (and so this call, when it has no expiry of its own) has
+        left: waiting for a human eats the run's deadline, and the card says so."""
+        return short_duration((self.approval.run.deadline - timezone.now()).total_seconds())
+
+    @property
+    def run_deadline_expiring(self) -> bool:
+        left = (self.approval.run.deadline - timezone.now()).total_seconds()
+        return left * EXPIRING_FRACTION < self.run_deadline_total
+
+    @property
     def expiring(self) -> bool:
         return self.approval.expires_at is not None and self.seconds_left * EXPIRING_FRACTION < self.timeout_seconds
 
@@ -411,7 +428,7 @@ def build(approvals: Iterable[Approval], *, viewer: Any = None, late: bool = Fal
 # What a card reads of its run. Not the engine state or the script, which can be large
 # (but the policy, read from the engine state, when the viewer launched the run), nor the
 # counters and times: reading all of the run's columns cost the queue 0.4 ms.
-CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile", "purged_at")
+CARD_RUN_FIELDS = ("task", "tainted", "state", "created_by", "profile", "purged_at", "created_at", "deadline")
 
 
 def _select(qs: QuerySet[Approval]) -> QuerySet[Approval]:

@@ -42,7 +42,7 @@ def _grouped_context(request: HttpRequest, filters: Any, *, pending_total: int |
     """The grouped queue (`?group=1`): groups of calls alike and lone cards, a page at a
     time (`?page=`); it does not poll, so rows a reviewer checked stay checked."""
     if pending_total is None and filters.active:
-        pending_total = cards.pending_count(request.user)
+        pending_total = cards.pending_count(request.user, filters.project)
     number = _page_number(request)
     page = groups.group_page(request.user, filters, page=number, matching=None if filters.active else pending_total)
     query = filters.query()
@@ -362,6 +362,7 @@ def decide_batch(request: HttpRequest) -> HttpResponse:
     ids, seen = form.picked(request.POST)
     key = form.cleaned_data["group_key"]
     filters = FilterForm(request.POST).filters()
+    filters.project = projects.current_id(request)
     if not ids:
         results: list[BatchResult] = []
         line = "Nothing was decided: check the calls to decide first."
@@ -382,7 +383,13 @@ def decide_batch(request: HttpRequest) -> HttpResponse:
         return response
     left = groups.group_of(request.user, key, filters) if key else None
     answer = BatchAnswer(results, [left] if left else [], key, line)
-    context = {"answer": answer, "can_decide": True, "filters": filters}
+    # The header's count, as it stands after the batch (sent out of band).
+    matching = groups.pending_calls(request.user, filters).count()
+    context = {
+        "answer": answer, "can_decide": True, "filters": filters, "count_oob": True, "matching": matching,
+        "pending_total": cards.pending_count(request.user, filters.project) if filters.active else matching,
+        "filter_query": urlencode({**filters.query(), "group": "1"}),
+    }
     response = render(request, "reviews/queue.html#batch_answer", context)
     if any(r.outcome == "decided" for r in results):
         trigger_client_event(response, "approvalDecided", {"ids": [r.id for r in results if r.outcome == "decided"]})

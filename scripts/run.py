@@ -13,11 +13,15 @@ Ctrl-C or SIGTERM stops everything.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 BASE = Path(__file__).resolve().parent.parent
@@ -41,8 +45,51 @@ def commands(port: str, var_dir: Path) -> dict[str, list[str]]:
     }
 
 
+def port_taken(port: str) -> str | None:
+    """Why the web server could not listen on 127.0.0.1:`port`, or None when it can.
+    Bound the way runserver binds (SO_REUSEADDR), so a port in TIME_WAIT is free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", int(port)))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"port {port} is already in use (another `make run`?); nothing started: "
+                    f"stop that one, or choose another port: PORT={int(port) + 1} make run"
+                )
+            return f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); nothing started"
+    return None
+
+
+def answers(port: str) -> bool:
+    """Whether the web server answers HTTP yet (any status: it is serving)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def check_port() -> int:
+    """`make run`'s first step, before migrate and seed: one line and exit 1 if busy."""
+    problem = port_taken(os.environ.get("PORT", "8000"))
+    if problem:
+        say(problem, error=True)
+        return 1
+    return 0
+
+
 def main() -> int:
     port = os.environ.get("PORT", "8000")
+    # Checked again here, just before the children start (the Makefile checked before
+    # migrating): a second `make run` must not attach a worker and a beat to the broker.
+    problem = port_taken(port)
+    if problem:
+        say(problem, error=True)
+        return 1
     var_dir = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)
     # MALLOC_ARENA_MAX: a threaded worker's memory stays flat (docs/deployment.md).
@@ -73,8 +120,13 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     for name in argvs:
         start(name)
-    say(f"web on http://127.0.0.1:{port}/ with a worker and the scheduler (pid {os.getpid()}); Ctrl-C stops all")
+    # "web on" only once it answers: the dev server takes seconds to import and bind,
+    # and a line saying it serves before it does sends people to a refused connection.
+    announced = False
     while not stopping:
+        if not announced and children["web"].poll() is None and answers(port):
+            announced = True
+            say(f"web on http://127.0.0.1:{port}/ with a worker and the scheduler (pid {os.getpid()}); Ctrl-C stops all")
         now = time.monotonic()
         for name, child in children.items():
             if name in restart_at:
@@ -129,4 +181,4 @@ def _signal_group(child: subprocess.Popen[bytes], sig: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(check_port() if sys.argv[1:] == ["--check-port"] else main())

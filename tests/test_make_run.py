@@ -223,3 +223,47 @@ def test_make_run_restarts_a_dead_worker_while_the_web_keeps_serving(tmp_path: P
         assert "airlock: stopped" in app.output()
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftovers == [], f"processes left running: {leftovers}"
+
+
+def test_a_second_make_run_on_a_busy_port_says_so_once_and_starts_nothing(tmp_path: Path) -> None:
+    """#47, item 5: it printed "web on ..." and looped "port already in use" while its
+    worker and a second beat attached to the same broker."""
+    copy_project(tmp_path)
+    import socket
+
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REDIS_URL", "DJANGO_"))}
+        env.update({"PORT": str(port), "PY": sys.executable})
+        done = subprocess.run(
+            ["make", "-s", "-o", ".venv/.installed", f"PY={sys.executable}", "run"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode != 0
+    ours = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("airlock:")]
+    assert ours == [
+        f"airlock: port {port} is already in use (another `make run`?); nothing started: "
+        f"stop that one, or choose another port: PORT={port + 1} make run"
+    ]
+    assert "started (pid" not in done.stdout + done.stderr
+    assert not (tmp_path / "var" / "demo-users.txt").exists()  # not even migrate and seed ran
+
+
+def test_make_run_says_web_on_only_once_the_server_answers(tmp_path: Path) -> None:
+    """#47, item 5: the line came about 3 s before the server answered."""
+    app = MakeRun(tmp_path)
+    with app.log.open("wb") as out:
+        app.proc = subprocess.Popen(
+            ["make", "-o", ".venv/.installed", f"PY={sys.executable}", "run"],
+            cwd=app.root, env=app.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "airlock: web on " in app.output(), timeout=180, what="the web on line", every=0.05)
+        # At once, no retry: the line promises a server that answers now.
+        assert httpx.get(f"{app.base}/healthz", timeout=5).status_code == 200
+        assert len(re.findall(r"^airlock: web on ", app.output(), re.M)) == 1
+    finally:
+        app.__exit__(None, None, None)

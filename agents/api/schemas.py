@@ -63,10 +63,12 @@ class DecisionIn(Schema):
     remember: Literal["call", "tool"] | None = Field(
         None, description="with approve: allow the same call (call) or any call of the tool (tool) for the rest of the run"
     )
+    # An empty hash is refused, not read as "none": it is a client that lost the value it
+    # meant to send, and reading it as absent would drop the binding it asked for.
     args_hash: StrictStr | None = Field(
-        None, max_length=64,
+        None, min_length=1, max_length=64,
         description="the approval's args_hash as you saw it: a call that changed since answers 409 call_changed; "
-        "without it, a call someone edited answers 409 call_changed",
+        "without it, a call someone edited answers 409 call_changed; an empty string is a 400",
     )
 
 
@@ -104,6 +106,8 @@ class BatchDecisionIn(Schema):
                 raise ValueError(f"args_hashes names {key[:20]!r}, which is not one of the ids")
             if len(digest) > 64:
                 raise ValueError(f"the args_hash of {key} is longer than a sha256")
+            if not digest:
+                raise ValueError(f"the args_hash of {key} is empty: send the approval's args_hash, or leave {key} out")
         return self
 
     def hashes(self) -> dict[int, str]:

@@ -712,7 +712,12 @@ def _already_ran(
         reason = f"{reason}; and {verdict.reason}"
     new.current_call = current
     new.approval = {"kind": decisions.ALREADY_RAN, "reason": reason, "prior": ref}
-    t.approval = {**_approval_row(new, current, args, decisions.ALREADY_RAN, reason, spec, verdict), "prior": ref}
+    row = _approval_row(new, current, args, decisions.ALREADY_RAN, reason, spec, verdict)
+    if verdict.action != "ask":
+        # The prior run asks here, not the policy: a rule that would have allowed the call
+        # is no reason it was asked, and the card must not name it as one.
+        row["rule"], row["required"] = None, 1
+    t.approval = {**row, "prior": ref}
     _set_expiry(new, t, deps.now())
     t.to_state = AWAITING_APPROVAL
     return _move(new, AWAITING_APPROVAL, t)

@@ -270,6 +270,13 @@ class Approval(models.Model):
             risk=self.risk, required=self.required, tainted=self.run.tainted, kind=self.kind
         )
 
+    def closes_at(self, run_deadline: dt.datetime | None = None) -> dt.datetime:
+        """The last moment this call can be decided: its own expiry, or its run's
+        deadline (which fails the run and expires the call), whichever comes first.
+        `run_deadline` saves reading the run when the caller has it."""
+        deadline = run_deadline if run_deadline is not None else self.run.deadline
+        return min(self.expires_at, deadline) if self.expires_at is not None else deadline
+
     @property
     def rule_label(self) -> str:
         """'rule 2 of the profile' for an approval a rule asked for, else ''."""

@@ -7,6 +7,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.models.fields import URLField
+
 
 def _validate_server_name(value: str) -> None:
 
@@ -29,7 +31,7 @@ class McpServer(models.Model):
     name = models.CharField(max_length=24, unique=True, validators=[_validate_server_name])
     transport = models.CharField(max_length=10, choices=TRANSPORTS)
     command = models.TextField(blank=True, help_text="stdio: the command line (split like a shell does)")
-    url = models.URLField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint")
+    url = URLField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint")
     env = models.JSONField(
         default=dict, blank=True, help_text='stdio: {"KEY": "value"}; a value "${VAR}" is read from the worker\'s VAR'
     )

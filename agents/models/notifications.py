@@ -10,6 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import models
 
+from agents.models.fields import URLField
+
 EVENT_TYPES = (
     "approval.pending",
     "approval.decided",
@@ -27,7 +29,7 @@ class Webhook(models.Model):
 
     FORMATS = [("json", "json"), ("slack", "slack")]
 
-    url = models.URLField(max_length=2000, validators=[URLValidator(schemes=["http", "https"])])
+    url = URLField(max_length=2000, validators=[URLValidator(schemes=["http", "https"])])
     # The HMAC key must be kept to sign with, so it is stored; it is shown once, when
     # `manage.py add_webhook` makes it, and never on a page or in a log.
     secret = models.CharField(max_length=100, editable=False)
@@ -214,7 +216,7 @@ class SlackAction(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     approval = models.ForeignKey("agents.Approval", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     decision = models.CharField(max_length=10)
-    response_url = models.URLField(max_length=2000, blank=True)
+    response_url = URLField(max_length=2000, blank=True)
     outcome = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_message_at = models.DateTimeField(null=True, blank=True)

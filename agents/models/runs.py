@@ -23,6 +23,7 @@ from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
+from agents.models.fields import URLField
 from agents.models.projects import default_project
 from agents.runs import rows
 
@@ -90,7 +91,7 @@ class AgentProfile(models.Model):
     # Where this profile's model lives: empty means the provider's environment default
     # (OPENAI_BASE_URL / ANTHROPIC_BASE_URL). The key itself is never stored: only the
     # NAME of the environment variable that holds it (empty: OPENAI_API_KEY / ANTHROPIC_API_KEY).
-    base_url = models.URLField(max_length=500, blank=True)
+    base_url = URLField(max_length=500, blank=True)
     api_key_env = models.CharField(
         max_length=100, blank=True,
         validators=[RegexValidator(API_KEY_ENV, "an environment variable name ending in _API_KEY, like VLLM_API_KEY")],

@@ -403,7 +403,7 @@ def digest_for(user: Any) -> list[Approval]:
         access.reviewable_approvals(user)
         .pending()
         .exclude(digest_entries__user=user)
-        .annotate(launcher=F("run__created_by_id"))
+        .annotate(launcher=F("run__created_by_id"), run_deadline=F("run__deadline"))
         .order_by("created_at", "pk")[:DIGEST_MAX]
     )
     own = {a.run_id for a in calls if a.launcher == user.pk}  # type: ignore[attr-defined]
@@ -421,11 +421,15 @@ def digest_for(user: Any) -> list[Approval]:
 
 def _call_lines(a: Approval, user: Any) -> list[str]:
     # One line each: a reason or a tool name with a line break forged entries. The link
-    # is this reviewer's alone, for this call as it stands (agents.notifications.links).
-    token = link_create(user=user, approval=a)
+    # is this reviewer's alone, for this call as it stands (agents.notifications.links),
+    # and lives no longer than the call can still be decided.
+    closes = a.closes_at(getattr(a, "run_deadline", None))
+    token = link_create(user=user, approval=a, until=closes)
     login = " (asks you to log in first)" if needs_step_up(a) else ""
+    why = "the call expires then" if a.expires_at is not None and a.expires_at <= closes else "its run's deadline"
     return [
         f"- {one_line(a.tool)} (run {a.run_id}, {a.risk}): {one_line(a.reason)}",
+        f"  Decide by {closes.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC ({why}).",
         f"  Approve or reject{login}: {link_url(token)}",
         f"  The call in Airlock: {approval_url(a.pk)}",
         "",
@@ -434,8 +438,8 @@ def _call_lines(a: Approval, user: Any) -> list[str]:
 
 def _footer() -> str:
     return (
-        "Each link is yours alone, works once, for the call as shown, and at most "
-        f"{settings.AIRLOCK_EMAIL_LINK_HOURS:g} hours; opening it decides nothing.\n"
+        "Each link is yours alone, works once, for the call as shown, until its call's decide-by time and at "
+        f"most {settings.AIRLOCK_EMAIL_LINK_HOURS:g} hours; opening it decides nothing.\n"
         f"You get this as a reviewer. Turn these emails off: {settings.AIRLOCK_BASE_URL}{reverse('notifications')}"
     )
 

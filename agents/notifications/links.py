@@ -39,10 +39,17 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def link_create(*, user: Any, approval: Approval, now: dt.datetime | None = None) -> str:
+def link_create(
+    *, user: Any, approval: Approval, now: dt.datetime | None = None, until: dt.datetime | None = None
+) -> str:
     """A new link for `user` to decide `approval` as it stands; returns the token (the
-    only copy: put it in the email)."""
+    only copy: put it in the email). It lives AIRLOCK_EMAIL_LINK_HOURS, or only `until`
+    (the call's expiry or its run's deadline) when that comes first: an email must not
+    promise a link longer than the call it decides."""
     now = now or timezone.now()
+    expires_at = now + dt.timedelta(hours=settings.AIRLOCK_EMAIL_LINK_HOURS)
+    if until is not None:
+        expires_at = min(expires_at, until)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     DecisionLink.objects.create(
         token_hash=_hash(token),
@@ -50,7 +57,7 @@ def link_create(*, user: Any, approval: Approval, now: dt.datetime | None = None
         approval=approval,
         args_hash=approval.args_hash,
         created_at=now,
-        expires_at=now + dt.timedelta(hours=settings.AIRLOCK_EMAIL_LINK_HOURS),
+        expires_at=expires_at,
     )
     return token
 

@@ -49,14 +49,24 @@ class RunFilterForm(forms.Form):
             raise forms.ValidationError(f"there is no agent profile named “{name}”")
         return name
 
+    # Query parameters of the list that are not filters: the page cursors, and the project
+    # switcher's (agents/web/projects.py reads it before the view).
+    NOT_FILTERS = ("before", "after", "project")
+
     def problems(self) -> list[str]:
-        """One line per filter whose value was refused, naming the filter and the value."""
+        """One line per filter whose value was refused, naming the filter and the value,
+        and one per parameter that is no filter at all (`?from=...`: ignoring it would
+        show every run as if it had filtered)."""
         self.is_valid()
         lines = []
         for name, errors in self.errors.items():
             field = self.fields[name]
             label = field.label or name.capitalize()
             lines.append(f"{label} “{self.data.get(name, '')}”: {' '.join(errors)}")
+        known = ", ".join(self.fields)
+        for name in self.data:
+            if name not in self.fields and name not in self.NOT_FILTERS:
+                lines.append(f"“{name}” is not a filter of this list; the filters are {known}.")
         return lines
 
     def filters(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
+from agents.runs import verify
 from agents.runs.rows import Rows, fetch, placeholders
 from agents.web.formatting import pretty_json, usd
 
@@ -312,8 +313,18 @@ class Chart:
         return self.width - 8
 
 
-def chart(points: list[tuple[int, int, int]]) -> Chart | None:
-    """A cumulative cost line (and tokens, scaled to the same height) over the transitions.
+def inherited(run: Run) -> tuple[int, int]:
+    """The cost and tokens a fork took over from its parent (its first transition says
+    so; `verify` starts its sums from the same figures); (0, 0) for a run of its own."""
+    if run.forked_from_id is None:
+        return 0, 0
+    first = run.transitions.order_by("seq").only("payload").first()
+    return verify.inherited(first.payload or {}) if first is not None else (0, 0)
+
+
+def chart(points: list[tuple[int, int, int]], start: tuple[int, int] = (0, 0)) -> Chart | None:
+    """A cumulative cost line (and tokens, scaled to the same height) over the transitions,
+    from `start`: what a fork inherited, so its chart agrees with its header.
 
     Coordinates are computed here so the SVG needs no script and no style attribute
     (the CSP allows neither); large runs are sampled down to CHART_POINTS points.
@@ -321,7 +332,7 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
     if len(points) < 2:
         return None
     cum: list[tuple[int, int, int]] = []
-    cost = tokens = 0
+    cost, tokens = start
     for seq, c, t in points:
         cost += c
         tokens += t
@@ -358,6 +369,6 @@ def chart(points: list[tuple[int, int, int]]) -> Chart | None:
 
 
 __all__ = [
-    "PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "page", "run_approvals", "series",
+    "PAGE", "TRANSCRIPT_CAP", "Chart", "Entry", "chart", "cut_for_model", "inherited", "page", "run_approvals", "series",
     "series_and_cache",
 ]

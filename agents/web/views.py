@@ -188,7 +188,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         # With older transitions still unloaded, live rows would leave a gap: the poller
         # refreshes the header only until "load more" reaches the end.
         "live_after": None if more else last,
-        "chart": timeline.chart(points),
+        "chart": timeline.chart(points, timeline.inherited(run)),
         "poll": LIVE_POLL,
     }
     return render(request, "agents/run_detail.html", context)
@@ -286,7 +286,7 @@ def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
         **header,
         "entries": entries,
         "live_after": last if after >= 0 else -1,
-        "chart": timeline.chart(points) if changed else None,
+        "chart": timeline.chart(points, timeline.inherited(run)) if changed else None,
         "chart_unchanged": not changed,
         "header_unchanged": _int(request.GET.get("seen")) == run.version,
         # Keep polling while rows remain to fetch, even if the run has just ended.

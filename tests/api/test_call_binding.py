@@ -176,6 +176,21 @@ def test_an_args_hash_that_is_not_text_is_a_400(api, users) -> None:
         assert response.status_code == 400 and response.data["error"] == "invalid_request"
 
 
+@pytest.mark.django_db
+def test_an_empty_args_hash_is_a_400_not_a_mismatch_nor_absent(api, users) -> None:
+    """A client that lost the hash it meant to send is told so, and nothing is recorded:
+    read as absent it would silently give up the binding it asked for (docs/api.md)."""
+    approval = waiting(users)
+    response = post(api, "rita", approval, {"decision": "approve", "args_hash": ""})
+    assert response.status_code == 400 and response.data["error"] == "invalid_request", response.data
+    assert "args_hash" in json.dumps(response.data)
+    response = api("rita").post(
+        "/api/approvals/decisions", {"ids": [approval.pk], "decision": "approve", "args_hashes": {str(approval.pk): ""}}
+    )
+    assert response.status_code == 400 and "is empty" in json.dumps(response.data), response.data
+    assert not ApprovalVote.objects.filter(approval=approval).exists()
+
+
 @requires_postgres()
 @pytest.mark.django_db(transaction=True)
 def test_an_edit_racing_a_vote_for_the_original_never_lets_that_vote_count(api, users) -> None:

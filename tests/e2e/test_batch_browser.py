@@ -28,6 +28,8 @@ def test_a_reviewer_approves_two_of_a_group_of_three(new_page, login, screenshot
     assert "group=1" in page.url  # kept in the URL with the other filters
     group = page.locator("article.group")
     expect(group).to_have_count(1)
+    count = page.locator("#queue-count")
+    expect(count).to_contain_text("3 calls waiting")
     expect(group.get_by_role("heading")).to_contain_text("3 similar calls")
     first, second, third = calls
     group.get_by_label(f"Select call #{first.pk}").check()
@@ -43,6 +45,9 @@ def test_a_reviewer_approves_two_of_a_group_of_three(new_page, login, screenshot
     # The third call still waits: alone now, with its own buttons.
     waiting = page.locator(f'[data-approval-id="{third.pk}"]')
     expect(waiting.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    # The header counts what is left, not what was there before the batch (#47).
+    expect(count).to_contain_text("1 call waiting")
+    expect(count).to_have_count(1)
     screenshot(page, "review-group-after-batch")
 
     statuses = {a.pk: Approval.objects.get(pk=a.pk).status for a in calls}

@@ -61,6 +61,14 @@ def test_a_refused_edit_keeps_the_editor_open_with_the_reason(new_page, login, l
     expect(card.get_by_role("alert")).to_contain_text("Not approved: invalid_arguments")
     expect(card.get_by_label("Arguments to run instead")).to_have_value('{"entry": "pay", "amount": 5}')
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+    # The editor is open, so its toggle offers to close it, not to open it again (#47).
+    expect(card.get_by_role("button", name="Edit arguments")).to_have_count(0)
+    toggle = card.get_by_role("button", name="Cancel edit")
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    toggle.click()
+    expect(card.get_by_label("Arguments to run instead")).to_be_hidden()
+    expect(card.get_by_role("button", name="Edit arguments")).to_be_visible()
+    expect(card.get_by_role("button", name="Approve", exact=True)).to_be_visible()
 
 
 def test_the_quorum_counter_counts_each_reviewer_once(new_page, login, screenshot, launch, drive, defaults) -> None:

@@ -96,3 +96,24 @@ def test_pages_fit_a_phone_screen(width, launch, drive, defaults, new_page, logi
     no_sideways_scroll(page, "the launch form")
     screenshot(page, f"phone-{width}-launch")
     assert not watch.console_errors, watch.console_errors
+
+
+@pytest.mark.parametrize("width", [320, 390])
+def test_the_review_stats_fit_a_phone_screen(width, defaults, new_page, login, screenshot) -> None:
+    """#47, item 6: /reviews/stats/ was 666 px wide in a 390 px window."""
+    from tests.reviews import rows
+
+    root = person("root", superuser=True)
+    run = rows.a_run()
+    for day in range(3):
+        for wait in (30, 90, 600):
+            rows.approval(run, by=root, wait=wait, closed_ago=day * 86400 + 3600, rule=rows.profile_rule(2))
+    rows.streak(run, 20, by=root, rule=rows.profile_rule(1), start_ago=3000)
+    page, _watch = new_page()
+    page.set_viewport_size({"width": width, "height": 800})
+    login(page, "root", PASSWORD)
+    page.goto("/reviews/stats/")
+    expect(page.get_by_role("img", name="Time to decision per day")).to_be_visible()
+    page.get_by_text("The chart's numbers").click()
+    no_sideways_scroll(page, "the review stats")
+    screenshot(page, f"phone-{width}-stats")

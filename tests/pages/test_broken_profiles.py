@@ -48,7 +48,7 @@ def test_the_admin_refuses_limits_with_the_launch_apis_message(admin_client: Cli
     )
     assert response.status_code == 200
     assert escape(launch_refusal(limits)) in response.content.decode()
-    assert AgentProfile.objects.get(pk=demo.pk).limits == {}
+    assert AgentProfile.objects.get(pk=demo.pk).limits == demo.limits  # unchanged
 
 
 @pytest.mark.parametrize(

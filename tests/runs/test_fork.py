@@ -8,9 +8,9 @@ import pytest
 from agents import actions, faults
 from agents.actions import ActionError
 from agents.forks import fork_point, run_fork, run_retry
-from agents.models import Approval, LedgerEntry, Message, Run, ToolCall, Transition
+from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, ToolCall, Transition
 from agents.runs.verify import verify_run
-from tests.helpers import PLANTED, call, final
+from tests.helpers import PLANTED, call, client_for, final
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -309,3 +309,32 @@ def test_a_call_a_cancelled_parent_had_not_begun_still_counts_as_maybe_done(laun
     assert approval.kind == "already_ran" and approval.prior["status"] == "started"
     assert "reuse" not in approval.choices
     assert LedgerEntry.objects.count() == 0
+
+
+def test_an_already_ran_card_names_no_allow_rule_as_the_reason_it_asked(launch, drive, rita) -> None:
+    AgentProfile.objects.filter(name="scripted").update(
+        rules=[{"tool": "ledger_write_unsafe", "then": "allow", "reason": "small writes go through"}]
+    )
+    parent = drive(launch([call("ledger_write_unsafe", entry="wire $5"), final("done")]))
+    assert parent.state == "done" and LedgerEntry.objects.count() == 1
+    child = drive(fork(parent))
+    approval = Approval.objects.get(run=child)
+    assert approval.kind == "already_ran" and approval.rule is None and approval.rule_label == ""
+    html = client_for(rita).get("/reviews/").content.decode()
+    why = html[html.index("Why asked") : html.index("</dd>", html.index("Why asked"))]
+    assert "this exact call already ran" in why
+    assert "rule" not in why and "small writes go through" not in why
+
+
+def test_a_forks_chart_starts_from_what_it_inherited(launch, drive, otto) -> None:
+    """#47, item 6: the chart counted only the fork's own steps ("0 tok" against an
+    inherited 476 in the header)."""
+    parent = drive(launch([call("echo", usage=USAGE, text="a"), call("echo", usage=USAGE, text="b"), final("done")]))
+    child = fork(parent, from_seq=seq_of(parent, "tool", 1))
+    assert child.tokens == 110
+    child = drive(child)
+    assert child.state == "done" and child.tokens == 220  # 110 inherited, 110 its own
+    html = client_for(otto).get(f"/runs/{child.pk}/").content.decode()
+    chart = html[html.index('id="run-chart"') : html.index("</section>", html.index('id="run-chart"'))]
+    assert f"{child.tokens:,} tok" in chart and "and 0 tokens" not in chart
+    assert f"and {child.tokens} tokens over" in chart

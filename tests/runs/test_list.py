@@ -152,3 +152,14 @@ def test_list_runs_a_constant_number_of_queries(defaults, otto, django_assert_ma
 
 def test_list_refuses_post(otto) -> None:
     assert client_for(otto, csrf=False).post("/runs/").status_code == 405
+
+
+def test_a_parameter_that_is_no_filter_is_named_not_ignored(defaults, otto) -> None:
+    many_runs(2)
+    c = client_for(otto)
+    response = c.get("/runs/?from=garbage")
+    html = response.content.decode()
+    assert response.status_code == 400 and run_ids(response.content) == []
+    assert "“from” is not a filter of this list; the filters are q, state, agent, tainted, since, until." in html
+    # The cursors and the project switcher's parameter are not filters and pass quietly.
+    assert c.get("/runs/?before=garbage&after=garbage&project=").status_code == 200

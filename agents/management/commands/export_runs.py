@@ -8,7 +8,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from agents.models import AgentProfile, Run
-from agents.runs.export import write_archive
+from agents.runs.export import ARCHIVE_FILE, write_archive
+
+ARCHIVE_NAMES = (ARCHIVE_FILE, "manifest.json")
 
 
 def _when(value: str, flag: str) -> dt.datetime:
@@ -27,11 +29,20 @@ class Command(BaseCommand):
         parser.add_argument("--until", required=True, metavar="ISO")
         parser.add_argument("--out", required=True, metavar="DIR")
         parser.add_argument("--agent", metavar="NAME", help="only runs of this profile")
+        parser.add_argument("--force", action="store_true", help="replace an archive already in DIR")
 
-    def handle(self, *args: Any, since: str, until: str, out: str, agent: str | None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, since: str, until: str, out: str, agent: str | None, force: bool = False, **options: Any
+    ) -> None:
         start, end = _when(since, "--since"), _when(until, "--until")
         if end <= start:
             raise CommandError("--until must be after --since")
+        # An archive is often the only copy left after a purge: never replace one unasked.
+        existing = [name for name in ARCHIVE_NAMES if (Path(out) / name).exists()]
+        if existing and not force:
+            raise CommandError(
+                f"{out} already holds an archive ({', '.join(existing)}); choose another --out, or add --force to replace it"
+            )
         runs = Run.objects.filter(created_at__gte=start, created_at__lt=end)
         if agent:
             if not AgentProfile.objects.filter(name=agent).exists():

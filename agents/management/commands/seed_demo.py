@@ -26,6 +26,13 @@ from agents.models import AgentProfile, Run
 from agents.runs import driver
 
 USERS = [("admin", None), ("reviewer", "reviewer"), ("operator", "operator"), ("launcher", "launcher")]
+# Addresses for the digest out of the box: the default email backend writes files under
+# var/mail/ (EMAIL_BACKEND), so nothing leaves the machine until someone sets up SMTP.
+EMAIL_DOMAIN = "airlock.local"
+
+
+def demo_email(name: str) -> str:
+    return f"{name}@{EMAIL_DOMAIN}"
 
 
 def read_passwords(path: Path) -> dict[str, str]:
@@ -67,15 +74,21 @@ class Command(BaseCommand):
             user = User.objects.filter(username=name).first()
             if user is None:
                 if group is None:
-                    user = User.objects.create_superuser(name, email="", password=password)
+                    user = User.objects.create_superuser(name, email=demo_email(name), password=password)
                 else:
                     # Staff status lets the operator into the admin's MCP pages (docs/mcp.md).
-                    user = User.objects.create_user(name, password=password, is_staff=group == "operator")
+                    user = User.objects.create_user(
+                        name, email=demo_email(name), password=password, is_staff=group == "operator"
+                    )
             elif not user.check_password(password):
                 # Someone set this password by other means: leave it, do not print a wrong one.
                 saved.pop(name, None)
                 shown.append((name, group or "superuser", "(changed outside seed_demo; not shown)"))
                 continue
+            if not user.email:
+                # Seeded before the demo users had addresses: give them one, keep any other.
+                user.email = demo_email(name)
+                user.save(update_fields=["email"])
             if group is not None:
                 user.groups.add(Group.objects.get(name=group))
             saved[name] = password
@@ -85,6 +98,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Demo users (kept in {path}):")
         for name, role, password in shown:
             self.stdout.write(f"  {name:<9} {password:<20} {role}")
+        if settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+            self.stdout.write(f"Their email ({demo_email('NAME')}) is written to {settings.EMAIL_FILE_PATH}/, not sent.")
         if no_runs or Run.objects.filter(profile__name="demo").exists():
             return
         launcher = User.objects.get(username="launcher")

@@ -35,10 +35,43 @@ PROCESS_FIXTURES = frozenset({
     "provider",  # tests/llm/provider.py: the fake model provider on loopback
     "oidc_provider", "sso",  # tests/sso/provider.py: an OpenID Provider on loopback
     "peers",  # tests/security/test_slow_peers.py: servers that trickle their answers
+    "wide_server",  # tests/security/conftest.py: the app on a loopback port
+    "upstream", "suite_upstream",  # tests/gateway/conftest.py: an MCP upstream, web processes
+    "stdio_server", "http", "http_server",  # tests/mcp/conftest.py: MCP servers
+    "gunicorn",  # tests/external/test_web_server.py
+    "cluster", "private_redis",  # tests/workers/cluster.py: Celery workers, a Redis of their own
+    "browser",  # tests/e2e/browser.py: Chromium
+    "own_redis", "postgres",  # tests/reliability: servers the test stops and starts
 })
 
 _current: pytest.Item | None = None
 _started: dict[str, list[str]] = {}
+
+# Tests that start one themselves (a subprocess, a loopback server in the test body),
+# by node id, or a whole file: found by the check below, listed here so their files
+# keep the shape their authors gave them.
+PROCESS_TESTS = frozenset({
+    "tests/demo/test_tools.py::test_get_connects_to_the_checked_address_with_the_real_host_name",
+    "tests/external/test_client_package.py",
+    "tests/llm/test_endpoints.py::test_a_profile_cannot_send_another_secret_as_its_key",
+    "tests/llm/test_endpoints.py::test_a_profile_whose_key_variable_is_unset_fails_naming_the_variable",
+    "tests/mcp/test_card.py",
+    "tests/mcp/test_hostile_listings.py",
+    "tests/mcp/test_runs.py",
+    "tests/mcp/test_sync.py",
+    "tests/reliability/test_deploy_check.py::test_check_deploy_passes_with_production_settings",
+    "tests/reviews/test_reviewer_groups.py::"
+    "test_a_slack_click_by_another_group_decides_nothing_and_the_backup_after_escalation_does",
+    "tests/runs/test_retention_sqlite.py::test_purge_then_verify_on_sqlite",
+    "tests/test_skips.py",
+    "tests/test_types.py",
+    "tests/workers/test_filesystem_broker.py::test_producers_and_consumers_racing_lose_and_duplicate_nothing",
+})
+
+
+def listed(nodeid: str) -> bool:
+    base = nodeid.split("[", 1)[0]
+    return base in PROCESS_TESTS or base.split("::", 1)[0] in PROCESS_TESTS
 
 
 def allowed(item: pytest.Item) -> bool:
@@ -73,7 +106,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("process"):
             continue
-        if allowed(item) or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if allowed(item) or listed(item.nodeid) or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker("process")
 
 

@@ -35,7 +35,8 @@ def test_a_marked_test_may_start_one(request: pytest.FixtureRequest) -> None:
 
 def test_e2e_and_worker_imply_process_and_a_server_fixture_marks_its_test(pytestconfig: pytest.Config) -> None:
     class Item:
-        def __init__(self, markers: list[str], fixturenames: list[str]) -> None:
+        def __init__(self, markers: list[str], fixturenames: list[str], nodeid: str = "tests/x.py::t") -> None:
+            self.nodeid = nodeid
             self.markers = [getattr(pytest.mark, m) for m in markers]
             self.fixturenames = fixturenames
 
@@ -45,6 +46,12 @@ def test_e2e_and_worker_imply_process_and_a_server_fixture_marks_its_test(pytest
         def add_marker(self, name: str) -> None:
             self.markers.append(getattr(pytest.mark, name))
 
-    items = [Item(["e2e"], []), Item(["worker"], []), Item([], ["receiver"]), Item([], ["db"])]
+    items = [
+        Item(["e2e"], []),
+        Item(["worker"], []),
+        Item([], ["receiver"]),
+        Item([], ["db"], "tests/test_types.py::test_mypy_strict_passes_over_the_engine_and_the_runs_package"),
+        Item([], ["db"]),
+    ]
     processes.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
-    assert [bool(i.get_closest_marker("process")) for i in items] == [True, True, True, False]
+    assert [bool(i.get_closest_marker("process")) for i in items] == [True, True, True, True, False]

@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONFORMANCE := .conformance
 CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
 
-.PHONY: run test bench bench-compare install migrate clean chaos conformance
+.PHONY: run test check bench bench-compare install migrate clean chaos conformance
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,14 @@ port-free: $(STAMP)
 
 test: $(STAMP) $(CONFORMANCE_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: the tests that start no process, server or browser (markers process,
+# worker, e2e: tests/processes.py), on every core (pytest-xdist), each worker on its own
+# database (SQLite under var/ by default; with DATABASE_URL set, PostgreSQL databases
+# suffixed _gw0, _gw1...). `make test` and CI still run everything.
+CHECK_WORKERS ?= auto
+check: $(STAMP)
+	$(PY) -m pytest -m "not process" -n $(CHECK_WORKERS) -q $(PYTEST_ARGS)
 
 # The official MCP conformance suite, the MCP Inspector (tests/gateway/test_inspector.py)
 # and the Node 22 they need (the `node` npm package

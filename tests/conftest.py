@@ -24,7 +24,7 @@ from agents.tokens import token_create
 from tests.helpers import Api, member, person, tainted_write
 
 pytest_plugins = [
-    "tests.skips", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
+    "tests.skips", "tests.processes", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
 ]
 
 

@@ -1,6 +1,11 @@
 """The project's modules import in one direction, with no circle anywhere: imports
 inside functions count (a lazy import is a circle with the lights off), `if
-TYPE_CHECKING:` blocks do not (they never run)."""
+TYPE_CHECKING:` blocks do not (they never run), and importing `a.b.c` counts as
+importing `a` and `a.b` too, because Python runs their `__init__` first.
+
+The direction is the layer order ../shared/design.md draws (LAYERS below, bottom
+first); the imports that break it today are listed in DEBTS, each with the move that
+will remove it."""
 
 from __future__ import annotations
 
@@ -53,9 +58,110 @@ def imports(source: str, name: str, is_package: bool, known: set[str]) -> set[st
     return found
 
 
-def graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+def graph(
+    sources: dict[str, tuple[str, bool]], debts: frozenset[tuple[str, str]] = frozenset()
+) -> dict[str, set[str]]:
+    """Who imports whom, counting the packages' `__init__` an import runs: `import a.b.c`
+    from `x` is an edge to `a.b.c`, `a.b` and `a` (unless it is `x`'s own package,
+    already running). An edge in `debts` is left out, with the `__init__` it runs."""
     known = set(sources)
-    return {name: imports(src, name, pkg, known) for name, (src, pkg) in sources.items()}
+    edges: dict[str, set[str]] = {}
+    for name, (src, pkg) in sources.items():
+        found: set[str] = set()
+        for target in imports(src, name, pkg, known):
+            # `from a.b import c` names `a.b` as well as `a.b.c`: a debt on `a.b.c` covers
+            # both (another import from `a.b` still adds `a.b` through its own parents).
+            if any(n == name and (t == target or t.startswith(target + ".")) for n, t in debts):
+                continue
+            parts = target.split(".")
+            found.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in known)
+        found.discard(name)
+        edges[name] = found - _enclosing(name)
+    return edges
+
+
+def _enclosing(name: str) -> set[str]:
+    """The packages whose `__init__` already ran when `name` runs: no edge of its own."""
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+# The layers of ../shared/design.md, bottom first: a module may import its own layer or
+# lower ones, never a higher one. A module belongs to the longest prefix listed. The
+# roots `agents` and `reviews` (empty `__init__`, run by every import of the package)
+# count as the bottom; `config`'s `__init__` loads only the Celery app.
+ROOTS = ("agents", "reviews")
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # engine and lib: pure rules, and helpers that import nothing above them (today's
+    # flat helpers until `agents/lib/` exists; `broker` wakes tasks by name).
+    ("engine, lib", (
+        "config", "agents.engine", "agents.lib", "agents.jsonsafe", "agents.faults",
+        "agents.broker", "agents.demo", "config.settings", "config.env", "config.celery", "config.fsbroker",
+    )),
+    ("models", ("agents.models",)),
+    # a run's life, tools, model clients, the outbox's events, ops, who may do what
+    ("runs, tools", (
+        "agents.runs", "agents.tools", "agents.llm", "agents.notifications", "agents.ops", "agents.access",
+        "agents.defaults",
+    )),
+    # what people do (and today's flat homes of it, until `agents/actions/` holds them),
+    # delivery with its Slack and email links (a link decides through the actions), the
+    # Celery shells that call the driver and delivery
+    ("actions", (
+        "agents.actions", "agents.notifications.delivery", "agents.notifications.links", "agents.notifications.slack", "agents.forks", "agents.claims", "agents.external", "agents.teams", "agents.tokens",
+        "agents.people", "agents.lockout", "agents.sso", "agents.tasks",
+    )),
+    # the doors: pages, API, gateway, reviews, commands, admin, the URL and server wiring
+    ("api, gateway, web, reviews", (
+        "agents.api", "agents.gateway", "agents.web", "reviews", "agents.admin", "agents.apps",
+        "agents.management", "agents.templatetags",
+        "config.urls", "config.asgi", "config.wsgi", "config.gunicorn",
+    )),
+]
+
+# Known debts: imports that point up (or close a circle) today. Each goes when the move
+# of issue #50's item 1 (rooms: `agents/lib/`, `agents/actions/`) takes its target to a
+# lower floor; then delete its line here. Nothing new belongs in this list.
+DEBTS: frozenset[tuple[str, str]] = frozenset({
+    # The ORM builds transition rows with the run helpers: `runs/rows.py` goes to lib.
+    ("agents.models.runs", "agents.runs.rows"),
+    # The name of the API-key variable a profile may name: a constant for lib.
+    ("agents.models.runs", "agents.llm.keys"),
+    # MCP annotation mapping, late-imported by the ORM: through tools/mcp/__init__, which
+    # imports agents.models, this is the circle models.mcp -> tools.mcp.mapping ->
+    # tools.mcp -> models. `tools/mcp/mapping.py` goes to lib.
+    ("agents.models.mcp", "agents.tools.mcp.mapping"),
+    # Evals launch and decide as people do: they belong above actions (a command's room).
+    ("agents.runs.evals", "agents.actions"),
+    # The sweeper expires approvals and releases reviewers' claims through the actions:
+    # the single-row rules it needs go down to the models.
+    ("agents.runs.sweeper", "agents.actions"),
+    ("agents.runs.sweeper", "agents.claims"),
+})
+
+
+def layer_of(name: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int | None:
+    if name in ROOTS:
+        return 0
+    best: tuple[int, int] | None = None
+    for rank, (_title, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (rank, len(prefix))
+    return best[0] if best else None
+
+
+def upward(edges: dict[str, set[str]], layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> list[str]:
+    """Every edge from a layer to a higher one, as `importer [layer] -> imported [layer]`."""
+    found = []
+    for name in sorted(edges):
+        low = layer_of(name, layers)
+        for target in sorted(edges[name]):
+            high = layer_of(target, layers)
+            if low is not None and high is not None and high > low:
+                found.append(f"{name} [{layers[low][0]}] -> {target} [{layers[high][0]}]")
+    return found
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -103,7 +209,72 @@ def project_sources() -> dict[str, tuple[str, bool]]:
 
 
 def test_the_project_has_no_import_cycle() -> None:
-    assert cycles(graph(project_sources())) == []
+    assert cycles(graph(project_sources(), DEBTS)) == []
+
+
+def test_the_project_imports_only_down_the_layers() -> None:
+    assert upward(graph(project_sources(), DEBTS)) == []
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [name for name in project_sources() if layer_of(name) is None] == []
+
+
+def test_the_roots_import_nothing() -> None:
+    edges = graph(project_sources())
+    assert {root: edges[root] for root in ROOTS} == {root: set() for root in ROOTS}
+
+
+def test_every_debt_is_still_owed() -> None:
+    """A debt paid (the import gone) leaves the list, so the list stays the truth."""
+    sources = project_sources()
+    known = set(sources)
+    owed = {(name, target) for name, (src, pkg) in sources.items() for target in imports(src, name, pkg, known)}
+    assert sorted(DEBTS - owed) == []
+
+
+def test_the_circle_through_a_package_init_is_seen_without_its_debt() -> None:
+    """models.mcp imports only tools.mcp.mapping, but that runs tools/mcp/__init__, which
+    imports the models: the circle the old check could not see."""
+    found = cycles(graph(project_sources(), DEBTS - {("agents.models.mcp", "agents.tools.mcp.mapping")}))
+    assert any({"agents.models.mcp", "agents.tools.mcp", "agents.models"} <= set(c) for c in found), found
+
+
+def test_an_upward_import_through_a_package_init_fails_the_layers() -> None:
+    """A bottom helper kept inside a top package: importing it runs the package's
+    `__init__`, which is the top layer, so the import points up even though the helper
+    itself is low."""
+    layers: list[tuple[str, tuple[str, ...]]] = [
+        ("lib", ("app.lib", "app.web.helpers")),
+        ("models", ("app.models",)),
+        ("web", ("app.web",)),
+    ]
+    sources = {
+        "app": ("", True),
+        "app.lib": ("", True),
+        "app.models": ("", True),
+        "app.models.runs": ("from app.web.helpers import tidy\n", False),
+        "app.web": ("from app.web import views\n", True),
+        "app.web.views": ("from app.models import runs\n", False),
+        "app.web.helpers": ("def tidy(): ...\n", False),
+    }
+    assert upward(graph(sources), layers) == ["app.models.runs [models] -> app.web [web]"]
+    assert cycles(graph(sources)) == [["app.models.runs", "app.web", "app.web.views"]]
+    # The same import inside a function counts too.
+    sources["app.models.runs"] = ("def late():\n    from app.web.helpers import tidy\n", False)
+    assert upward(graph(sources), layers) == ["app.models.runs [models] -> app.web [web]"]
+
+
+def test_a_planted_upward_import_in_the_project_fails() -> None:
+    sources = project_sources()
+    # A model client's package reaching up to the pages, through its `__init__`.
+    src, pkg = sources["agents.llm"]
+    sources["agents.llm"] = (src + "\n\ndef _late():\n    from agents.web import formatting\n", pkg)
+    found = upward(graph(sources, DEBTS))
+    assert "agents.llm [runs, tools] -> agents.web [api, gateway, web, reviews]" in found
+    # and models.runs, which imports agents.llm.keys (a debt) is not blamed for it: the
+    # debt's edge is left out with the `__init__` it runs.
+    assert not any(line.startswith("agents.models") for line in found), found
 
 
 def test_the_cycle_check_sees_a_lazy_import_circle() -> None:

@@ -14,6 +14,7 @@ from tests.helpers import requires_postgres
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 
 
+@pytest.mark.process
 def test_raw_scaling_runs_one_then_two_writer_processes_and_cleans_up() -> None:
     s = connection.settings_dict
     url = make_conninfo(dbname=s["NAME"], user=s["USER"], password=s["PASSWORD"], host=s["HOST"], port=s["PORT"])

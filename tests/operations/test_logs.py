@@ -63,6 +63,7 @@ def settings_process(log_format: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=BASE, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.process
 def test_the_setting_switches_the_console_to_json() -> None:
     done = settings_process("json")
     assert done.returncode == 0, done.stderr

@@ -139,6 +139,7 @@ def test_a_failed_run_says_why_on_its_root_span(exporter, launch, drive) -> None
     assert root.status.status_code.name == "ERROR"
 
 
+@pytest.mark.process
 def test_tracing_off_costs_nothing(launch, drive) -> None:
     assert not telemetry.enabled()
     run = drive(launch([call("echo", text="hi"), final()]))

@@ -262,6 +262,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.process
 def test_the_page_works_on_sqlite(tmp_path: Path) -> None:
     found = on_fresh_sqlite(tmp_path, SCENARIO)
     # 10..200 s and the streak's 20 decisions of 60 s each.

@@ -103,12 +103,7 @@ def test_the_review_stats_fit_a_phone_screen(width, defaults, new_page, login, s
     """#47, item 6: /reviews/stats/ was 666 px wide in a 390 px window."""
     from tests.reviews import rows
 
-    root = person("root", superuser=True)
-    run = rows.a_run()
-    for day in range(3):
-        for wait in (30, 90, 600):
-            rows.approval(run, by=root, wait=wait, closed_ago=day * 86400 + 3600, rule=rows.profile_rule(2))
-    rows.streak(run, 20, by=root, rule=rows.profile_rule(1), start_ago=3000)
+    rows.three_days_and_a_streak(person("root", superuser=True))
     page, _watch = new_page()
     page.set_viewport_size({"width": width, "height": 800})
     login(page, "root", PASSWORD)

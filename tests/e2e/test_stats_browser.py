@@ -16,12 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_stats_page_draws_the_chart_and_offers_the_fatigue_draft(new_page, login, screenshot, defaults) -> None:
-    root = person("root", superuser=True)
-    run = rows.a_run()
-    for day in range(3):
-        for wait in (30, 90, 600):
-            rows.approval(run, by=root, wait=wait, closed_ago=day * 86400 + 3600, rule=rows.profile_rule(2))
-    rows.streak(run, 20, by=root, rule=rows.profile_rule(1), start_ago=3000)
+    rows.three_days_and_a_streak(person("root", superuser=True))
     page, watch = new_page()
     login(page, "root", PASSWORD)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Review stats").click()

@@ -83,5 +83,16 @@ def streak(run: Run, n: int, *, by: User, rule: dict[str, Any] | None = None, st
     ]
 
 
+def three_days_and_a_streak(by: User) -> Run:
+    """What the stats pages' browser tests draw: three days of decisions under rule 2
+    (waits of 30 s, 90 s and 10 min) and a streak of 20 quick approvals under rule 1."""
+    run = a_run()
+    for day in range(3):
+        for wait in (30, 90, 600):
+            approval(run, by=by, wait=wait, closed_ago=day * 86400 + 3600, rule=profile_rule(2))
+    streak(run, 20, by=by, rule=profile_rule(1), start_ago=3000)
+    return run
+
+
 def profile(name: str) -> AgentProfile:
     return AgentProfile.objects.get(name=name)

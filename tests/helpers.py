@@ -190,6 +190,22 @@ def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 1
     return results
 
 
+def wsgi_call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """`app` (a WSGI application) answering `environ`, completed with wsgiref's testing
+    defaults: its status, its headers (lower-case names) and its whole body, closed."""
+    from wsgiref.util import setup_testing_defaults
+
+    setup_testing_defaults(environ)
+    started: list[Any] = []
+    parts = app(environ, lambda status, head, exc_info=None: started.append((status, head)))
+    try:
+        content = b"".join(parts)
+    finally:
+        getattr(parts, "close", lambda: None)()
+    status, head = started[0]
+    return int(status.split()[0]), {k.lower(): v for k, v in head}, content
+
+
 def database_url() -> str:
     """The test database as a DATABASE_URL, for a server process of the test's own."""
     from django.conf import settings

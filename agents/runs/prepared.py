@@ -30,7 +30,7 @@ _cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """The rows of `sql` (`%s` or `%(name)s` placeholders), prepared on PostgreSQL
     unless AIRLOCK_PREPARED_STATEMENTS is off; plain elsewhere."""
-    if not _preparing():
+    if not preparing():
         with connection.cursor() as plain:
             plain.execute(sql, params)
             return list(plain.fetchall())
@@ -41,7 +41,7 @@ def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[
 
 def fetchone(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The first row of `sql`, as `fetchall` runs it (for a statement that writes)."""
-    if not _preparing():
+    if not preparing():
         with connection.cursor() as plain:
             plain.execute(sql, params)
             return plain.fetchone()  # type: ignore[no-any-return]
@@ -56,7 +56,7 @@ def pipelined(before: Sequence[tuple[str, Sequence[Any]]], sql: str, params: Seq
     unprepared, planned with their values: locks, settings) and `after` it, all in one
     round trip (psycopg's pipeline mode). Each is a statement of its own, so one that
     follows a lock takes its snapshot once the lock is held. PostgreSQL only, with
-    preparing on (`_preparing`)."""
+    preparing on (`preparing`)."""
     connection.ensure_connection()
     raw = connection.connection
     plain = connection._prepare_cursor(_plain_class()(raw))
@@ -74,10 +74,6 @@ def pipelined(before: Sequence[tuple[str, Sequence[Any]]], sql: str, params: Seq
 
 def preparing() -> bool:
     """Whether statements are prepared here (PostgreSQL, AIRLOCK_PREPARED_STATEMENTS)."""
-    return _preparing()
-
-
-def _preparing() -> bool:
     return bool(settings.AIRLOCK_PREPARED_STATEMENTS) and connection.vendor == "postgresql"
 
 

@@ -10,7 +10,6 @@ import io
 import json
 import logging
 from typing import Any
-from wsgiref.util import setup_testing_defaults
 
 import pytest
 from django.conf import settings
@@ -20,7 +19,7 @@ from agents.models import Project, Run
 from agents.ops import doors
 from agents.tokens import token_create
 from config import wsgi
-from tests.helpers import requires_postgres
+from tests.helpers import requires_postgres, wsgi_call
 
 # A WSGI handler opens and closes its request's connection (request_started and
 # request_finished): the rows must be committed to be seen, as in tests/gateway/test_wsgi_door.py.
@@ -40,15 +39,7 @@ def call(app: Any, method: str, path: str, *, token: str | None = None, body: An
     }
     if token is not None:
         environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
-    setup_testing_defaults(environ)
-    started: list[Any] = []
-    parts = app(environ, lambda status, head, exc_info=None: started.append((status, head)))
-    try:
-        content = b"".join(parts)
-    finally:
-        getattr(parts, "close", lambda: None)()
-    status, head = started[0]
-    return int(status.split()[0]), {k.lower(): v for k, v in head}, content
+    return wsgi_call(app, environ)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 from typing import Any
-from wsgiref.util import setup_testing_defaults
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,7 +17,7 @@ from agents.models import AgentProfile, Approval, GatewaySession, ToolCall
 from agents.tokens import token_create
 from config.wsgi import application
 from tests.gateway.test_auth import ACCEPT, INIT, post
-from tests.helpers import requires_postgres
+from tests.helpers import requires_postgres, wsgi_call
 
 # The gateway's queries run on its own threads: the rows must be committed to be seen.
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
@@ -49,15 +48,7 @@ def wsgi(path: str, body: bytes, token: str | None = None, length: int | None = 
     if token is not None:
         environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
     environ["wsgi.input"] = stream = Body(body)
-    setup_testing_defaults(environ)
-    started: list[Any] = []
-    parts = application(environ, lambda status, head, exc_info=None: started.append((status, head)))
-    try:
-        content = b"".join(parts)
-    finally:
-        getattr(parts, "close", lambda: None)()
-    status, head = started[0]
-    return int(status.split()[0]), {k.lower(): v for k, v in head}, content, stream
+    return (*wsgi_call(application, environ), stream)
 
 
 def test_the_wsgi_door_answers_mcp_before_djangos_request_handling(ext: AgentProfile, lena: User) -> None:

@@ -2,7 +2,7 @@
 builders printed them before the Jinja2 templates (reviews/card_html.py,
 agents/web/timeline_html.py and agents/web/runs_html.py up to the templates), kept as
 they were: the oracle of tests/reviews/test_card_oracle.py,
-tests/runs/test_timeline_oracle.py and tests/runs/test_runs_rows_oracle.py, and the baseline of bench/fragments.py. Do not fix
+tests/pages/test_timeline_oracle.py and tests/pages/test_runs_rows_oracle.py, and the baseline of bench/fragments.py. Do not fix
 or restyle them: they are the bytes the templates must print. Needs Django set up."""
 
 from __future__ import annotations

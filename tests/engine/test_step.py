@@ -1,6 +1,6 @@
 """step() tested pure: the scripted model, an in-memory journal, an inline runner and no
 database. Limits, repeats, the output cap, several calls per reply and reviewers'
-decisions are the engine's rules, so they are tested here; tests/store keeps the wiring."""
+decisions are the engine's rules, so they are tested here; tests/runs keeps the wiring."""
 
 from __future__ import annotations
 

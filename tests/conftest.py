@@ -3,7 +3,8 @@ personas (one user per role, the same names everywhere) and a run waiting for a 
 
 Heavier fixtures live in plugin modules registered below: Chromium pages
 (tests/e2e/browser.py), real Celery workers (tests/workers/cluster.py), the fake model
-provider (tests/llm/provider.py); which skips a run allows is tests/skips.py. Helpers
+provider (tests/llm/provider.py); which skips a run allows is tests/skips.py, which tests
+start processes tests/processes.py, which need a real commit tests/transactions.py. Helpers
 to import are in tests/helpers.py.
 """
 
@@ -24,7 +25,7 @@ from agents.tokens import token_create
 from tests.helpers import Api, member, person, tainted_write
 
 pytest_plugins = [
-    "tests.skips", "tests.processes", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
+    "tests.skips", "tests.processes", "tests.transactions", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
 ]
 
 

@@ -17,7 +17,7 @@ from agents.runs import backtest as bt
 from agents.tools import registry
 from tests.helpers import call, counts, final
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the history fixture's tools write from the tool thread
 
 ASK_20 = {
     "tool": "ledger_write",

@@ -13,7 +13,7 @@ from agents.runs.evals import invariant_problems, trajectory_problems
 from tests.api.test_commands import run_command
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 WRITE = {
     "tool": "ledger_write",
@@ -115,6 +115,7 @@ def test_a_malformed_trajectory_check_is_a_failed_case(defaults, tmp_path) -> No
     assert code == 1 and "expect.calls must be" in out
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_invariants_name_the_one_a_run_breaks(defaults, launch, drive) -> None:
     run = drive(launch([call("ledger_write", entry="once"), final("ok")]))
     assert invariant_problems(run) == []

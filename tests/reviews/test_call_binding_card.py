@@ -12,7 +12,7 @@ from agents.actions import approval_decide
 from agents.models import Approval, LedgerEntry
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign refunds"}
 ORIGINAL = "refund 10 EUR to customer 1042"

@@ -12,7 +12,7 @@ from agents.engine.decisions import DECISIONS
 from agents.models import Approval, Message, Run, ToolCall
 from tests.helpers import CsrfClient, call, final, person
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 def recorded(approval: Approval) -> Approval:
     return Approval.objects.get(pk=approval.pk)
@@ -57,6 +57,7 @@ def test_post_without_csrf_token_is_refused(pending, rita) -> None:
     assert recorded(approval).status == "pending"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_approve_without_htmx_redirects_back_to_the_filtered_queue(pending, drive, rita, as_user) -> None:
     approval = pending()
     client = as_user(rita)
@@ -81,6 +82,7 @@ def test_approve_with_htmx_returns_the_decided_card_and_an_event(pending, rita, 
     assert json.loads(response.headers["HX-Trigger"])["approvalDecided"]["id"] == approval.pk
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_double_post_records_one_decision_and_executes_once(pending, drive, rita, as_user) -> None:
     approval = pending()
     client = as_user(rita)
@@ -94,6 +96,7 @@ def test_double_post_records_one_decision_and_executes_once(pending, drive, rita
     assert run.transitions.filter(kind="decision").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_second_reviewer_is_told_who_decided(pending, drive, rita, rob, as_user) -> None:
     approval = pending()
     as_user(rita).decide(approval.pk, "approve", htmx=True)
@@ -166,6 +169,7 @@ def unknown(launch, drive, monkeypatch):
     return _unknown
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_it_happened_turns_the_note_into_the_result(unknown, drive, rita, as_user) -> None:
     approval = unknown()
     response = as_user(rita).decide(approval.pk, "happened", htmx=True, note="I saw the row in the ledger")
@@ -175,6 +179,7 @@ def test_it_happened_turns_the_note_into_the_result(unknown, drive, rita, as_use
     assert ToolCall.objects.get(run=run).result == {"ok": True, "result": "I saw the row in the ledger"}
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_run_it_again_executes_once_more(unknown, drive, rita, as_user) -> None:
     approval = unknown()
     assert as_user(rita).decide(approval.pk, "retry").status_code == 303
@@ -182,6 +187,7 @@ def test_run_it_again_executes_once_more(unknown, drive, rita, as_user) -> None:
     assert run.state == "done" and run.ledger.count() == 2
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_fail_the_run_ends_it(unknown, rita, as_user) -> None:
     approval = unknown()
     response = as_user(rita).decide(approval.pk, "fail", htmx=True, note="cannot tell")
@@ -190,6 +196,7 @@ def test_fail_the_run_ends_it(unknown, rita, as_user) -> None:
     assert run.state == "failed" and "outcome unknown" in run.error
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_outcome_unknown_refuses_approve(unknown, rita, as_user) -> None:
     approval = unknown()
     assert as_user(rita).decide(approval.pk, "approve").status_code == 400

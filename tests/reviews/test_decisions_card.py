@@ -16,7 +16,7 @@ from agents.actions import approval_decide, approval_expire
 from agents.models import Approval, LedgerEntry, Run
 from tests.helpers import call, final, person
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 BIG = {"tool": "ledger_write", "when": {"arg": "entry", "op": "matches", "value": "1000"}, "then": "deny",
@@ -47,6 +47,7 @@ def test_the_card_offers_an_editor_with_the_arguments(pending, rita, as_user) ->
     assert "&quot;entry&quot;: &quot;pay ACME 100&quot;" in html
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_approving_with_edited_arguments_runs_the_edited_call_once(pending, rita, as_user, drive) -> None:
     approval = ask(pending, {**TWO_PEOPLE, "approvals": 1})
     client = as_user(rita)

@@ -17,7 +17,7 @@ from agents.runs import driver
 from reviews import groups
 from tests.helpers import CsrfClient
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 # `fail` takes any arguments: a read tool, asked for by this rule, so its calls wait.
 REFUND = {"tool": "fail", "then": "ask", "reason": "refunds need a human"}

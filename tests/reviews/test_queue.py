@@ -7,7 +7,7 @@ import pytest
 from agents.models import Approval
 from tests.helpers import call, final, tainted_write
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_queue_needs_login(client) -> None:

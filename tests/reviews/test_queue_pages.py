@@ -14,7 +14,7 @@ from django.utils import timezone
 from agents.models import Approval
 from reviews import cards
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
 
 

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from agents.models import AgentProfile, Approval, Run
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 OVER_100 = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "gt", "value": 100}, "then": "ask",
             "approvals": 2, "reason": "entries over 100 need a human"}

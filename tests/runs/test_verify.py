@@ -6,7 +6,7 @@ from django.core.management import call_command
 from agents.models import Run
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def verify(*ids: int) -> tuple[int, str]:

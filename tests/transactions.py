@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 from pytest_django.fixtures import validate_django_db
 
+# What a tool thread ran inside a test's transaction, by the test's node id.
+_used: dict[str, list[str]] = {}
+
 
 def transactional(item: pytest.Item) -> bool:
     """Whether pytest-django gives `item` a real commit (its rule, in `_django_db_helper`)."""
@@ -46,11 +49,10 @@ def _no_tool_thread_in_the_tests_transaction(request: pytest.FixtureRequest) -> 
 
     from agents.runs.driver import DjangoRunner
 
-    used: list[str] = []
     original = DjangoRunner.call
 
     def refuse(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        used.append(sql[:80])
+        _used.setdefault(item.nodeid, []).append(sql[:80])
         raise RuntimeError("a tool thread used the database inside a test's transaction (tests/transactions.py)")
 
     def call(self: DjangoRunner, spec: Any, args: dict[str, Any], ctx: Any) -> Any:
@@ -63,6 +65,7 @@ def _no_tool_thread_in_the_tests_transaction(request: pytest.FixtureRequest) -> 
         yield
     finally:
         DjangoRunner.call = original  # type: ignore[method-assign]
+    used = _used.pop(item.nodeid, [])
     if used:
         pytest.fail(
             f"a tool on the driver's thread used the database ({used[0]!r}) inside the test's transaction, "

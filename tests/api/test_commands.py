@@ -13,7 +13,7 @@ from django.core.management import call_command
 from agents.models import Approval, LedgerEntry, Run
 from tests.helpers import requires_postgres, tainted_write
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 EVALS = Path(__file__).resolve().parents[2] / "evals"
 
@@ -214,6 +214,7 @@ def test_a_doctored_case_fails(defaults, tmp_path, name, change, problem) -> Non
     assert "2 case(s), 1 passed, 1 failed" in out and problem in out
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -> None:
     from agents.actions import approval_decide
 
@@ -277,6 +278,7 @@ def test_a_case_saved_from_another_agent_replays_under_its_policy(defaults, tmp_
 
 
 @requires_postgres()  # two threads writing: SQLite's in-memory test database locks
+@pytest.mark.django_db(transaction=True)  # the follower's thread reads what this one commits
 def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
     """When a worker holds the lease, run_settle cannot drive; it polls until the worker
     lets the run rest."""

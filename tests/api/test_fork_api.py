@@ -9,7 +9,7 @@ from agents.models import Approval, LedgerEntry, Run
 from agents.runs.retention import purge
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def pickup(run: Run) -> int:
@@ -94,6 +94,7 @@ def test_a_live_run_is_a_409_that_says_to_cancel_or_wait(api, launch, drive) -> 
     assert Run.objects.filter(forked_from=parent).count() == 0
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_the_reuse_decision_through_the_api(api, launch, drive) -> None:
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $5"), final("done")]))
     fork = api("otto").post(f"/api/runs/{parent.pk}/fork", {"from_seq": pickup(parent)}).data

@@ -192,6 +192,7 @@ def test_approvals_come_in_pages_oldest_first_with_the_filters(api) -> None:
     assert set(every_page(api("lena"), "/api/approvals")[0]) == {ids[1], ids[3]}  # launchers: their runs'
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_page_reads_the_same_few_queries_and_the_same_json_as_each_run(
     api, users, django_assert_max_num_queries
 ) -> None:

@@ -11,7 +11,7 @@ from agents.models import AgentProfile, LedgerEntry, Run
 from agents.runs import driver
 from tests.helpers import client_for, launch_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 ASK = {"tool": "ledger_write", "then": "ask", "reason": "entries need a human"}
 SHADOW_ALLOW_SMALL = {
@@ -53,6 +53,7 @@ def test_a_shadow_rule_that_does_not_match_records_nothing(api) -> None:
     assert "shadow" not in proposal["payload"]
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_shadow_deny_rule_lets_an_allowed_call_run_and_says_it_would_have_denied(api) -> None:
     deny = {"tool": "ledger_write", "then": "deny", "reason": "no ledger writes", "mode": "shadow"}
     AgentProfile.objects.filter(name="scripted").update(rules=[deny])

@@ -9,7 +9,7 @@ from agents import demo
 from agents.actions import approval_decide, run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 SCENARIO = {s["name"]: s for s in demo.SCENARIOS}
 
@@ -36,6 +36,7 @@ def test_customer_question_pauses_before_emailing_every_customer(defaults, drive
     assert mailoutbox == [] and not LedgerEntry.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_approved_email_is_sent_exactly_once_and_the_customer_is_answered(defaults, drive, rita, mailoutbox) -> None:
     run = drive(start("customer-question"))
     approval = Approval.objects.get(run=run, status="pending")
@@ -68,6 +69,7 @@ def test_without_an_approver_the_email_is_denied_and_the_run_answers(defaults, d
     assert Approval.objects.get(run=run).status == "denied"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_refund_over_20_asks_by_the_profiles_rule_though_the_run_is_not_tainted(defaults, drive, rita) -> None:
     run = drive(start("refund-request"))
     assert run.state == "awaiting_approval" and not run.tainted
@@ -83,6 +85,7 @@ def test_refund_over_20_asks_by_the_profiles_rule_though_the_run_is_not_tainted(
     assert refunds.count() == 1 and refunds.get().entry["amount_cents"] == 18900
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_edited_refund_amount_is_the_amount_the_customer_is_told(defaults, drive, rita) -> None:
     run = drive(start("refund-request"))
     approval = Approval.objects.get(run=run, status="pending")
@@ -93,6 +96,7 @@ def test_an_edited_refund_amount_is_the_amount_the_customer_is_told(defaults, dr
     assert "in full" not in run.answer
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_refund_under_20_is_allowed_by_the_profiles_rule(defaults, drive) -> None:
     run = drive(start("small-refund"))
     assert run.state == "done" and "refunded order 1045 in full (EUR 12.90)" in run.answer
@@ -139,6 +143,7 @@ def crash_after_the_tool(monkeypatch, drive, run: Run) -> Run:
     return drive(run)
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_email_is_sent_once_even_when_the_worker_dies_after_sending(defaults, drive, rita, mailoutbox, monkeypatch) -> None:
     run = drive(start("customer-question"))
     approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve")
@@ -148,6 +153,7 @@ def test_email_is_sent_once_even_when_the_worker_dies_after_sending(defaults, dr
     assert LedgerEntry.objects.filter(entry__kind="email").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_interrupted_refund_asks_whether_it_happened(defaults, drive, rita, monkeypatch) -> None:
     run = drive(start("refund-request"))
     approval_decide(approval_id=Approval.objects.get(run=run).pk, user=rita, decision="approve")

@@ -14,7 +14,7 @@ from agents.models import Approval, OutboxEvent
 from agents.notifications import delivery as notify
 from tests.helpers import call, client_for, final
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the waiting fixture's tools write from the tool thread
 
 FIGURES = "the 3rd ledger_write call with entry.order 1042 in this run (over 2)"
 RULE = {"tool": "ledger_write", "then": "ask", "reason": "a third entry of one order",

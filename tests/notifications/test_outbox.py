@@ -40,6 +40,7 @@ def test_a_finished_run_writes_one_event_and_the_steps_before_none(commit_path, 
     assert event.msg_id.startswith("msg_") and event.data is None and event.dispatched_at is None
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_approval_lifecycle_events_name_the_approval(commit_path, waiting, drive) -> None:
     approval = waiting()
     assert events(approval.run) == [("approval.pending", approval.pk)]

@@ -71,6 +71,7 @@ def mix(launch: Callable[..., Run], drive: Callable[..., Run], defaults: None) -
     return runs
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 @override_settings(AIRLOCK_METRICS_TOKEN=TOKEN, AIRLOCK_METRICS_FOLD_LAG_SECONDS=0)
 def test_every_metric_matches_the_database_after_a_mix_of_runs(mix: dict[str, Run]) -> None:
     families = scrape()
@@ -113,6 +114,7 @@ def test_every_metric_matches_the_database_after_a_mix_of_runs(mix: dict[str, Ru
     assert waits == {("ledger_write",): 1}
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 @override_settings(AIRLOCK_METRICS_TOKEN=TOKEN, AIRLOCK_METRICS_FOLD_LAG_SECONDS=0)
 def test_a_second_scrape_counts_each_transition_once(mix: dict[str, Run], drive: Callable[..., Run]) -> None:
     first = samples(scrape(), "airlock_runs_finished", "airlock_runs_finished_total")
@@ -125,6 +127,7 @@ def test_a_second_scrape_counts_each_transition_once(mix: dict[str, Run], drive:
     assert after == {**first, ("scripted", "done"): first[("scripted", "done")] + 1}
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 @override_settings(AIRLOCK_METRICS_TOKEN=TOKEN, AIRLOCK_METRICS_FOLD_LAG_SECONDS=3600)
 def test_transitions_younger_than_the_lag_wait_for_a_later_scrape(mix: dict[str, Run]) -> None:
     families = scrape()

@@ -57,6 +57,7 @@ def approved_run(launch: Callable[..., Run], drive: Callable[..., Run]) -> Run:
     return run
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_one_trace_per_run_with_genai_spans_and_airlock_facts(exporter, launch, drive) -> None:
     run = approved_run(launch, drive)
     trace_id, root_id = ids(run)
@@ -99,6 +100,7 @@ def test_one_trace_per_run_with_genai_spans_and_airlock_facts(exporter, launch, 
     assert not any("planted" in str(v) or "booked" in str(v) for s in spans for v in s.attributes.values())
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 @override_settings(AIRLOCK_OTEL_CAPTURE_CONTENT=True)
 def test_content_is_exported_only_when_asked(exporter, launch, drive) -> None:
     run = approved_run(launch, drive)

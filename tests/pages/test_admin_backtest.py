@@ -54,6 +54,7 @@ def test_the_change_page_links_to_try_these_rules(admin_client: Client) -> None:
     assert f'href="{url()}"' in page and "Try these rules" in page
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_trying_looser_rules_lists_the_calls_and_how_reviewers_answered(admin_client: Client, answered: Any) -> None:
     before = counts()
     rules = AgentProfile.objects.get(name="scripted").rules
@@ -72,6 +73,7 @@ def test_trying_looser_rules_lists_the_calls_and_how_reviewers_answered(admin_cl
     assert counts() == before and AgentProfile.objects.get(name="scripted").rules == rules
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_try_these_rules_says_how_many_calls_a_purge_left_unjudged(admin_client: Client, answered: Any) -> None:
     from agents.runs.retention import purge
 
@@ -83,6 +85,7 @@ def test_try_these_rules_says_how_many_calls_a_purge_left_unjudged(admin_client:
     )
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_bad_policy_is_a_form_error_not_a_500(admin_client: Client, answered: Any) -> None:
     bad = {"rules": [{"tool": "ledger_write", "then": "perhaps", "reason": "r"}]}
     response = admin_client.post(url(), {"policy": json.dumps(bad), "days": "30"})

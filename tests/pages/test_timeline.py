@@ -26,6 +26,7 @@ def seqs(html: str) -> list[int]:
     return [int(s) for s in re.findall(r'data-seq="(\d+)"', html)]
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_timeline_shows_steps_verdicts_taint_approval_and_answer(priced, launch, drive, lena, rita) -> None:
     run = launch(TAINT_THEN_WRITE, user=lena)
     drive(run)

@@ -23,7 +23,7 @@ from agents.web.timeline import PAGE_TEXT_MAX, page, run_approvals
 from bench.builders import old_entries
 from tests.helpers import call, final, person
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the runs fixture's tools write from the tool thread
 
 
 # -- the entries -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from agents.actions import approval_decide, approval_expire
 from agents.models import Approval
 from tests.helpers import call, final, person
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 SCRIPT = [call("ledger_write", entry="pay ACME 100"), final("paid")]
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
@@ -139,6 +139,7 @@ def test_the_run_page_links_to_the_calls_page(pending, rita, as_user) -> None:
     assert f'<a class="approval-link" href="/reviews/{approval.pk}/">Approval #{approval.pk}</a> requested' in timeline
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_purged_runs_call_says_it_was_purged_with_the_hash_and_the_decision_record(
     pending, drive, rita, as_user
 ) -> None:

@@ -7,7 +7,7 @@ import pytest
 from agents.models import AgentProfile, Grant, Run
 from tests.helpers import call, final, tainted_write
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 ASK = {"tool": "ledger_write", "when": {"arg": "entry.amount", "op": "gt", "value": 100}, "then": "ask",
        "reason": "entries over 100 need a human"}
@@ -32,6 +32,7 @@ def test_no_grant_is_offered_for_a_tainted_write(pending, rita, as_user) -> None
     assert ">Approve</button>" in html and GRANT_BUTTON not in html
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_approve_and_allow_records_a_tool_grant_that_lets_the_next_call_through(pending, drive, rita, as_user) -> None:
     AgentProfile.objects.filter(name="scripted").update(rules=[ASK])
     approval = pending(writes(150, 300))
@@ -51,6 +52,7 @@ def test_a_refused_grant_is_told_and_decides_nothing(pending, rita, as_user) -> 
     assert approval.run.approvals.get().status == "pending"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_the_timeline_shows_the_rule_the_grant_and_a_revoke_button(pending, drive, rita, otto, as_user) -> None:
     AgentProfile.objects.filter(name="scripted").update(rules=[ASK], limits={"max_identical_calls": 3})
     approval = pending(writes(150, 150, 150))

@@ -13,7 +13,7 @@ from agents.models import Approval, Message, Run
 from agents.runs import store
 from tests.helpers import at_once, call, final, requires_postgres, tainted_write
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def reviewers(rita: User, rob: User) -> tuple[User, User]:
@@ -33,6 +33,7 @@ def test_tainted_write_pauses_for_approval_with_reason_and_source(launch, drive)
     assert tainting.payload["call"]["id"] == approval.taint_source["call_id"]
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_paused_run_survives_json_round_trip_reload_and_double_approval(launch, drive, reviewers) -> None:
     run = drive(launch(tainted_write()))
     state = store.load(Run.objects.get(pk=run.pk))
@@ -49,6 +50,7 @@ def test_paused_run_survives_json_round_trip_reload_and_double_approval(launch, 
     assert run.transitions.filter(kind="decision").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)  # threads racing see only committed rows
 @requires_postgres()
 def test_two_threads_approving_at_once_execute_once(launch, drive, reviewers) -> None:
     run = drive(launch(tainted_write()))

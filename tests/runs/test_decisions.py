@@ -21,7 +21,7 @@ from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEnt
 from agents.runs import store
 from tests.helpers import CsrfClient, at_once, call, final, person, requires_postgres
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 TWO_PEOPLE = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two people sign the ledger"}
 SCRIPT = [call("ledger_write", entry="pay ACME 100"), final("paid")]
@@ -54,6 +54,7 @@ def exits_from_waiting(run_id: int) -> int:
 # -- quorum ------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_two_person_rule_runs_the_call_on_the_second_distinct_vote(waiting, people, drive) -> None:
     approval = waiting()
     assert approval.required == 2 and approval.rule["reason"] == "two people sign the ledger"
@@ -99,6 +100,7 @@ def test_a_reject_after_one_approve_rejects(waiting, people, drive) -> None:
 # -- edit, then approve ---------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_edit_resets_the_votes_and_the_editors_vote_counts_first(waiting, people, drive) -> None:
     approval = waiting()
     decide(approval, people["rita"])  # a vote for the model's arguments
@@ -158,6 +160,7 @@ def test_an_edit_that_needs_more_votes_keeps_waiting(waiting, people) -> None:
     assert decide(approval, people["ruth"], args_hash=seen).outcome == "decided"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_grant_with_an_edit_covers_the_edited_call(waiting, people, drive) -> None:
     approval = waiting(policy={"rules": [{**TWO_PEOPLE, "approvals": 1}]})
     result = decide(approval, people["rita"], args={"entry": "pay ACME 90"}, remember="call")
@@ -265,6 +268,7 @@ def test_the_page_answers_a_lost_vote_race_with_200(waiting, people) -> None:
     assert ApprovalVote.objects.filter(approval=approval).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)  # threads racing see only committed rows
 @requires_postgres()
 def test_fifty_concurrent_votes_by_two_people_record_two_votes_and_one_execution(waiting, people, drive) -> None:
     approval = waiting()
@@ -279,6 +283,7 @@ def test_fifty_concurrent_votes_by_two_people_record_two_votes_and_one_execution
     assert run.state == "done" and LedgerEntry.objects.filter(run=run).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)  # threads racing see only committed rows
 @requires_postgres()
 def test_three_reviewers_racing_for_a_quorum_of_two_record_two_votes(waiting, people, drive) -> None:
     approval = waiting()

@@ -37,6 +37,7 @@ def test_export_refuses_post(launch, otto) -> None:
     assert client_for(otto, csrf=False).post(f"/runs/{run.pk}/export/").status_code == 405
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_operator_saves_a_run_as_an_eval_case_that_replays(launch, drive, otto, lena, settings, tmp_path) -> None:
     """"Save as eval case" writes the export, recorded tool results included, where
     run_evals reads cases; the case replays without running a tool."""

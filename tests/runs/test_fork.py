@@ -12,7 +12,7 @@ from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, Too
 from agents.runs.verify import verify_run
 from tests.helpers import PLANTED, call, client_for, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 USAGE = {"input_tokens": 100, "output_tokens": 10}
 
@@ -32,6 +32,7 @@ def fork(run: Run, user=None, **kwargs) -> Run:
     return new
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_fork_before_a_safe_write_reuses_its_recorded_result(launch, drive) -> None:
     parent = drive(launch([call("ledger_write", entry="paid"), final("done")]))
     assert parent.state == "done" and LedgerEntry.objects.count() == 1
@@ -44,6 +45,7 @@ def test_a_fork_before_a_safe_write_reuses_its_recorded_result(launch, drive) ->
     assert verify_run(child) == [] and verify_run(parent) == []
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_reuse_none_runs_a_safe_call_again(launch, drive) -> None:
     parent = drive(launch([call("ledger_write", entry="paid"), final("done")]))
     child = drive(fork(parent, reuse="none"))
@@ -54,6 +56,7 @@ def test_reuse_none_runs_a_safe_call_again(launch, drive) -> None:
     assert "reused" not in child.transitions.get(kind="tool").payload
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_unsafe_call_that_already_ran_waits_for_a_human_and_reuse_runs_nothing(launch, drive, rita) -> None:
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $100"), final("done")]))
     assert LedgerEntry.objects.count() == 1
@@ -76,6 +79,7 @@ def test_an_unsafe_call_that_already_ran_waits_for_a_human_and_reuse_runs_nothin
     assert verify_run(child) == []
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_run_it_again_on_an_already_ran_call_runs_it_once_more(launch, drive, rita) -> None:
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $100"), final("done")]))
     child = drive(fork(parent))
@@ -85,6 +89,7 @@ def test_run_it_again_on_an_already_ran_call_runs_it_once_more(launch, drive, ri
     assert LedgerEntry.objects.count() == 2
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_reject_on_an_already_ran_call_tells_the_model(launch, drive, rita) -> None:
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $100"), final("done")]))
     child = drive(fork(parent))
@@ -103,6 +108,7 @@ def test_reuse_is_refused_on_a_policy_approval(pending, rita) -> None:
     assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_call_whose_outcome_is_unknown_in_the_parent_is_shown_so_and_cannot_be_reused(
     launch, drive, monkeypatch, rita
 ) -> None:
@@ -263,6 +269,7 @@ def test_a_purged_fork_still_verifies_from_its_inherited_counters(launch, drive)
 PAY = "PAY 100 EUR to supplier 77"
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_fork_of_a_run_about_to_make_an_unsafe_write_is_refused_and_the_write_happens_once(launch, drive) -> None:
     """The probe: a fork of a parent in `acting`, before its unsafe write, ran the same
     write without asking (two ledger rows). A live parent is not forked: 409."""
@@ -311,6 +318,7 @@ def test_a_call_a_cancelled_parent_had_not_begun_still_counts_as_maybe_done(laun
     assert LedgerEntry.objects.count() == 0
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_already_ran_card_names_no_allow_rule_as_the_reason_it_asked(launch, drive, rita) -> None:
     AgentProfile.objects.filter(name="scripted").update(
         rules=[{"tool": "ledger_write_unsafe", "then": "allow", "reason": "small writes go through"}]

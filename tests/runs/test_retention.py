@@ -28,7 +28,7 @@ from agents.tokens import token_create
 from reviews import stats
 from tests.helpers import Api, call, client_for, csrf_post, final, requires_postgres, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 SECRET = "PLANTED-7f3a-customer-jane@example.org"
 USAGE = {"input_tokens": 120, "output_tokens": 30}
@@ -86,6 +86,7 @@ def purge_cmd(*args: str) -> str:
     return out.getvalue()
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_purge_forgets_the_content_and_keeps_who_decided_what_under_which_rule(launch, drive, rita, settings) -> None:
     settings.AIRLOCK_METRICS_FOLD_LAG_SECONDS = 0
     run = decided_run(launch, drive, rita)
@@ -140,6 +141,7 @@ def test_a_purge_forgets_the_content_and_keeps_who_decided_what_under_which_rule
     assert record.bytes > 0 and record.finished_at is not None
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_the_api_and_the_run_page_say_what_was_purged_and_what_remains(launch, drive, rita, otto, api) -> None:
     run = decided_run(launch, drive, rita)
     purge_cmd("--older-than", "0")
@@ -157,6 +159,7 @@ def test_the_api_and_the_run_page_say_what_was_purged_and_what_remains(launch, d
         assert SECRET not in response.content.decode(), url
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_verify_runs_catches_a_tampered_tombstone(launch, drive, rita) -> None:
     run = decided_run(launch, drive, rita)
     purge_cmd("--older-than", "0")
@@ -172,6 +175,7 @@ def test_verify_runs_catches_a_tampered_tombstone(launch, drive, rita) -> None:
         call_command("verify_runs", str(run.pk), stdout=io.StringIO())
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_held_runs_and_runs_of_a_held_profile_are_never_purged(launch, drive, rita, otto) -> None:
     held = decided_run(launch, drive, rita)
     gone = drive(launch([final("bye")]))
@@ -218,6 +222,7 @@ def test_the_run_page_holds_and_releases(launch, drive, otto) -> None:
     assert run.hold_reason == ""
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_dry_run_changes_nothing(launch, drive, rita) -> None:
     run = decided_run(launch, drive, rita)
     rows = {m: m.objects.count() for m in (Message, Transition, ToolCall)}
@@ -267,6 +272,7 @@ def test_unfinished_runs_are_never_purged(launch, drive) -> None:
     assert retention.purge(actor="test", older_than_days=0).runs == 0
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_export_runs_writes_jsonl_checked_by_its_manifest(launch, drive, rita, tmp_path: Path) -> None:
     run = decided_run(launch, drive, rita)
     out = tmp_path / "archive"
@@ -285,6 +291,7 @@ def test_export_runs_writes_jsonl_checked_by_its_manifest(launch, drive, rita, t
         call_command("export_runs", "--since", "yesterday", "--until", until, "--out", str(out))
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_purge_exports_exactly_what_it_purges_first_and_nothing_if_the_export_fails(
     launch, drive, rita, otto, tmp_path
 ) -> None:
@@ -307,6 +314,7 @@ def test_purge_exports_exactly_what_it_purges_first_and_nothing_if_the_export_fa
     assert PurgeRecord.objects.get().exported_to == str(out)
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_purge_while_runs_are_driven_loses_no_live_run(launch, drive, settings) -> None:
     settings.AIRLOCK_PURGE_BATCH = 2
     finished = [drive(launch([call("echo", text=f"old {i}"), final("old")])) for i in range(8)]
@@ -337,6 +345,7 @@ def test_a_purge_while_runs_are_driven_loses_no_live_run(launch, drive, settings
         assert verify_run(run) == [], run.pk
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_purge_pauses_between_batches_holding_nothing_and_still_purges_everything(
     launch, drive, settings, monkeypatch
 ) -> None:
@@ -367,6 +376,7 @@ def test_a_purge_pauses_between_batches_holding_nothing_and_still_purges_everyth
 
 
 @requires_postgres()
+@pytest.mark.django_db(transaction=True)  # each commit's xmin: rows written in one test transaction share one
 def test_a_transition_already_a_skeleton_is_not_rewritten(launch, drive) -> None:
     """A purge rewrites only the payloads it changes: a row it would write back as it
     is costs WAL and a dead tuple for nothing."""
@@ -386,6 +396,7 @@ def test_a_transition_already_a_skeleton_is_not_rewritten(launch, drive) -> None
     assert tables_holding(SECRET) == [] and verify_run(Run.objects.get(pk=run.pk)) == []
 
 
+@pytest.mark.django_db(transaction=True)  # threads racing see only committed rows
 @requires_postgres()
 def test_a_purge_batch_left_open_blocks_no_live_commit(launch, drive) -> None:
     """Hold a purge in the middle of its batch (another connection keeps a lock on one
@@ -438,6 +449,7 @@ def test_a_purge_batch_left_open_blocks_no_live_commit(launch, drive) -> None:
     assert Run.objects.get(pk=finished.pk).purged_at is not None
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 @pytest.mark.parametrize("days", [7, 30])
 def test_a_purge_leaves_the_review_statistics_of_past_windows_unchanged(launch, drive, rita, days: int) -> None:
     """The stats page reads the decision chain a purge keeps (who, when, decision, rule),
@@ -457,6 +469,7 @@ def test_a_purge_leaves_the_review_statistics_of_past_windows_unchanged(launch, 
     assert figures() == before
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_a_purge_forgets_the_values_a_history_rules_figures_named(launch, drive, rita) -> None:
     rule = {"tool": "ledger_write", "then": "ask", "reason": "a second entry for one customer",
             "history": {"scope": "run", "calls_over": 1, "same": ["entry.customer"]}}

@@ -14,7 +14,7 @@ import pytest
 from agents.models import Message, ToolCall, Transition
 from tests.helpers import call, final
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def states_of(run) -> list[tuple[str, str, str]]:
@@ -64,6 +64,7 @@ def test_cost_budget_from_usage_and_profile_prices(launch, drive, defaults) -> N
     assert sum(run.transitions.values_list("cost_micros", flat=True)) == 13_500
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_repeated_identical_call_fails_before_running_twice(launch, drive) -> None:
     script = [call("ledger_write", entry="x"), call("ledger_write", entry="x"), final()]
     run = drive(launch(script))

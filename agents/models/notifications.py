@@ -53,8 +53,16 @@ class Webhook(models.Model):
             return False
         return self.active and event_type in self.events
 
-    def clean(self) -> None:
+    def clean_fields(self, exclude: Any = None) -> None:
+        """As Django's, but each message once: URLField's own validator and the
+        http(s)-only one both refuse `ftp://x` with the same words, which the admin, the
+        project admin and `add_webhook` would otherwise all print twice."""
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            raise ValidationError({f: list(dict.fromkeys(msgs)) for f, msgs in exc.message_dict.items()}) from None
 
+    def clean(self) -> None:
         if not isinstance(self.events, list):
             raise ValidationError({"events": "a list of event types"})
         unknown = [e for e in self.events if e not in EVENT_TYPES]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
-from agents.runs import driver, rows, sanitize
+from agents.runs import driver, rows, sanitize, statement
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
@@ -348,14 +349,17 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
     run_id = pinned
     asked, governed = tool, names.governed(profile, tool)  # None: a name its server has no tool of
     with mcp_tools.read_once(profile.tool_names()):
-        if governed is None or governed not in {s.name for s in offered(profile)}:
+        spec = next((s for s in offered(profile) if s.name == governed), None) if governed is not None else None
+        if spec is None:
             return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",
                          is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": asked}})
         for attempt in (1, 2):
             try:
                 if pinned is None:
                     run_id = stream_run(caller, admitted.key)
-                answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user, once=True)
+                with _delivering(spec) as marked:
+                    answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user,
+                                                   once=True)
                 break
             except ActionError as exc:
                 if exc.code == "run_ended" and pinned is None and attempt == 1 and not _stopped_looping(exc):
@@ -364,9 +368,19 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
         assert run_id is not None
         if answer.status == external.RUNNING:
             answer = call_progress(caller, run_id, answer)
-        else:
+        elif answer.key not in marked:
             delivered(answer, run_id)
     return answer, run_id
+
+
+def _delivering(spec: ToolSpec) -> AbstractContextManager[set[str]]:
+    """The delivery mark of a call the gateway answers at once, written by its result's
+    commit (agents/runs/statement.py, `delivering`) for a retry-safe tool only: a
+    process that dies between that commit and the answer leaves a retry that runs
+    again, which such a tool allows (a read reads again, as any later identical read
+    does). An unsafe tool's mark stays a commit of its own after the result's, so such
+    a retry is answered from the journal, never run twice."""
+    return statement.delivering() if spec.retry_safety == "safe" else nullcontext(set())
 
 
 def call_resume(caller: Caller, run_id: int, key: str) -> tuple[CallAnswer, int] | Reply:

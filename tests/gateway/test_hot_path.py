@@ -48,3 +48,54 @@ def test_an_answered_call_is_delivered_once_and_its_twin_runs_anew(
             # A commit of its own, after the result's: a retry after a death between
             # the two is answered from the journal, not run again.
             assert call.delivered_at > entry.finished_at
+
+
+def test_the_token_profile_and_stream_are_one_statement_and_refuse_in_their_order(gw, upstream, lena) -> None:
+    """A tools/call reads the token, its user's roles, the profile and the caller's
+    stream in one round trip; the refusals keep their order (a bad token is 401 before
+    a bad conversation key's 400, an unknown profile 404), and a stream's run that ended
+    is read afresh for the call's second attempt."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.gateway import core
+    from agents.models import GatewayStream, Run
+    from agents.tokens import token_create
+
+    _t, raw = token_create(user=lena)
+    header = f"Bearer {raw}"
+    _first, started = core.admit_and_start(header, "gw", sid=None, run_header=None, tool=LOOKUP[0], args=LOOKUP[1],
+                                           modern=True)
+    assert not isinstance(started, core.Reply) and started[0].status == "succeeded"
+    stream_run = started[1]
+    with CaptureQueriesContext(connection) as seen:
+        admitted, started = core.admit_and_start(header, "gw", sid=None, run_header=None, tool=LOOKUP[0],
+                                                 args={"record_id": "beta"}, modern=True)
+    assert not isinstance(started, core.Reply) and started[1] == stream_run  # the stream's run, as read beside the token
+    assert admitted.caller.stream == ("", (stream_run, "planning", admitted.caller.stream[1][2]))
+    sql = [q["sql"] for q in seen.captured_queries]
+    assert "agents_gatewaystream" in sql[0] and "agents_agentprofile" in sql[0] and "agents_apitoken" in sql[0]
+    assert not [s for s in sql[1:] if "agents_gatewaystream" in s or "agents_apitoken" in s], sql
+
+    # The stream's run ended after the token's statement read it: the call's second
+    # attempt reads the stream afresh and continues in a new run.
+    stale = core.admit(header, "gw", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                       modern=True)
+    Run.objects.filter(pk=started[1]).update(state="failed")
+    again = core.call_start(stale, *LOOKUP)
+    assert not isinstance(again, core.Reply), again.text
+    assert again[1] != started[1] and GatewayStream.objects.get().run_id == again[1]
+
+    bad_key = "x" * (core.KEY_MAX + 1)
+    with pytest.raises(core.Refused) as refused:
+        core.admit("Bearer nope", "gw", sid=None, run_header=None, opening=False, client_name="",
+                   protocol_version="", modern=True, conversation=bad_key)
+    assert refused.value.status == 401
+    with pytest.raises(core.Refused) as refused:
+        core.admit(header, "nope", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                   modern=True)
+    assert refused.value.status == 404
+    with pytest.raises(core.Refused) as refused:
+        core.admit(header, "gw", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                   modern=True, conversation=bad_key)
+    assert refused.value.status == 400

@@ -52,26 +52,42 @@ def test_an_idle_live_connection_is_handed_out_without_a_round_trip(asked: list[
     assert len(seen) < 12  # connections were reused, not opened anew
 
 
-def test_a_connection_the_server_ended_is_never_handed_out(asked: list[int]) -> None:
+def test_a_connection_the_server_ended_fails_the_check_and_only_it_is_asked(asked: list[int]) -> None:
     import psycopg
 
-    backend_pid()
-    connection.close()  # back to the pool, idle with the rest
-    with psycopg.connect(_dsn(), autocommit=True) as other:
-        # Every connection of the pool (all of this database's but this one) ended by
-        # the server, as a restart ends them; each call waits until its backend is gone.
-        dead = [pid for (pid,) in other.execute(
-            "select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
-        ).fetchall()]
-        assert dead
-        for pid in dead:
-            other.execute("select pg_terminate_backend(%s, 5000)", [pid])
-    live = backend_pid()  # the check saw the hang-up, asked, and the pool replaced it
-    assert live not in dead
-    assert set(asked) <= set(dead) and asked  # only a connection that showed a sign was asked
-    with connection.cursor() as cur:
-        cur.execute("select 1")
-        assert cur.fetchone()[0] == 1
+    with psycopg.connect(_dsn(), autocommit=True) as pooled, psycopg.connect(_dsn(), autocommit=True) as other:
+        pid = pooled.info.backend_pid
+        pool.check(pooled)  # live and idle: handed out, nothing asked
+        assert asked == []
+        # Ended by the server, as a restart ends it; the call waits until the backend is gone.
+        assert other.execute("select pg_terminate_backend(%s, 5000)", [pid]).fetchone()[0]
+        with pytest.raises(psycopg.OperationalError):
+            pool.check(pooled)  # the socket said so: asked, and the pool replaces it
+        assert asked == [pid]
+
+
+def test_the_pool_replaces_a_connection_the_server_ended(asked: list[int]) -> None:
+    """End to end through Django's pool: the connection a request is handed next was
+    ended by the server while idle; the request still gets a live one."""
+    import psycopg
+
+    dead = backend_pid()
+    connection.close()  # back to the pool, idle
+    # Every other idle connection of the pool is taken out for the moment, so the one
+    # just returned is the one the next request gets.
+    held = []
+    while (spare := connection.pool.getconn()).info.backend_pid != dead:
+        held.append(spare)
+    connection.pool.putconn(spare)
+    try:
+        with psycopg.connect(_dsn(), autocommit=True) as other:
+            assert other.execute("select pg_terminate_backend(%s, 5000)", [dead]).fetchone()[0]
+        live = backend_pid()
+        assert live != dead and dead in asked
+    finally:
+        connection.close()
+        for conn in held:
+            connection.pool.putconn(conn)
 
 
 def _dsn() -> str:

@@ -310,3 +310,36 @@ def test_the_figures_read_on_a_generic_plan_leave_the_transaction_as_they_found_
         assert (after, cursor.fetchone()) == (before, ("on",))
     assert generic == planned
     assert [(f.count, f.total) for f in generic] == [(2, 0), (3, 0), (2, 4)]
+
+
+@requires_postgres()
+def test_the_figures_are_read_again_after_a_rollback_took_the_prepared_statement(api) -> None:
+    """The figures' statement is PREPAREd on the server under its text's name. psycopg
+    sends DEALLOCATE ALL after a rollback, which takes it too: the next judgement
+    prepares it again instead of failing on a name the server forgot."""
+    from django.db import connection, transaction
+
+    from agents.engine.history import query_for
+    from agents.runs.history import StoreHistory
+
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]})])
+    run = run_script(api, "lena", [write("1042", 1), write("1042", 2)])
+    queries = [query_for(rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]}),
+                         "ledger_write", {"entry": {"order": "1042", "amount": 4}})]
+
+    def prepared_here() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'airlock\\_history\\_%%'")
+            return int(cursor.fetchone()[0])
+
+    with transaction.atomic():
+        first = StoreHistory(run, lock=True).figures(queries)
+    assert prepared_here() == 1
+    with pytest.raises(RuntimeError), transaction.atomic():
+        StoreHistory(run, lock=True).figures(queries)
+        raise RuntimeError("roll back")
+    assert prepared_here() == 0  # psycopg's DEALLOCATE ALL after the rollback
+    with transaction.atomic():
+        again = StoreHistory(run, lock=True).figures(queries)
+    assert again == first and [f.count for f in again] == [2]
+    assert prepared_here() == 1

@@ -25,6 +25,8 @@ ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", 
 DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
 INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.IGNORECASE | re.DOTALL)
 CODE = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
+EXPORT_WORDS = re.compile(r"\bexport\b.*\bcustomers?\b", re.IGNORECASE | re.DOTALL)
+EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
 Caller = Callable[[str, dict[str, Any], str], Decision]
@@ -80,7 +82,27 @@ class DemoPlanner:
 
         if REFUND_WORDS.search(task):
             return self.refund(task, results, offered, call)
+        if EXPORT_WORDS.search(task) and "export_customers" in offered:
+            return self.export(task, results, offered, call)
         return self.question(task, results, offered, call)
+
+    # -- a customer export, mailed ----------------------------------------------------
+
+    def export(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+        """Exports the customer list and emails it to the address in the task: the call
+        the demo's "writes after reading a customer export" rule holds for a human."""
+        if "export_customers" not in results:
+            return call("export_customers", {}, "Exporting the customer list.")
+        customers = results["export_customers"][-1]
+        to = EMAIL.search(task)
+        if "send_email" not in results and "send_email" in offered and to and isinstance(customers, list):
+            lines = "\n".join(f"{c.get('name')} <{c.get('email')}>" for c in customers if isinstance(c, dict))
+            return call("send_email", {"to": [to.group(0)], "subject": f"{demo.SHOP} customers", "body": lines},
+                        f"Emailing the customer list to {to.group(0)}.")
+        sent = (results.get("send_email") or [None])[-1]
+        if sent is not None and not _failed(sent):
+            return Decision(final="I have emailed the customer list.")
+        return Decision(final="I exported the customer list but did not email it.")
 
     # -- a refund request --------------------------------------------------------------
 
@@ -94,6 +116,7 @@ class DemoPlanner:
             known = demo.ORDERS.get(order)
             if known is not None:
                 args["amount"] = int(known["amount_cents"]) / 100  # type: ignore[call-overload]
+                args["customer"] = known["customer"]
             return call("refund", args,
                         f"The customer asks for a refund of order {order}; the refund policy covers damaged items.")
         outcome = (results.get("refund") or [None])[-1]

@@ -26,9 +26,11 @@ from django.utils import timezone
 from agents import access, broker
 from agents.actions import ActionError, actor_name
 from agents.engine import states
-from agents.engine import step as engine
+from agents.engine.acting import report
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
+from agents.engine.run import Move, RunState
+from agents.engine.step import step
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver, rows, sanitize, statement, store
@@ -163,7 +165,7 @@ def _ended(run: Run) -> ActionError:
 
 
 def _deps(
-    run: Run, state: engine.RunState, decision: Decision | None, counts: dict[str, int] | None = None
+    run: Run, state: RunState, decision: Decision | None, counts: dict[str, int] | None = None
 ) -> tuple[Deps, ExternalClient]:
     """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
     run's lock, so the journal does not read them again."""
@@ -182,10 +184,10 @@ def _deps(
 
 
 def _step_decision(
-    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None,
-    record: Callable[[engine.RunState, engine.Move], ClientCall | None] | None = None,
+    run: Run, state: RunState, user: Any, decision: Decision, owner: str | None = None,
+    record: Callable[[RunState, Move], ClientCall | None] | None = None,
     counts: dict[str, int] | None = None,
-) -> tuple[engine.RunState, engine.Move | None, ClientCall | None]:
+) -> tuple[RunState, Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
     first. Returns the state after, the transition that took the decision (None if
@@ -196,7 +198,7 @@ def _step_decision(
     nothing; held by another, the commit goes without it. `counts`: see `_deps`."""
     deps, client = _deps(run, state, decision, counts)
     for _ in range(4):
-        outcome = engine.step(state, deps)
+        outcome = step(state, deps)
         if outcome is None:
             break
         after, t = outcome
@@ -299,7 +301,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
         owner = driver.worker_name()
 
-        def record(after: engine.RunState, t: engine.Move) -> ClientCall | None:
+        def record(after: RunState, t: Move) -> ClientCall | None:
             # The proposal's row, written by the commit of the transition that judged it.
             if "verdict" not in t.detail:
                 return None
@@ -392,7 +394,7 @@ def _identical(run: Run, fp: str) -> tuple[ClientCall | None, int]:
     return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 
-def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
+def _waiting_detail(run: Run, state: RunState) -> dict[str, Any]:
     current = state.current_call or {}
     waiting = ClientCall.objects.filter(run=run, call_id=current.get("id", "")).first()
     detail: dict[str, Any] = {"message": "a call of this run is waiting; one call at a time", "state": state.state}
@@ -536,7 +538,7 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
             outcome = ToolOutcome(ok=False, error="client_error", detail=detail[:2000])
         # The client tool's own spec (its `returns` taints); no registry needed.
         spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
-        after, t = engine.report(state, spec, outcome)
+        after, t = report(state, spec, outcome)
         try:
             store.commit(run, state, after, t, actor=actor_name(user))
         except store.StaleRun:

@@ -22,7 +22,7 @@ from django.utils.text import Truncator
 
 from agents.engine.decisions import DECISIONS
 from agents.engine.policy import shadow_label
-from agents.engine.step import TRANSCRIPT_CAP
+from agents.engine.transcript import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, since, usd
 from agents.web.markup import url_for
 from agents.web.timeline import PAGE_TEXT_MAX, Entry, cut_for_model, page_text

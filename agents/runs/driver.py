@@ -23,7 +23,8 @@ from agents import faults
 from agents.engine import states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import Move, Outcome, RunState, fail, step
+from agents.engine.run import Move, Outcome, RunState, fail
+from agents.engine.step import step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
 from agents.runs import rows, statement

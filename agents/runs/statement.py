@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
-from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
+from agents.engine.run import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox

@@ -20,9 +20,17 @@ from django.utils import timezone
 
 from agents import faults
 from agents.engine import patch, states
-from agents.engine.step import Move, RunState
+from agents.engine.run import Move, RunState
 from agents.models import (
-    Approval, ApprovalClaim, ClientCall, Grant, Message, OutboxEvent, Run, ToolCall, Transition,
+    Approval,
+    ApprovalClaim,
+    ClientCall,
+    Grant,
+    Message,
+    OutboxEvent,
+    Run,
+    ToolCall,
+    Transition,
 )
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox

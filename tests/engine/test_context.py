@@ -11,7 +11,8 @@ from agents.engine import context, patch
 from agents.engine.limits import Limits
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome, Usage
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, new_run, step
+from agents.engine.run import RunState, new_run
+from agents.engine.step import step
 
 BUDGET = 16_000
 TURNS = 60

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from agents.engine.acting import report
 from agents.engine.protocols import Decision, ProposedCall, ToolOutcome
 from agents.engine.registry import ClientToolError, client_tool_specs
-from agents.engine.step import report
 from agents.llm.external import ExternalClient
 from tests.engine.harness import launch
 

@@ -10,12 +10,14 @@ import pytest
 
 from agents.engine import policy
 from agents.engine.fingerprints import fingerprint
+from agents.engine.human import apply_decision, revoke_grant
 from agents.engine.limits import Limits
 from agents.engine.policy import PolicyError, first_match, holds, snapshot, validate_rules
 from agents.engine.policy import verdict as policy_verdict
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, apply_decision, new_run, revoke_grant, step
+from agents.engine.run import RunState, new_run
+from agents.engine.step import step
 
 ARGS = {
     "amount": 150,

@@ -6,6 +6,7 @@ notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
 ops.py         metric tallies, purge records
+review_stats.py  the review statistics' tallies, timings and streaks
 projects.py    projects and memberships (teams)
 external.py    ClientCall, the calls external agents proposed
 gateway.py     GatewayStream, a gateway caller's runs; GatewaySession, a handshake-era session; GatewayTask, a held call as a task
@@ -29,8 +30,9 @@ from agents.models.notifications import (
     SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally, PurgeRecord, ReviewStreak, ReviewTally, ReviewTallyVersion, ReviewTiming
+from agents.models.ops import MetricTally, PurgeRecord
 from agents.models.projects import Membership, Project
+from agents.models.review_stats import ReviewStreak, ReviewTally, ReviewTallyVersion, ReviewTiming
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,

@@ -168,7 +168,7 @@ class Approval(models.Model):
                 name="approval_pending_group",
             ),
             # The review statistics' window and the fatigue's newest closed calls
-            # (reviews/stats.py): without it each read scanned every approval (bench/stats.py).
+            # (reviews/stats/): without it each read scanned every approval (bench/stats.py).
             models.Index(fields=["decided_at"], condition=models.Q(decided_at__isnull=False), name="approval_decided"),
             models.Index(fields=["escalated_at"], condition=models.Q(escalated_at__isnull=False), name="approval_escalated"),
             # The closed calls not yet folded into the tallies: the fold's work and the
@@ -439,6 +439,6 @@ class ApprovalClaim(models.Model):
         indexes = [
             # The sweeper's lapsed claims: the open ones are few, the ended ones pile up.
             models.Index(fields=["until"], condition=models.Q(ended_at__isnull=True), name="approvalclaim_open_until"),
-            # The stats page's lapsed claims at the two ends of its window (reviews/stats.py).
+            # The stats page's lapsed claims at the two ends of its window (reviews/stats/events.py).
             models.Index(fields=["ended_at"], condition=models.Q(end="lapsed"), name="approvalclaim_lapsed"),
         ]

@@ -555,7 +555,7 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     """Expire one pending approval whose time is up: the one place an approval expires
     for want of an answer (the sweeper calls it). True if this call expired it.
 
-    1. Claim the run's lease (a worker or another sweeper holds it: leave it to them).
+    1. Take the run's lease (a worker or another sweeper holds it: leave it to them).
     2. Step the waiting run on the clock alone: the engine expires the approval as the
        run's `on_expiry` says (the model is told no reviewer answered, or the run
        fails), or fails the run if its deadline came first.

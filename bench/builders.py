@@ -175,7 +175,7 @@ def _source(source: ToolSource, risk: str) -> str:
     if source.risk_override and source.risk_override == risk:
         override = (
             f' <strong class="risk-override">Risk {esc(risk)} was set by an operator\'s override</strong> (the '
-            f"server's annotations claim {esc(source.claimed_risk)})."
+            f"server's annotations say {esc(source.annotated_risk)})."
         )
     return (
         f'<p class="tool-source">From MCP server <code class="server">{esc(source.server)}</code>.'

@@ -14,7 +14,7 @@ from . import context, decisions, policy
 from . import limits as limits_mod
 from .fingerprints import fingerprint, idempotency_key
 from .history import Answer, Figures, History, Query
-from .protocols import Decision, Deps, ModelError, ModelRequest
+from .protocols import Deps, ModelError, ModelReply, ModelRequest
 from .registry import ToolSpec
 from .run import Move, Outcome, RunState, approval_row, fail, intent_row, move_to
 from .states import ACTING, AWAITING_APPROVAL, DONE, FAILED, PLANNING
@@ -53,29 +53,29 @@ def call_model(state: RunState, deps: Deps) -> Outcome | None:
     prompt = context.prompt(state.messages, state.folded_before or 0)
     request = ModelRequest(run_id=state.run_id, turn=state.model_calls, messages=prompt, tools=specs or [])
     try:
-        decision = deps.model.propose(request)
+        reply = deps.model.propose(request)
     except ModelError as exc:
         return fail(state, f"model error: {exc}")
-    if decision is None:
+    if reply is None:
         return None  # an external agent's client has not proposed anything: the run rests
     duration = int((time.monotonic() - started) * 1000)
     new = state.copy()
     new.steps += 1
     new.model_calls += 1
-    cost, tokens = _account(new, decision)
-    if new.context_tokens and decision.usage is not None:
+    cost, tokens = _account(new, reply)
+    if new.context_tokens and reply.usage is not None:
         specs = _offered(state, deps) if specs is None else specs
-        new.token_scale = context.corrected_scale(decision.usage.input_tokens, context.raw_tokens(prompt, specs))
-    calls, renamed = unique_calls(decision, state.model_calls)
-    message: dict[str, Any] = {"role": "assistant", "content": decision.final or decision.text}
+        new.token_scale = context.corrected_scale(reply.usage.input_tokens, context.raw_tokens(prompt, specs))
+    calls, renamed = unique_calls(reply, state.model_calls)
+    message: dict[str, Any] = {"role": "assistant", "content": reply.final or reply.text}
     if calls:
         message["tool_calls"] = calls
-    detail: dict[str, Any] = {"decision": "final" if decision.final is not None else "calls"}
-    detail["usage"] = None if decision.usage is None else decision.usage.to_dict()
+    detail: dict[str, Any] = {"decision": "final" if reply.final is not None else "calls"}
+    detail["usage"] = None if reply.usage is None else reply.usage.to_dict()
     if renamed:
         detail["renamed_ids"] = renamed
-    if decision.final is not None:
-        new.answer = decision.final
+    if reply.final is not None:
+        new.answer = reply.final
         t = Move(PLANNING, DONE, "model", detail, cost, tokens, duration, [message])
         return move_to(new, DONE, t)
     detail["calls"] = len(calls)
@@ -84,7 +84,7 @@ def call_model(state: RunState, deps: Deps) -> Outcome | None:
     return propose(new, calls[0], deps, t)
 
 
-def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def unique_calls(reply: ModelReply, turn: int) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The reply's calls with ids unique within it, and {new id: id the model gave}.
 
     Some OpenAI-compatible servers give several calls of one reply the same id; calls
@@ -95,7 +95,7 @@ def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], d
     calls: list[dict[str, Any]] = []
     renamed: dict[str, str] = {}
     taken: set[str] = set()
-    for i, c in enumerate(decision.calls):
+    for i, c in enumerate(reply.calls):
         given = c.id or f"call_{turn}_{i}"
         call_id, n = given, 1
         while call_id in taken:
@@ -108,11 +108,11 @@ def unique_calls(decision: Decision, turn: int) -> tuple[list[dict[str, Any]], d
     return calls, renamed
 
 
-def _account(new: RunState, decision: Decision) -> tuple[int, int]:
+def _account(new: RunState, reply: ModelReply) -> tuple[int, int]:
     """Tokens and cost of a model call. Cached prompt tokens are priced at the
     profile's cached-input price and cache writes at its cache-write price; a run
     whose prices lack those keys pays the input price for them."""
-    usage = decision.usage
+    usage = reply.usage
     if usage is None:
         new.cost_unknown = True
         return 0, 0

@@ -31,7 +31,7 @@ def sweep() -> dict[str, int]:
     """Find the runs nobody is advancing; safe with any number of sweepers at once.
 
     1. Fail runs past their deadline that no live worker holds, those waiting for a
-       human included (their approval expires): claim, step through the store with the
+       human included (their approval expires): take the lease, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
     2. Expire approvals past their `expires_at` (`actions.approval_expire`), warn of
        those about to (`approval.expiring`), escalate those waiting longer than their
@@ -132,7 +132,7 @@ def _fail_late(run_id: int, owner: str) -> bool:
         now = time.time()
         if state.state in states.TERMINAL:
             # Two sweepers in one process share an owner name, so both "held" the lease;
-            # the other one failed the run between our claim and our load.
+            # the other one failed the run between our lease and our load.
             return None
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.

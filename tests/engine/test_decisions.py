@@ -15,7 +15,7 @@ import pytest
 from agents.engine import decisions, limits, policy
 from agents.engine.fingerprints import args_hash, idempotency_key
 from agents.engine.human import EditRefused, apply_decision, check_edit
-from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall, ToolOutcome
+from agents.engine.protocols import Deps, ModelReply, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.run import Move, RunState, new_run, proposed_call
 from agents.engine.step import step
@@ -47,17 +47,17 @@ class Runner:
 
 
 class Model:
-    def __init__(self, *replies: Decision) -> None:
+    def __init__(self, *replies: ModelReply) -> None:
         self.replies = list(replies)
         self.seen: list[ModelRequest] = []
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         self.seen.append(request)
         return self.replies.pop(0)
 
 
-def transfer(amount: float, to: str = "ACME") -> Decision:
-    return Decision(calls=(ProposedCall("call_1", "transfer", {"to": to, "amount": amount}),))
+def transfer(amount: float, to: str = "ACME") -> ModelReply:
+    return ModelReply(calls=(ProposedCall("call_1", "transfer", {"to": to, "amount": amount}),))
 
 
 def deps(model: Model, now: float = T0) -> Deps:
@@ -74,7 +74,7 @@ def waiting(amount: float = 100, *, timeout: int | None = None, on_expiry: str =
     state = new_run(
         "7", limits=limits.Limits.from_dict({"deadline_seconds": deadline}), now=T0, policy=pol, task="pay ACME"
     )
-    d = deps(model or Model(transfer(amount), Decision(final="paid")))
+    d = deps(model or Model(transfer(amount), ModelReply(final="paid")))
     state, _ = step(state, d)  # pickup
     state, t = step(state, d)  # the model proposes; policy asks
     assert state.state == "awaiting_approval", state.error

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.engine.limits import Limits
-from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall
+from agents.engine.protocols import Deps, ModelReply, ModelRequest, ProposedCall
 from agents.engine.registry import Registry, ToolContext, ToolError, ToolSpec
 from agents.engine.run import Move, RunState, new_run
 from agents.engine.step import step
@@ -14,8 +14,8 @@ from tests.engine.harness import BlankJournal
 
 
 class OneCall:
-    def propose(self, request: ModelRequest) -> Decision:
-        return Decision(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
+    def propose(self, request: ModelRequest) -> ModelReply:
+        return ModelReply(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
 
 
 def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:

@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from agents.models import McpServer, McpTool
 from agents.tools import registry
-from agents.tools.mcp.mapping import claimed_kind, tool_name
+from agents.tools.mcp.mapping import annotated_kind, tool_name
 from tests.mcp.conftest import command, stdio_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,15 +56,15 @@ def test_streamable_http_server_maps_the_same(http_server) -> None:
 
 
 def test_missing_hints_take_the_specifications_defaults() -> None:
-    assert claimed_kind(None) == claimed_kind({})
-    assert (claimed_kind({}).risk, claimed_kind({}).returns, claimed_kind({}).retry_safety) == (
+    assert annotated_kind(None) == annotated_kind({})
+    assert (annotated_kind({}).risk, annotated_kind({}).returns, annotated_kind({}).retry_safety) == (
         "irreversible", "external", "unsafe",
     )
     # destructiveHint only matters when the tool is not read-only.
-    assert claimed_kind({"readOnlyHint": True, "destructiveHint": True}).risk == "read"
-    assert claimed_kind({"readOnlyHint": False, "destructiveHint": False}).risk == "write"
+    assert annotated_kind({"readOnlyHint": True, "destructiveHint": True}).risk == "read"
+    assert annotated_kind({"readOnlyHint": False, "destructiveHint": False}).risk == "write"
     # Hints that are not booleans are ignored, not trusted.
-    assert claimed_kind({"readOnlyHint": "yes"}).risk == "irreversible"
+    assert annotated_kind({"readOnlyHint": "yes"}).risk == "irreversible"
 
 
 def test_tool_names_fit_provider_limits() -> None:

@@ -160,12 +160,12 @@ def test_changed_definition_is_disabled_until_an_operator_accepts_it(stdio_serve
     assert "files__lookup" in registry().names()
 
 
-def test_overrides_are_shown_next_to_the_servers_claim(stdio_server, client) -> None:
+def test_overrides_are_shown_next_to_the_servers_annotations(stdio_server, client) -> None:
     McpTool.objects.filter(name="files__mystery").update(risk_override="read", returns_override="internal")
     out = command("mcp_sync", "files")
     line = next(line for line in out.splitlines() if line.startswith("files__mystery "))
-    assert "risk=read (override; server claims irreversible)" in line
-    assert "returns=internal (override; server claims external)" in line
+    assert "risk=read (override; annotations say irreversible)" in line
+    assert "returns=internal (override; annotations say external)" in line
     assert "retry=unsafe " in line
     spec = registry().get("files__mystery")
     assert spec is not None and (spec.risk, spec.returns, spec.retry_safety) == ("read", "internal", "unsafe")

@@ -14,7 +14,16 @@ testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test ins
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
-from agents.models.approvals import Approval, ApprovalClaim, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
+from agents.models.approvals import (
+    Approval,
+    ApprovalClaim,
+    ApprovalDict,
+    ApprovalQuerySet,
+    ApprovalVote,
+    Grant,
+    GrantDict,
+    VoteDict,
+)
 from agents.models.external import ClientCall
 from agents.models.gateway import GatewaySession, GatewayStream, GatewayTask
 from agents.models.mcp import McpServer, McpTool
@@ -57,6 +66,8 @@ __all__ = [
     "Approval",
     "ApprovalClaim",
     "ApprovalDict",
+    "GrantDict",
+    "VoteDict",
     "ApprovalQuerySet",
     "ApprovalVote",
     "ClientCall",

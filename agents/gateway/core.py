@@ -459,7 +459,7 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
         # killed mid-call): the driver takes it and resumes as a worker would, so an
         # interrupted unsafe call becomes "outcome unknown", never a blind second call.
         # One call at a time per run: the run's call in `acting` is this one, and it
-        # runs only as the reviewer (or policy) let it; the driver's claim is a
+        # runs only as the reviewer (or policy) let it; the driver's lease is a
         # conditional update, so of two gateways (or a worker) one drives.
         lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
         if run.state == states.ACTING and (run.lease_owner is None or lapsed):

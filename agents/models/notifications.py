@@ -105,7 +105,7 @@ class Delivery(models.Model):
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(max_length=10, choices=STATUSES, default="pending")
     attempts = models.PositiveIntegerField(default=0)
-    # Due when in the past; a claimed attempt pushes it past its timeout, so a worker
+    # Due when in the past; an attempt leases it by pushing it past its timeout, so a worker
     # that dies mid-attempt leaves it due again (at least once, same webhook-id).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_status_code = models.PositiveIntegerField(null=True, blank=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
-from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
+from agents.engine.run import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
@@ -87,7 +87,7 @@ class Params(dict[str, Any]):
 
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
-    now: dt.datetime, events: Events, claimant: str | None, record: ClientCall | None = None,
+    now: dt.datetime, events: Events, lease_taker: str | None, record: ClientCall | None = None,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
@@ -102,14 +102,14 @@ def commit_statement(
         f'"{k}" = ' + (p("engine", engine_text, "::jsonb") if k == "engine" else p(f"run_{k}", v))
         for k, v in cached.items()
     )
-    claims = (
-        f' AND ("lease_owner" IS NULL OR "lease_expires" < {p("lease_now", now)} OR "lease_owner" = {p("claimant", claimant)})'
-        if claimant
+    leasing = (
+        f' AND ("lease_owner" IS NULL OR "lease_expires" < {p("lease_now", now)} OR "lease_owner" = {p("lease_taker", lease_taker)})'
+        if lease_taker
         else ""
     )
     sql = [
         f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets}'
-        f' WHERE "id" = {p("run_id", run.pk)} AND "version" = {p("version", run.version)}{claims} RETURNING "id", "version")'
+        f' WHERE "id" = {p("run_id", run.pk)} AND "version" = {p("version", run.version)}{leasing} RETURNING "id", "version")'
     ]
     sql.append(
         ", t AS (INSERT INTO agents_transition (run_id, seq, from_state, to_state, kind, payload, cost_micros, tokens,"

@@ -18,9 +18,11 @@ from django.utils import timezone
 from agents import access, broker, faults
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
-from agents.engine import step as engine
+from agents.engine.human import EditRefused, apply_decision, cancel, check_edit, edited_key, revoke_grant
 from agents.engine.limits import TASK_MAX_CHARS, LimitError, Limits
 from agents.engine.registry import PATTERN
+from agents.engine.run import RunState, new_run
+from agents.engine.step import step
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.notifications import events as outbox
@@ -177,7 +179,7 @@ def _launch(
             engine_policy.check_rule_tools(launch_rules, names, field="policy.rules")
         except engine_policy.PolicyError as exc:
             raise ActionError("invalid_policy", str(exc)) from None
-    state = engine.new_run(
+    state = new_run(
         "pending",
         limits=run_limits,
         now=time.time(),
@@ -404,7 +406,7 @@ def approval_decide(
             editor = approval.edited_by.get_username() if approval.edited_by else ""
             first = votes[0] if votes else {}
             edit = {"args": approval.edited_args, "by": editor, "note": first.get("note", "")}
-        after, t = engine.apply_decision(
+        after, t = apply_decision(
             state, tally.decision, note, by=name if user is not None else voter, remember=remember, edit=edit,
             votes=_plain_votes(votes),
         )
@@ -426,7 +428,7 @@ def _changed(approval: Approval, why: str) -> dict[str, Any]:
     }
 
 
-def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -> None:
+def _edit(approval: Approval, state: RunState, args: Any, *, user: Any) -> None:
     """Bind the approval to the reviewer's call and start a new round of votes.
 
     The edited call meets the same checks as a proposed one (the tool's schema, then
@@ -438,14 +440,14 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
         spec = registry_for(approval.run.profile, [approval.tool]).get(approval.tool)
         # History rules count the calls before this one: not this call's own approval.
         history = StoreHistory(approval.run, lock=True, exclude_approval=approval.pk).figures
-        verdict = engine.check_edit(state, spec, args, history)
-    except engine.EditRefused as exc:
+        verdict = check_edit(state, spec, args, history)
+    except EditRefused as exc:
         raise ActionError(exc.code, exc.detail, status=exc.status) from None
     approval.edited_args = args
     approval.edited_by = user
     approval.round += 1
     approval.required = max(approval.required, verdict.required)
-    approval.idempotency_key = engine.edited_key(state, args)
+    approval.idempotency_key = edited_key(state, args)
     # An edited call is a person's, no longer like the agent's others: it leaves its group.
     approval.group_key = ""
     approval.save(update_fields=["edited_args", "edited_by", "round", "required", "idempotency_key", "group_key"])
@@ -553,7 +555,7 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     """Expire one pending approval whose time is up: the one place an approval expires
     for want of an answer (the sweeper calls it). True if this call expired it.
 
-    1. Claim the run's lease (a worker or another sweeper holds it: leave it to them).
+    1. Take the run's lease (a worker or another sweeper holds it: leave it to them).
     2. Step the waiting run on the clock alone: the engine expires the approval as the
        run's `on_expiry` says (the model is told no reviewer answered, or the run
        fails), or fails the run if its deadline came first.
@@ -565,7 +567,7 @@ def approval_expire(*, approval_id: int, owner: str, now: float | None = None) -
     if run_id is None:
         return False  # answered (or the run ended) since the sweeper listed it
     run = driver.step_once(
-        run_id, owner, lambda run, state: engine.step(state, driver.clock_only(run, now if now is not None else time.time()))
+        run_id, owner, lambda run, state: step(state, driver.clock_only(run, now if now is not None else time.time()))
     )
     if run is None:
         return False
@@ -625,7 +627,7 @@ def run_cancel(*, run_id: int, user: Any, reason: str = "") -> Run:
             raise ActionError("not_active", f"run {run_id} already ended ({run.state})", status=409)
         state = store.load(run)
         who = user.get_username() if user else "system"
-        after, t = engine.cancel(state, f"cancelled by {who}" + (f": {reason}" if reason else ""))
+        after, t = cancel(state, f"cancelled by {who}" + (f": {reason}" if reason else ""))
         try:
             store.commit(run, state, after, t, actor=actor_name(user))
             return run
@@ -675,7 +677,7 @@ def grant_revoke(*, run_id: int, grant_id: int, user: Any) -> Grant:
         if run.state in states.TERMINAL:
             raise ActionError("not_active", f"run {run_id} already ended ({run.state}); its grants ended with it", status=409)
         state = store.load(run)
-        after, t = engine.revoke_grant(state, grant.number, by=user.get_username() if user else "")
+        after, t = revoke_grant(state, grant.number, by=user.get_username() if user else "")
         try:
             store.commit(run, state, after, t, actor=actor_name(user), user=user)
         except store.StaleRun:

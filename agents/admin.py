@@ -1,6 +1,6 @@
 """Admin registrations: agent profiles (their policy included), API tokens (created
 here or by command, the token shown once; revocable here), MCP servers and their tools
-(sync, overrides next to the server's claim, accepting a changed definition: operators
+(sync, overrides next to the server's annotations, accepting a changed definition: operators
 may do both), webhooks (created here or by command, the secret shown once) and their
 deliveries (every attempt; dead ones resent here), notification preferences, projects
 and their members. Project admins (the `admin` role) manage their projects' profiles,
@@ -349,8 +349,8 @@ class McpToolInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-    fields = ["name", "status", "claimed", "in_effect", "enabled"]
-    readonly_fields = ["name", "status", "claimed", "in_effect"]
+    fields = ["name", "status", "annotated", "in_effect", "enabled"]
+    readonly_fields = ["name", "status", "annotated", "in_effect"]
 
     def has_add_permission(self, request: HttpRequest, obj: McpServer | None = None) -> bool:
         return False  # tools come from a sync
@@ -361,9 +361,9 @@ class McpToolInline(admin.TabularInline):
         # so the server's page stays small enough to save.
         return super().get_queryset(request).exclude(status="removed")
 
-    @admin.display(description="server claims")
-    def claimed(self, tool: McpTool) -> str:
-        return _kind(tool.claimed())
+    @admin.display(description="annotations say")
+    def annotated(self, tool: McpTool) -> str:
+        return _kind(tool.annotated())
 
     @admin.display(description="in effect")
     def in_effect(self, tool: McpTool) -> str:
@@ -414,20 +414,20 @@ class McpServerAdmin(admin.ModelAdmin):
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
     formfield_overrides = SAFE_JSON
-    list_display = ["name", "server", "status", "claimed_risk", "risk_override", "claimed_returns",
-                    "returns_override", "claimed_retry", "retry_safety_override", "enabled"]
+    list_display = ["name", "server", "status", "annotated_risk", "risk_override", "annotated_returns",
+                    "returns_override", "annotated_retry", "retry_safety_override", "enabled"]
     list_filter = ["status", "server", "enabled"]
     search_fields = ["name", "mcp_name"]
     readonly_fields = ["server", "mcp_name", "name", "name_note", "status", "description", "input_schema",
-                       "annotations", "sha256", "claimed_kind", "synced_at", "pending_diff"]
+                       "annotations", "sha256", "annotated_kind", "synced_at", "pending_diff"]
     fieldsets = [
         (None, {"fields": ["server", "mcp_name", "name", "name_note", "status", "enabled", "timeout_seconds"]}),
         ("The server's definition (pinned)", {"fields": ["description", "input_schema", "annotations", "sha256",
                                                          "synced_at"]}),
-        ("Kind: the server's claim and the operator's overrides", {
+        ("Kind: the server's annotations and the operator's overrides", {
             "description": "Annotations are hints from a server that may lie. Only an override makes a tool "
-                           "less guarded; an empty override applies the claim.",
-            "fields": ["claimed_kind", "risk_override", "returns_override", "retry_safety_override"],
+                           "less guarded; an empty override applies the annotations.",
+            "fields": ["annotated_kind", "risk_override", "returns_override", "retry_safety_override"],
         }),
         ("Changed definition, waiting for acceptance", {"fields": ["pending_diff"]}),
     ]
@@ -436,21 +436,21 @@ class McpToolAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tools come from a sync
 
-    @admin.display(description="risk claimed")
-    def claimed_risk(self, tool: McpTool) -> str:
-        return str(tool.claimed().risk)
+    @admin.display(description="risk annotated")
+    def annotated_risk(self, tool: McpTool) -> str:
+        return str(tool.annotated().risk)
 
-    @admin.display(description="returns claimed")
-    def claimed_returns(self, tool: McpTool) -> str:
-        return str(tool.claimed().returns)
+    @admin.display(description="returns annotated")
+    def annotated_returns(self, tool: McpTool) -> str:
+        return str(tool.annotated().returns)
 
-    @admin.display(description="retry claimed")
-    def claimed_retry(self, tool: McpTool) -> str:
-        return str(tool.claimed().retry_safety)
+    @admin.display(description="retry annotated")
+    def annotated_retry(self, tool: McpTool) -> str:
+        return str(tool.annotated().retry_safety)
 
-    @admin.display(description="the server claims")
-    def claimed_kind(self, tool: McpTool) -> str:
-        return _kind(tool.claimed())
+    @admin.display(description="the annotations say")
+    def annotated_kind(self, tool: McpTool) -> str:
+        return _kind(tool.annotated())
 
     @admin.display(description="difference")
     def pending_diff(self, tool: McpTool) -> str:

@@ -27,3 +27,7 @@ class AgentsConfig(AppConfig):
         runs.unknown_tools, runs.local_tool_names = tools.unknown_names, tools.local_names
         # `manage.py check` lists profile rows that no longer validate.
         from agents.ops import checks  # noqa: F401  (registers the check)
+        # The pool checks a connection it hands out without a round trip (agents/ops/pool.py).
+        from agents.ops import pool
+
+        pool.install()

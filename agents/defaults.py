@@ -9,12 +9,27 @@ from __future__ import annotations
 from typing import Any
 
 DIAGNOSTIC_TOOLS = ["echo", "fail", "sleep", "fetch_fixture", "ledger_write", "ledger_write_unsafe"]
-DEMO_TOOLS = ["kb_search", "http_get", "send_email", "refund"]
-# The demo's argument rules (docs/policy.md): small refunds go through, others ask.
+DEMO_TOOLS = ["kb_search", "http_get", "send_email", "refund", "export_customers"]
+# The demo's rules (docs/policy.md), first match wins: the four history rules
+# ("rules that remember") first, so they see the small refunds rule 4 would let through;
+# then small refunds go through and others ask. A history rule that does not hold
+# decides nothing: the call goes on to the next rule. 0038 brings installations seeded
+# before to these rules and tools.
 DEMO_RULES: list[dict[str, Any]] = [
+    {"tool": "*", "then": "deny", "reason": "runaway client",
+     "history": {"within": "1h", "scope": "caller", "calls_over": 200}},
+    {"tool": "refund", "then": "ask", "reason": "a third refund of one order in a day",
+     "history": {"within": "24h", "scope": "profile", "same": ["order_id"], "calls_over": 2}},
+    # Only refunds that name their customer and an amount (the demo planner names both;
+    # one without an amount is the order's whole amount, which rule 5 asks about).
+    {"tool": "refund", "when": {"all": [{"arg": "customer", "op": "exists"}, {"arg": "amount", "op": "exists"}]},
+     "then": "ask", "reason": "over 500 EUR to one customer this week",
+     "history": {"within": "7d", "scope": "project", "same": ["customer"], "sum_over": {"amount": 500}}},
     {"tool": "refund", "when": {"arg": "amount", "op": "lt", "value": 20}, "then": "allow",
      "reason": "refunds under 20 need no human"},
     {"tool": "refund", "then": "ask", "reason": "refunds of 20 or more need a human"},
+    {"tool": "send_email", "then": "ask", "reason": "writes after reading a customer export",
+     "history": {"scope": "run", "after": ["export_customers", "crm__search"]}},
 ]
 
 # A first day: a newcomer reads the queue for longer than the default 15 minutes, and a

@@ -117,6 +117,7 @@ ORDERS: dict[str, dict[str, object]] = {
     "1043": {"customer": "dana@example.com", "item": "Chef's knife set", "amount_cents": 12450},
     "1044": {"customer": "lea@example.net", "item": "Cast iron pan", "amount_cents": 5900},
     "1045": {"customer": "ines@example.com", "item": "Silicone spatula", "amount_cents": 1290},
+    "1046": {"customer": "sam@example.com", "item": "Espresso machine", "amount_cents": 44900},
 }
 
 SCENARIOS: list[Scenario] = [
@@ -134,7 +135,7 @@ SCENARIOS: list[Scenario] = [
         "title": "Refund request (EUR 189: a profile rule asks a human)",
         "agent": "demo",
         "task": "My blender from order 1042 arrived broken. Please refund it. - Sam (sam@example.com)",
-        "expect": "proposes a refund of EUR 189.00 for order 1042; rule 2 of the demo profile (refunds of 20 "
+        "expect": "proposes a refund of EUR 189.00 for order 1042; rule 5 of the demo profile (refunds of 20 "
         "or more need a human) sends it to a reviewer",
     },
     {
@@ -142,7 +143,7 @@ SCENARIOS: list[Scenario] = [
         "title": "Small refund (EUR 12.90: a profile rule allows it)",
         "agent": "demo",
         "task": "The spatula from order 1045 melted the first time I used it. Can I get a refund? - Ines",
-        "expect": "refunds EUR 12.90 for order 1045 without asking anyone: rule 1 of the demo profile allows "
+        "expect": "refunds EUR 12.90 for order 1045 without asking anyone: rule 4 of the demo profile allows "
         "refunds under 20",
     },
     {

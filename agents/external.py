@@ -26,9 +26,11 @@ from django.utils import timezone
 from agents import access, broker
 from agents.actions import ActionError, actor_name
 from agents.engine import states
-from agents.engine import step as engine
+from agents.engine.acting import report
 from agents.engine.fingerprints import fingerprint, idempotency_key
-from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
+from agents.engine.protocols import Deps, ModelReply, ProposedCall, ToolOutcome, Usage
+from agents.engine.run import Move, RunState
+from agents.engine.step import step
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver, rows, sanitize, statement, store
@@ -163,13 +165,13 @@ def _ended(run: Run) -> ActionError:
 
 
 def _deps(
-    run: Run, state: engine.RunState, decision: Decision | None, counts: dict[str, int] | None = None
+    run: Run, state: RunState, reply: ModelReply | None, counts: dict[str, int] | None = None
 ) -> tuple[Deps, ExternalClient]:
     """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
     run's lock, so the journal does not read them again."""
     from agents.tools import OnDemand
 
-    client = ExternalClient(decision)
+    client = ExternalClient(reply)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.
     registry = OnDemand(run.profile, state.tools)
@@ -181,32 +183,32 @@ def _deps(
     return Deps(model=client, registry=registry, journal=journal, history=history), client
 
 
-def _step_decision(
-    run: Run, state: engine.RunState, user: Any, decision: Decision, owner: str | None = None,
-    record: Callable[[engine.RunState, engine.Move], ClientCall | None] | None = None,
+def _step_reply(
+    run: Run, state: RunState, user: Any, reply: ModelReply, owner: str | None = None,
+    record: Callable[[RunState, Move], ClientCall | None] | None = None,
     counts: dict[str, int] | None = None,
-) -> tuple[engine.RunState, engine.Move | None, ClientCall | None]:
+) -> tuple[RunState, Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
     first. Returns the state after, the transition that took the decision (None if
     none did) and the row `record` made of that transition (it gets the state after
     and the transition; its row is written by the transition's own commit). With
     `owner`, the commit that leaves a call of Airlock's own tool to run also takes the
-    run's lease for `owner` (free, expired or theirs), so the drive that runs it claims
-    nothing; held by another, the commit goes without it. `counts`: see `_deps`."""
-    deps, client = _deps(run, state, decision, counts)
+    run's lease for `owner` (free, expired or theirs), so the drive that runs it takes
+    no lease; held by another, the commit goes without it. `counts`: see `_deps`."""
+    deps, client = _deps(run, state, reply, counts)
     for _ in range(4):
-        outcome = engine.step(state, deps)
+        outcome = step(state, deps)
         if outcome is None:
             break
         after, t = outcome
-        decided = client.decision is None and t.kind == "model"
+        decided = client.reply is None and t.kind == "model"
         row = record(after, t) if decided and record is not None else None
         runs_here = owner is not None and after.state == states.ACTING and not (after.current_call or {}).get("client")
         try:
             try:
                 store.commit(run, state, after, t, actor=actor_name(user), lease_owner=owner if runs_here else None,
-                             claim=runs_here, record=row)
+                             take_lease=runs_here, record=row)
             except store.StaleRun:
                 if not runs_here:
                     raise
@@ -296,10 +298,10 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
         call_id = f"ext_{state.model_calls}"
-        decision = Decision(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
+        reply = ModelReply(calls=(ProposedCall(id=call_id, tool=tool, args=args),), usage=parsed_usage)
         owner = driver.worker_name()
 
-        def record(after: engine.RunState, t: engine.Move) -> ClientCall | None:
+        def record(after: RunState, t: Move) -> ClientCall | None:
             # The proposal's row, written by the commit of the transition that judged it.
             if "verdict" not in t.detail:
                 return None
@@ -312,7 +314,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
                 reason=verdict.get("reason", ""), rule=verdict.get("rule"),
             )
 
-        after, t, proposed = _step_decision(run, state, user, decision, owner, record, counts={fp: repeats})
+        after, t, proposed = _step_reply(run, state, user, reply, owner, record, counts={fp: repeats})
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
     if invalid is not None:
@@ -323,7 +325,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         raise ActionError("busy", f"run {run.pk} did not take the call; try again", status=409)
     if after.state == states.ACTING and not proposed.client:
         # `run` as our commit left it (version, profile), with the lease that commit
-        # took; without it (a worker held it) the driver's claim checks that version,
+        # took; without it (a worker held it) the driver's lease checks that version,
         # so a run that moved since is read again there, not trusted.
         made: list[Deps] = []
         leased = run.lease_owner == owner
@@ -392,7 +394,7 @@ def _identical(run: Run, fp: str) -> tuple[ClientCall | None, int]:
     return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 
-def _waiting_detail(run: Run, state: engine.RunState) -> dict[str, Any]:
+def _waiting_detail(run: Run, state: RunState) -> dict[str, Any]:
     current = state.current_call or {}
     waiting = ClientCall.objects.filter(run=run, call_id=current.get("id", "")).first()
     detail: dict[str, Any] = {"message": "a call of this run is waiting; one call at a time", "state": state.state}
@@ -536,7 +538,7 @@ def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> Ca
             outcome = ToolOutcome(ok=False, error="client_error", detail=detail[:2000])
         # The client tool's own spec (its `returns` taints); no registry needed.
         spec = next((c for c in run.profile.client_specs() if c.name == call.tool), None)
-        after, t = engine.report(state, spec, outcome)
+        after, t = report(state, spec, outcome)
         try:
             store.commit(run, state, after, t, actor=actor_name(user))
         except store.StaleRun:
@@ -565,7 +567,7 @@ def run_finish(*, run_id: int, answer: Any, user: Any, usage: Any = None) -> Run
         state = store.load(run)
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
             raise ActionError("call_pending", _waiting_detail(run, state), status=409)
-        after, _t, _row = _step_decision(run, state, user, Decision(final=answer, usage=parsed_usage))
+        after, _t, _row = _step_reply(run, state, user, ModelReply(final=answer, usage=parsed_usage))
     if after.state != states.DONE:
         raise _ended(run)
     return run

@@ -5,7 +5,7 @@ The fork copies the parent's transcript and counters up to the fork point into i
 first transition (kind "fork", not re-billed), then runs on its profile as it is now.
 The parent's calls that took effect after the fork point travel in the fork's engine
 state (`RunState.fork["prior"]`), so the engine can tell when the fork proposes one of
-them again (agents/engine/step.py, `_already_ran`).
+them again (agents/engine/planning.py, `_already_ran`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agents.actions import ActionError
 from agents.engine import patch, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, TASK_MAX_CHARS, LimitError
-from agents.engine.step import RunState
+from agents.engine.run import RunState
 from agents.models import Message, Run, ToolCall
 from agents.models.runs import engine_message
 from agents.runs import sanitize, store
@@ -130,7 +130,7 @@ def prior_calls(parent: Run, point: ForkPoint) -> list[dict[str, Any]]:
 def effect_plan(parent: Run, prior: list[dict[str, Any]], reuse: str) -> list[dict[str, Any]]:
     """What the fork would do if its model proposes each of the parent's calls again:
     `reuse` the recorded result, `ask` a human, or `run_again` (the engine's rule in
-    step._already_ran, told ahead for a dry run)."""
+    planning._already_ran, told ahead for a dry run)."""
     registry = registry_for(parent.profile, sorted({p["tool"] for p in prior}))
     plan = []
     for p in prior:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from agents import access, teams
 from agents.actions import actor_name
 from agents.engine import decisions
-from agents.engine import step as engine
+from agents.engine.human import withdraw_votes
 from agents.models import ApiToken, Approval, ApprovalClaim, ApprovalVote, Membership, Run
 from agents.notifications.links import links_revoke
 from agents.runs import store
@@ -157,7 +157,7 @@ def _votes_withdraw(approval_id: int, *, user: Any, reason: str) -> int:
             return 0
         tally = decisions.tally([v.to_dict() for v in a.current_votes()], a.required)
         state = store.load(run)
-        after, t = engine.withdraw_votes(
+        after, t = withdraw_votes(
             state, approval=a.pk, by=user.get_username(), reason=reason, withdrawn=withdrawn,
             needed=max(1, a.required - tally.approvals),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -18,16 +19,17 @@ PREFIX = "airlock_"
 
 
 @functools.cache
-def _active() -> tuple[str, rows.Columns, rows.Columns]:
+def _active(beside: str = "", join: str = "") -> tuple[str, rows.Columns, rows.Columns]:
     """Every API request and gateway call reads its token, the token's user and the
     user's roles (which every access rule asks next): one statement, a row per role (or
     one of NULLs), written out (agents/runs/rows.py) so no queryset is built each time,
-    and prepared on the server so it is not planned each time either."""
+    and prepared on the server so it is not planned each time either. `beside` and
+    `join`: more columns, after those, from the tables `join` adds (`token_read`)."""
     token, user = rows.Columns(ApiToken, "a"), rows.Columns(get_user_model(), "b0")
     sql = (
-        f"SELECT {token.sql}, {user.sql}, r.kind, r.name, r.project_id FROM {ApiToken._meta.db_table} a"  # noqa: S608
+        f"SELECT {token.sql}, {user.sql}, r.kind, r.name, r.project_id{beside} FROM {ApiToken._meta.db_table} a"  # noqa: S608
         f" JOIN {get_user_model()._meta.db_table} b0 ON b0.id = a.user_id"
-        f" LEFT JOIN ({access.roles_union()}) r ON r.user_id = b0.id"
+        f" LEFT JOIN ({access.roles_union()}) r ON r.user_id = b0.id{join}"
         " WHERE a.digest = %s AND a.revoked_at IS NULL AND b0.is_active = %s"
     )
     return sql, token, user
@@ -59,22 +61,33 @@ def token_user(raw: str) -> Any:
     """The active user a raw token belongs to, or None (unknown, revoked, inactive user).
     A token limited to a project marks the user object so (agents.access.token_project):
     every rule then answers for that project alone, whatever else the user holds."""
+    return token_read(raw)[0]
+
+
+def token_read(
+    raw: str, beside: str = "", join: str = "", params: Sequence[Any] = ()
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """`token_user`'s user, and what the same statement read beside it: the `beside`
+    columns of each row (one row per role), from the tables `join` adds (its
+    placeholders take `params`; they are outer joins, so the token alone decides
+    whether there is a row). (None, []) for no user: nothing beside it is read then."""
     if not raw or len(raw) > 200:
-        return None
-    sql, token_columns, user_columns = _active()
-    found = rows.fetch(sql, [digest(raw), True], prepared=True)
+        return None, []
+    sql, token_columns, user_columns = _active(beside, join)
+    found = rows.fetch(sql, [*params, digest(raw), True], prepared=True)
     if not found:
-        return None
+        return None, []
+    roles_at = token_columns.width + user_columns.width
     token = token_columns.instance(found[0])
     user = user_columns.instance(found[0][token_columns.width :])
     token.user = user
-    access.remember_roles(user, (row[-3:] for row in found))
+    access.remember_roles(user, (row[roles_at : roles_at + 3] for row in found))
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         # At most one write a minute per token: "last used" is for humans, not an audit log.
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     user._airlock_token_project = token.project_id
-    return user
+    return user, [row[roles_at + 3 :] for row in found]
 
 
 def token_revoke(*, token_id: int | None = None, user: Any = None) -> int:

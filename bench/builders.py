@@ -22,7 +22,7 @@ from django.utils.text import Truncator
 
 from agents.engine.decisions import DECISIONS
 from agents.engine.policy import shadow_label
-from agents.engine.step import TRANSCRIPT_CAP
+from agents.engine.transcript import TRANSCRIPT_CAP
 from agents.web.formatting import ms, number, pretty_json, since, usd
 from agents.web.markup import url_for
 from agents.web.timeline import PAGE_TEXT_MAX, Entry, cut_for_model, page_text
@@ -175,7 +175,7 @@ def _source(source: ToolSource, risk: str) -> str:
     if source.risk_override and source.risk_override == risk:
         override = (
             f' <strong class="risk-override">Risk {esc(risk)} was set by an operator\'s override</strong> (the '
-            f"server's annotations claim {esc(source.claimed_risk)})."
+            f"server's annotations say {esc(source.annotated_risk)})."
         )
     return (
         f'<p class="tool-source">From MCP server <code class="server">{esc(source.server)}</code>.'

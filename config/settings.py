@@ -463,7 +463,7 @@ REDIS_URL = env_str("REDIS_URL", "")
 AIRLOCK_SWEEP_SECONDS = env_float("AIRLOCK_SWEEP_SECONDS", 5.0)
 AIRLOCK_IDLE_SECONDS = env_float("AIRLOCK_IDLE_SECONDS", 10.0)
 # A run's turn on a worker: this many transitions (or AIRLOCK_TASK_SECONDS), then it
-# goes to the back of the queue. Each turn costs a claim, a read of the run and its
+# goes to the back of the queue. Each turn costs a lease, a read of the run and its
 # transcript and a release; with quick tools 10 transitions took about as long.
 AIRLOCK_TASK_TRANSITIONS = env_int("AIRLOCK_TASK_TRANSITIONS", 100)
 AIRLOCK_TASK_SECONDS = env_float("AIRLOCK_TASK_SECONDS", 60.0)

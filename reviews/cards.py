@@ -95,7 +95,7 @@ class ToolSource:
     server: str
     description: str
     risk_override: str
-    claimed_risk: str  # what the server's annotations claim
+    annotated_risk: str  # what the server's annotations say
 
     @classmethod
     def of(cls, approvals: list[Approval]) -> dict[str, ToolSource]:
@@ -107,7 +107,7 @@ class ToolSource:
         tools = McpTool.objects.filter(name__in=names).select_related("server").only(
             "name", "description", "annotations", "risk_override", "server__name"
         )
-        return {t.name: cls(t.server.name, t.description, t.risk_override, t.claimed().risk) for t in tools}
+        return {t.name: cls(t.server.name, t.description, t.risk_override, t.annotated().risk) for t in tools}
 
 
 @dataclass(frozen=True)

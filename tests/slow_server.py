@@ -64,6 +64,17 @@ class SlowServer:
         threading.Thread(target=self._accept, args=(ends,), daemon=True).start()
         return self
 
+    def settled(self, timeout: float = 10.0) -> bool:
+        """Wait until no answer is being sent: the client's side of an exchange ends
+        before ours does (our next send is what learns that the client hung up)."""
+        ends = time.monotonic() + timeout
+        while time.monotonic() < ends:
+            with self._lock:
+                if self.in_flight == 0:
+                    return True
+            time.sleep(0.01)
+        return False
+
     def stop(self) -> None:
         self._stop.set()
         if self._sock is not None:

@@ -1,17 +1,53 @@
-"""The request and response shapes the API validates and documents (its OpenAPI schema)."""
+"""The request and response shapes the API validates and documents (its OpenAPI schema).
+
+A run, an approval, a vote and a grant are written once, as the TypedDicts their
+models' to_dict() returns (agents/models/runs.py, approvals.py); their schemas here are
+derived from those (`from_dict_shape`), with the nested shapes the TypedDicts leave as
+plain dicts named.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+import types
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from agents.access import MAX_ID
 from agents.actions import BATCH_MAX
 from agents.engine import decisions
 from agents.engine.limits import TASK_MAX_CHARS
+from agents.models import ApprovalDict, GrantDict, RunDict, VoteDict
+
+
+def from_dict_shape(name: str, shape: type, **nested: Any) -> type[Schema]:
+    """The response schema of a TypedDict that a model's to_dict() returns: its fields in
+    its order, each with its own type, or the schema named in `nested` for a value the
+    TypedDict types as a plain dict; the description and default of the field's
+    `Annotated[..., Field(...)]`; a field that may be null defaults to null (the OpenAPI
+    document then lists it as optional)."""
+    fields: dict[str, Any] = {}
+    for key, hint in get_type_hints(shape, include_extras=True).items():
+        meta = getattr(hint, "__metadata__", ())
+        given = next((m for m in meta if isinstance(m, FieldInfo)), None)
+        annotation = nested.get(key, get_args(hint)[0] if meta else hint)
+        if given is not None and not given.is_required():
+            info = given
+        elif _nullable(annotation):
+            info = Field(None, description=given.description if given else None)
+        else:
+            info = Field(..., description=given.description if given else None)
+        fields[key] = (annotation, info)
+    return create_model(name, __base__=Schema, __module__=__name__, **fields)
+
+
+def _nullable(annotation: Any) -> bool:
+    return annotation is Any or (
+        get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+    )
 
 
 class Error(Schema):
@@ -124,14 +160,6 @@ class BatchDecisionOut(Schema):
     results: list[BatchResultOut] = Field(..., description="one per id, in the order given")
 
 
-class VoteOut(Schema):
-    by: str
-    decision: str
-    note: str
-    at: dt.datetime
-    via: str = Field("", description="where the vote came from: dashboard, api, slack or email")
-
-
 class ShadowOut(Schema):
     rule: int = Field(..., description="the shadow rule's 1-based index among the profile's rules")
     verdict: Literal["allow", "ask", "deny"]
@@ -156,55 +184,12 @@ class PriorOut(Schema):
     status: str | None = None
 
 
-class ApprovalOut(Schema):
-    id: int
-    run: int
-    status: str
-    kind: str
-    tool: str
-    risk: str
-    args: Any = None
-    edited_args: Any = None
-    edited_by: str | None = Field(None, description="who edited the arguments, or null")
-    args_hash: str = Field(
-        ..., description="sha256 of the canonical JSON of the arguments that would run (edited_args, else args): "
-        "send it back with a decision to bind your vote to this call"
-    )
-    reason: str
-    taint_source: dict[str, Any] | None = None
-    rule: dict[str, Any] | None = None
-    shadow: list[ShadowOut] = Field(
-        default_factory=list, description="what each matching shadow rule of the profile would have decided"
-    )
-    history: HistoryOut | None = Field(
-        None, description="the figures of the history rule that asked (docs/policy.md, rules that remember), or null"
-    )
-    required: int
-    votes: list[VoteOut]
-    decided_by: str | None = None
-    decided_at: dt.datetime | None = None
-    note: str
-    expires_at: dt.datetime | None = None
-    escalated_at: dt.datetime | None = Field(
-        None, description="when the call was escalated to its agent's backup group (escalate_after_seconds), or null"
-    )
-    escalated_to: str = Field("", description="the backup group it was escalated to (empty until then)")
-    via: str = Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")
-    created_at: dt.datetime
-    prior: PriorOut | None = Field(
-        None, description="a fork's 'already ran' approval: the parent's call (run, seq, status succeeded|started)"
-    )
-    claimed_by: str | None = Field(None, description="who claimed the call (\"I'm on it\"), or null; null once the claim lapsed")
-    claimed_until: dt.datetime | None = Field(None, description="when the claim lapses, or null")
-
-
-class GrantOut(Schema):
-    id: int
-    tool: str
-    args: Any = None
-    by: str | None = None
-    created_at: dt.datetime
-    revoked_at: dt.datetime | None = None
+VoteOut = from_dict_shape("VoteOut", VoteDict)
+ApprovalOut = from_dict_shape(
+    "ApprovalOut", ApprovalDict, shadow=list[ShadowOut], history=HistoryOut | None, votes=list[VoteOut],
+    prior=PriorOut | None,
+)
+GrantOut = from_dict_shape("GrantOut", GrantDict)
 
 
 class HoldOut(Schema):
@@ -223,25 +208,10 @@ class ForkedFromOut(Schema):
     seq: int
 
 
-class RunOut(Schema):
-    id: int
-    agent: str
-    state: str
-    task: str
-    steps: int
-    cost_micros: int
-    tokens: int
-    answer: str | None = None
-    error: str | None = None
-    tainted: bool
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    pending_approval: ApprovalOut | None = None
-    grants: list[GrantOut] = []
-    purged_at: dt.datetime | None = None
-    hold: HoldOut | None = None
-    forked_from: ForkedFromOut | None = Field(None, description="a fork's parent run and the transition it starts after")
-    continues: int | None = Field(None, description="the run of the same MCP gateway stream this one continues")
+RunOut = from_dict_shape(
+    "RunOut", RunDict, pending_approval=ApprovalOut | None, grants=list[GrantOut], hold=HoldOut | None,
+    forked_from=ForkedFromOut | None,
+)
 
 
 class ForkPointOut(Schema):

@@ -54,7 +54,7 @@ class ProposedCall:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ModelReply:
     """One model reply: a final answer, or one or more calls (with optional text)."""
 
     final: str | None = None
@@ -64,11 +64,11 @@ class Decision:
 
     def __post_init__(self) -> None:
         if (self.final is None) == (not self.calls):
-            raise ValueError("a decision is either a final answer or at least one call")
+            raise ValueError("a model reply is either a final answer or at least one call")
 
 
 class ModelError(Exception):
-    """The model could not give a decision (after the client's own retries)."""
+    """The model could not give a reply (after the client's own retries)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class ModelRequest:
 
 
 class ModelClient(Protocol):
-    def propose(self, request: ModelRequest) -> Decision | None:
-        """The model's decision. None only from a client whose decisions come from
+    def propose(self, request: ModelRequest) -> ModelReply | None:
+        """The model's reply. None only from a client whose replies come from
         outside Airlock (an external agent's proposed call, given through the API) and
         that has none yet: the run rests in `planning` until one arrives."""
         ...

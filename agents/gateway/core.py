@@ -6,8 +6,10 @@ proposal (`agents.external`): the gateway never judges a call itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
-from agents.runs import driver, rows, sanitize
+from agents.runs import driver, rows, sanitize, statement
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
 from agents.tools.mcp.mapping import hints_for
@@ -51,42 +53,64 @@ class Caller:
     # The profile row as this request read it: a request's handlers need it again
     # (tools, limits) and need not read it again.
     profile: Any = None
+    # The caller's stream under a conversation key, as the token's statement read it
+    # beside the profile: (key, its row's run id, that run's state and updated_at),
+    # for `stream_run`'s first look; None if it was not read.
+    stream: tuple[str, tuple[Any, ...]] | None = None
 
 
 # Every gateway request reads these: written out (agents/runs/rows.py), they skip
 # building a queryset each time, and prepared, they skip planning each time.
-_EXTERNAL_PROFILE = rows.Joined(AgentProfile, [], "a.name = %s AND a.provider = %s", prepared=True)
 _OPEN_SESSION = rows.Joined(
     GatewaySession, [], "a.session_id = %s AND a.user_id = %s AND a.profile_id = %s AND a.closed_at IS NULL",
     prepared=True,
 )
 
 
-def authenticate(header: str | None, profile_name: str) -> Caller:
+@functools.cache
+def _beside_token() -> tuple[rows.Columns, str, str]:
+    """What the token's statement (agents/tokens.py, `token_read`) reads beside the
+    token for a gateway request, in the same round trip: the external profile named by
+    the path, and the caller's stream under the request's conversation key with its
+    run's state (what `stream_run` looks at first). Outer joins: the token alone
+    decides whether there is a row, and a missing profile reads as NULLs."""
+    profile = rows.Columns(AgentProfile, "p")
+    beside = f", {profile.sql}, s.run_id, sr.state, sr.updated_at"
+    join = (
+        f" LEFT JOIN {AgentProfile._meta.db_table} p ON p.name = %s AND p.provider = %s"
+        f" LEFT JOIN {GatewayStream._meta.db_table} s ON s.user_id = b0.id AND s.profile_id = p.id AND s.key = %s"
+        f" LEFT JOIN {Run._meta.db_table} sr ON sr.id = s.run_id"
+    )
+    return profile, beside, join
+
+
+def authenticate(header: str | None, profile_name: str, stream_key: str | None = None) -> Caller:
     """The token's user and the external profile, or the refusal: 401 (with
     `WWW-Authenticate: Bearer`) for a missing or bad token, 404 for a profile that does
     not exist, is not external or is of a project where the caller holds no role, 403
-    for a user who may not launch runs there."""
+    for a user who may not launch runs there. One statement reads the token, its user
+    and roles, the profile and (for a `stream_key`) the caller's stream under it."""
     challenge = {"WWW-Authenticate": 'Bearer realm="airlock"'}
     if not header:
         raise Refused(401, "unauthenticated", "send 'Authorization: Bearer <API token>'", challenge)
     scheme, _, raw = header.partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
         raise Refused(401, "unauthenticated", "the Authorization header must be 'Bearer <token>'", challenge)
-    user = tokens.token_user(raw.strip())
+    columns, beside, join = _beside_token()
+    user, found = tokens.token_read(raw.strip(), beside, join, [profile_name, "external", stream_key])
     if user is None:
         # Never log or echo the token itself.
         raise Refused(401, "unauthenticated", "unknown or revoked API token",
                       {"WWW-Authenticate": 'Bearer realm="airlock", error="invalid_token"'})
-    found = _EXTERNAL_PROFILE.fetch([profile_name, "external"])
-    profile = found[0] if found else None
+    profile = columns.instance(found[0]) if found[0][0] is not None else None
     if profile is None or not access.is_member(user, profile.project_id):
         # Another project's profile is answered exactly like one that does not exist.
         raise Refused(404, "not_found", f"no external agent profile {profile_name!r}")
     if not access.can_launch(user, profile.project_id):
         raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role",
                       who=who_of(user))
-    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile)
+    stream = (stream_key, found[0][columns.width:]) if stream_key is not None else None
+    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile, stream=stream)
 
 
 # -- sessions and streams ----------------------------------------------------------------
@@ -141,7 +165,7 @@ def admit(
     for one that is not the caller's; `initialize` opens one); then `Airlock-Run` (a run
     of the caller's, of this profile). The 2026-07-28 era has no session: each request
     names its caller alone."""
-    caller = authenticate(header, profile_name)
+    caller = authenticate(header, profile_name, stream_key=_key_guess(conversation, meta))
     if modern:
         pinned = _run_from_header(caller, run_header) if run_header is not None else None
         return Admitted(caller, pinned=pinned, key=conversation_key(conversation, meta))
@@ -160,6 +184,15 @@ def admit(
             raise Refused(409, "run_mismatch", f"this session drives run {pinned}, not {run_header!r}")
         pinned = _run_from_header(caller, run_header)
     return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key))
+
+
+def _key_guess(header: str | None, meta: Any) -> str | None:
+    # The stream's key as the request names it, for reading the stream beside the token;
+    # a key the request gets wrong is refused later, after the token (as before).
+    try:
+        return conversation_key(header, meta)
+    except Refused:
+        return None
 
 
 def admit_and_start(
@@ -243,10 +276,13 @@ def _live(state: str | None, updated_at: Any) -> bool:
     return not (resting and idle and (timezone.now() - updated_at).total_seconds() > idle)
 
 
-def stream_run(caller: Caller, key: str = "", client_name: str = "") -> int:
+def stream_run(caller: Caller, key: str = "", client_name: str = "", *, fresh: bool = False) -> int:
     """The run of the caller's stream under `key` that takes its next call: the
-    stream's current one while it lives (one read), else a new run continuing it."""
-    found = rows.fetch(_STREAM_RUN, [caller.user.pk, caller.profile_id, key], prepared=True)
+    stream's current one while it lives (one read: the one the token's statement made
+    beside it, unless `fresh`), else a new run continuing it."""
+    seen = caller.stream[1] if caller.stream is not None and caller.stream[0] == key and not fresh else None
+    found = [seen] if seen is not None else rows.fetch(_STREAM_RUN, [caller.user.pk, caller.profile_id, key],
+                                                       prepared=True)
     if found and found[0][0] is not None and _live(found[0][1], found[0][2]):
         return int(found[0][0])
     return _stream_next(caller, key, client_name)
@@ -348,14 +384,18 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
     run_id = pinned
     asked, governed = tool, names.governed(profile, tool)  # None: a name its server has no tool of
     with mcp_tools.read_once(profile.tool_names()):
-        if governed is None or governed not in {s.name for s in offered(profile)}:
+        spec = next((s for s in offered(profile) if s.name == governed), None) if governed is not None else None
+        if spec is None:
             return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",
                          is_error=True, structured={"airlock": {"status": "unknown_tool", "tool": asked}})
         for attempt in (1, 2):
             try:
                 if pinned is None:
-                    run_id = stream_run(caller, admitted.key)
-                answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user, once=True)
+                    # A second attempt follows the stream's run ending: read it afresh.
+                    run_id = stream_run(caller, admitted.key, fresh=attempt > 1)
+                with _delivering(spec) as marked:
+                    answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user,
+                                                   once=True)
                 break
             except ActionError as exc:
                 if exc.code == "run_ended" and pinned is None and attempt == 1 and not _stopped_looping(exc):
@@ -364,9 +404,19 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
         assert run_id is not None
         if answer.status == external.RUNNING:
             answer = call_progress(caller, run_id, answer)
-        else:
+        elif answer.key not in marked:
             delivered(answer, run_id)
     return answer, run_id
+
+
+def _delivering(spec: ToolSpec) -> AbstractContextManager[set[str]]:
+    """The delivery mark of a call the gateway answers at once, written by its result's
+    commit (agents/runs/statement.py, `delivering`) for a retry-safe tool only: a
+    process that dies between that commit and the answer leaves a retry that runs
+    again, which such a tool allows (a read reads again, as any later identical read
+    does). An unsafe tool's mark stays a commit of its own after the result's, so such
+    a retry is answered from the journal, never run twice."""
+    return statement.delivering() if spec.retry_safety == "safe" else nullcontext(set())
 
 
 def call_resume(caller: Caller, run_id: int, key: str) -> tuple[CallAnswer, int] | Reply:
@@ -409,7 +459,7 @@ def call_progress(caller: Caller, run_id: int, answer: CallAnswer) -> CallAnswer
         # killed mid-call): the driver takes it and resumes as a worker would, so an
         # interrupted unsafe call becomes "outcome unknown", never a blind second call.
         # One call at a time per run: the run's call in `acting` is this one, and it
-        # runs only as the reviewer (or policy) let it; the driver's claim is a
+        # runs only as the reviewer (or policy) let it; the driver's lease is a
         # conditional update, so of two gateways (or a worker) one drives.
         lapsed = run.lease_expires is not None and run.lease_expires < timezone.now()
         if run.state == states.ACTING and (run.lease_owner is None or lapsed):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agents.engine.protocols import Decision, ModelClient, ModelError, ModelRequest
+from agents.engine.protocols import ModelClient, ModelError, ModelReply, ModelRequest
 
 from . import anthropic, demo, external, openai, scripted
 
@@ -37,6 +37,6 @@ class Unusable:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         raise ModelError(self.reason)
 

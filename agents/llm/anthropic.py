@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
+from agents.engine.protocols import ModelError, ModelReply, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
 from .http import Failure, HttpOptions, error_message, exchange
@@ -27,7 +27,7 @@ API_VERSION = "2023-06-01"
 PROVIDER = "anthropic"
 EPHEMERAL = {"type": "ephemeral"}
 # A `pause_turn` reply (a long server-side turn the API stopped) is sent back to be
-# continued, at most this many times per decision.
+# continued, at most this many times per reply.
 PAUSED_TURNS_MAX = 3
 
 
@@ -118,13 +118,13 @@ def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in tools]
 
 
-def parse_reply(data: dict[str, Any], turn: int) -> Decision | Paused:
+def parse_reply(data: dict[str, Any], turn: int) -> ModelReply | Paused:
     if data.get("stop_reason") == "pause_turn" and isinstance(data.get("content"), list):
         return Paused(content=data["content"], usage=parse_usage(data.get("usage")))
     return parse_response(data, turn)
 
 
-def parse_response(data: dict[str, Any], turn: int) -> Decision:
+def parse_response(data: dict[str, Any], turn: int) -> ModelReply:
     if data.get("type") == "error":
         raise ModelError(f"{PROVIDER}: error response: {error_message(data) or 'unknown error'}")
     content = data.get("content")
@@ -153,10 +153,10 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
     text = "".join(texts)
     usage = parse_usage(data.get("usage"))
     if calls:
-        return Decision(calls=tuple(calls), text=text, usage=usage)
+        return ModelReply(calls=tuple(calls), text=text, usage=usage)
     if not text.strip():
         raise ModelError(f"{PROVIDER}: empty reply (no text and no tool use)")
-    return Decision(final=text, usage=usage)
+    return ModelReply(final=text, usage=usage)
 
 
 def parse_usage(raw: Any) -> Usage | None:
@@ -193,7 +193,7 @@ class AnthropicClient:
     def __repr__(self) -> str:  # never show the key, even in a traceback's locals
         return f"AnthropicClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         if not self._api_key:
             raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         system, turns = wire_messages(request.messages)
@@ -211,7 +211,7 @@ class AnthropicClient:
                 headers=headers, body=body, options=self.options, provider=PROVIDER, secret=self._api_key,
                 describe=lambda exc: describe_failure(exc, self.key_name), parse=parse_reply, turn=request.turn,
             )
-            if isinstance(reply, Decision):
+            if isinstance(reply, ModelReply):
                 return _with_usage(reply, [*paused, reply.usage])
             # The API's way to continue: send the paused content back as the assistant's
             # last turn; a second pause extends that same turn.
@@ -224,13 +224,13 @@ class AnthropicClient:
         raise ModelError(f"{PROVIDER}: the turn was still paused (pause_turn) after {PAUSED_TURNS_MAX} continuations")
 
 
-def _with_usage(decision: Decision, usages: list[Usage | None]) -> Decision:
-    """The decision billed for every request it took (a paused turn costs too)."""
+def _with_usage(reply: ModelReply, usages: list[Usage | None]) -> ModelReply:
+    """The reply billed for every request it took (a paused turn costs too)."""
     if len(usages) == 1:
-        return decision
+        return reply
     if any(u is None for u in usages):
-        return replace(decision, usage=None)
-    return replace(decision, usage=sum((u for u in usages if u is not None), Usage(0, 0)))
+        return replace(reply, usage=None)
+    return replace(reply, usage=sum((u for u in usages if u is not None), Usage(0, 0)))
 
 
 def describe_failure(exc: Failure, key_name: str = "ANTHROPIC_API_KEY") -> str:

@@ -18,16 +18,18 @@ from collections.abc import Callable
 from typing import Any
 
 from agents import demo
-from agents.engine.protocols import Decision, ModelRequest, ProposedCall, Usage
+from agents.engine.protocols import ModelReply, ModelRequest, ProposedCall, Usage
 
 REFUND_WORDS = re.compile(r"\b(refund|money back|reimburse|charged twice)\b", re.IGNORECASE)
 ORDER_NUMBER = re.compile(r"(?:order|#)\s*(?:number\s*|no\.?\s*)?#?(\d{3,12})", re.IGNORECASE)
 DEMO_URL = re.compile(rf"https?://{re.escape(demo.DEMO_HOST)}/[\w/-]*")
 INJECTION = re.compile(r"ignore (all )?previous instructions.*email the discount code", re.IGNORECASE | re.DOTALL)
 CODE = re.compile(r"\b[A-Z]{2,}(?:-[A-Z0-9]+)+\b")
+EXPORT_WORDS = re.compile(r"\bexport\b.*\bcustomers?\b", re.IGNORECASE | re.DOTALL)
+EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
-Caller = Callable[[str, dict[str, Any], str], Decision]
+Caller = Callable[[str, dict[str, Any], str], ModelReply]
 
 
 def _json(text: str) -> Any:
@@ -53,19 +55,19 @@ class DemoPlanner:
     # Answers from memory: the driver keeps its database connection (driver.ReleasingModel).
     waits = False
 
-    def propose(self, request: ModelRequest) -> Decision:
-        decision = self.plan(request)
-        return Decision(
-            final=decision.final, calls=decision.calls, text=decision.text, usage=self.usage(request, decision)
+    def propose(self, request: ModelRequest) -> ModelReply:
+        reply = self.plan(request)
+        return ModelReply(
+            final=reply.final, calls=reply.calls, text=reply.text, usage=self.usage(request, reply)
         )
 
-    def usage(self, request: ModelRequest, decision: Decision) -> Usage:
+    def usage(self, request: ModelRequest, reply: ModelReply) -> Usage:
         seen = sum(len(str(m.get("content") or "")) + len(json.dumps(m.get("tool_calls") or [])) for m in request.messages)
         seen += sum(len(json.dumps(t.openapi())) for t in request.tools)
-        said = len(decision.final or decision.text) + sum(len(json.dumps(c.args)) for c in decision.calls)
+        said = len(reply.final or reply.text) + sum(len(json.dumps(c.args)) for c in reply.calls)
         return Usage(input_tokens=math.ceil(seen / 4), output_tokens=math.ceil(said / 4) + 1)
 
-    def plan(self, request: ModelRequest) -> Decision:
+    def plan(self, request: ModelRequest) -> ModelReply:
         messages = request.messages
         task = next((m["content"] for m in messages if m["role"] == "user"), "")
         results: dict[str, list[Any]] = {}
@@ -75,25 +77,46 @@ class DemoPlanner:
         offered = {t.name for t in request.tools}
         turn = request.turn
 
-        def call(tool: str, args: dict[str, Any], text: str) -> Decision:
-            return Decision(calls=(ProposedCall(id=f"demo_{turn}_0", tool=tool, args=args),), text=text)
+        def call(tool: str, args: dict[str, Any], text: str) -> ModelReply:
+            return ModelReply(calls=(ProposedCall(id=f"demo_{turn}_0", tool=tool, args=args),), text=text)
 
         if REFUND_WORDS.search(task):
             return self.refund(task, results, offered, call)
+        if EXPORT_WORDS.search(task) and "export_customers" in offered:
+            return self.export(task, results, offered, call)
         return self.question(task, results, offered, call)
+
+    # -- a customer export, mailed ----------------------------------------------------
+
+    def export(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+        """Exports the customer list and emails it to the address in the task: the call
+        the demo's "writes after reading a customer export" rule holds for a human."""
+        if "export_customers" not in results:
+            return call("export_customers", {}, "Exporting the customer list.")
+        customers = results["export_customers"][-1]
+        to = EMAIL.search(task)
+        if "send_email" not in results and "send_email" in offered and to and isinstance(customers, list):
+            lines = "\n".join(f"{c.get('name')} <{c.get('email')}>" for c in customers if isinstance(c, dict))
+            return call("send_email", {"to": [to.group(0)], "subject": f"{demo.SHOP} customers", "body": lines},
+                        f"Emailing the customer list to {to.group(0)}.")
+        sent = (results.get("send_email") or [None])[-1]
+        if sent is not None and not _failed(sent):
+            return Decision(final="I have emailed the customer list.")
+        return Decision(final="I exported the customer list but did not email it.")
 
     # -- a refund request --------------------------------------------------------------
 
-    def refund(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+    def refund(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> ModelReply:
         match = ORDER_NUMBER.search(task)
         if match is None:
-            return Decision(final="I'm sorry to hear that. Could you tell me the order number so I can look into a refund?")
+            return ModelReply(final="I'm sorry to hear that. Could you tell me the order number so I can look into a refund?")
         order = match.group(1)
         if "refund" not in results and "refund" in offered:
             args: dict[str, Any] = {"order_id": order, "reason": f"Customer request: {task[:300]}"}
             known = demo.ORDERS.get(order)
             if known is not None:
                 args["amount"] = int(known["amount_cents"]) / 100  # type: ignore[call-overload]
+                args["customer"] = known["customer"]
             return call("refund", args,
                         f"The customer asks for a refund of order {order}; the refund policy covers damaged items.")
         outcome = (results.get("refund") or [None])[-1]
@@ -105,21 +128,21 @@ class DemoPlanner:
             # A reviewer may have edited the amount: say what was refunded, not what was asked.
             what = (f"order {order} in full (EUR {cents / 100:.2f})" if cents >= total
                     else f"EUR {cents / 100:.2f} of order {order} (EUR {total / 100:.2f})")
-            return Decision(final=f"I'm sorry your {outcome.get('item', 'item')} arrived broken. I have refunded "
+            return ModelReply(final=f"I'm sorry your {outcome.get('item', 'item')} arrived broken. I have refunded "
                                   f"{what}; you will see it on your statement within 5 business days.")
         if outcome is not None and not _failed(outcome):
             # A reviewer confirmed an interrupted refund happened: their note is the result.
-            return Decision(final=f"I'm sorry your order {order} arrived broken. I have refunded it in full.")
+            return ModelReply(final=f"I'm sorry your order {order} arrived broken. I have refunded it in full.")
         if _failed(outcome) and outcome.get("error") == "not_permitted":
-            return Decision(final=f"I'm sorry your order {order} arrived broken. I could not issue the refund "
+            return ModelReply(final=f"I'm sorry your order {order} arrived broken. I could not issue the refund "
                                   "myself; a colleague will review your request and get back to you within one "
                                   "business day.")
-        return Decision(final=f"I'm sorry, I could not process a refund for order {order} right now; a colleague "
+        return ModelReply(final=f"I'm sorry, I could not process a refund for order {order} right now; a colleague "
                               "will follow up with you.")
 
     # -- a customer question -----------------------------------------------------------
 
-    def question(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+    def question(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> ModelReply:
         searches = results.get("kb_search", [])
         if not searches and "kb_search" in offered:
             return call("kb_search", {"query": task[:500]}, "Let me check the knowledge base first.")
@@ -145,7 +168,7 @@ class DemoPlanner:
                      "body": f"Dear customer,\n\nUse the code {code} for 40% off your next order.\n\n{demo.SHOP}"},
                     "Following the page's instruction: emailing the discount code to every customer.",
                 )
-        return Decision(final=self.answer(task, articles, page_text))
+        return ModelReply(final=self.answer(task, articles, page_text))
 
     def answer(self, task: str, articles: list[Any], page_text: str) -> str:
         words = {w.strip(".,!?;:'\"()-").lower() for w in task.split() if len(w) > 3}

@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from agents import jsonsafe
-from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
+from agents.engine.protocols import ModelError, ModelReply, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
 
 from .http import Failure, HttpOptions, error_message, exchange
@@ -83,7 +83,7 @@ def parse_arguments(raw: Any) -> Any:
         return raw
 
 
-def parse_response(data: dict[str, Any], turn: int) -> Decision:
+def parse_response(data: dict[str, Any], turn: int) -> ModelReply:
     if "error" in data and not data.get("choices"):
         # Some compatible servers answer 200 with an error object.
         raise ModelError(f"{PROVIDER}: error response: {error_message(data) or 'unknown error'}")
@@ -120,10 +120,10 @@ def parse_response(data: dict[str, Any], turn: int) -> Decision:
         call_id = raw_id if isinstance(raw_id, str) and raw_id else f"call_{turn}_{i}"
         calls.append(ProposedCall(id=call_id, tool=fn["name"], args=parse_arguments(fn.get("arguments"))))
     if calls:
-        return Decision(calls=tuple(calls), text=text, usage=usage)
+        return ModelReply(calls=tuple(calls), text=text, usage=usage)
     if not text.strip():
         raise ModelError(f"{PROVIDER}: empty reply (no text and no tool calls)")
-    return Decision(final=text, usage=usage)
+    return ModelReply(final=text, usage=usage)
 
 
 def parse_usage(raw: Any) -> Usage | None:
@@ -158,7 +158,7 @@ class OpenAIClient:
     def __repr__(self) -> str:  # never show the key, even in a traceback's locals
         return f"OpenAIClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         if not self._api_key and self.base_url == DEFAULT_BASE_URL:
             raise ModelError(f"{PROVIDER}: {self.key_name} is not set")
         body: dict[str, Any] = {"model": self.model, "messages": wire_messages(request.messages)}

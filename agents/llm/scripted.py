@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.engine.protocols import Decision, ModelError, ModelRequest, ProposedCall, Usage
+from agents.engine.protocols import ModelError, ModelReply, ModelRequest, ProposedCall, Usage
 
 
 class ScriptError(ValueError):
     """A script that does not have the documented shape."""
 
 
-def parse_item(item: Any, index: int) -> Decision:
+def parse_item(item: Any, index: int) -> ModelReply:
     where = f"script item {index}"
     if not isinstance(item, dict):
         raise ScriptError(f"{where} must be an object, not {type(item).__name__}")
@@ -35,7 +35,7 @@ def parse_item(item: Any, index: int) -> Decision:
     if "final" in item:
         if not isinstance(item["final"], str):
             raise ScriptError(f"{where}: final must be text")
-        return Decision(final=item["final"], usage=usage)
+        return ModelReply(final=item["final"], usage=usage)
     raw_calls = [item["call"]] if "call" in item else item["calls"]
     if not isinstance(raw_calls, list) or not raw_calls:
         raise ScriptError(f"{where}: calls must be a non-empty list")
@@ -44,7 +44,7 @@ def parse_item(item: Any, index: int) -> Decision:
         if not isinstance(call, dict) or not isinstance(call.get("tool"), str):
             raise ScriptError(f"{where}: call {j} needs a tool name")
         calls.append(ProposedCall(id=str(call.get("id") or f"call_{index}_{j}"), tool=call["tool"], args=call.get("args", {})))
-    return Decision(calls=tuple(calls), usage=usage)
+    return ModelReply(calls=tuple(calls), usage=usage)
 
 
 def validate_script(script: Any) -> list[dict[str, Any]]:
@@ -62,7 +62,7 @@ class ScriptedClient:
     def __init__(self, script: list[Any]) -> None:
         self.script = script
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         if request.turn >= len(self.script):
             raise ModelError("script exhausted")
         try:

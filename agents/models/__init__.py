@@ -6,6 +6,7 @@ notifications.py  webhooks, outbox events, deliveries, notification preferences
 mcp.py         MCP servers and their pinned tools
 api.py         API tokens, launch idempotency keys
 ops.py         metric tallies, purge records
+review_stats.py  the review statistics' tallies, timings and streaks
 projects.py    projects and memberships (teams)
 external.py    ClientCall, the calls external agents proposed
 gateway.py     GatewayStream, a gateway caller's runs; GatewaySession, a handshake-era session; GatewayTask, a held call as a task
@@ -13,7 +14,16 @@ testing.py     LedgerEntry, the diagnostic tools' side-effect ledger (a test ins
 """
 
 from agents.models.api import ApiToken, ApiTokenQuerySet, IdempotencyKey
-from agents.models.approvals import Approval, ApprovalClaim, ApprovalDict, ApprovalQuerySet, ApprovalVote, Grant
+from agents.models.approvals import (
+    Approval,
+    ApprovalClaim,
+    ApprovalDict,
+    ApprovalQuerySet,
+    ApprovalVote,
+    Grant,
+    GrantDict,
+    VoteDict,
+)
 from agents.models.external import ClientCall
 from agents.models.gateway import GatewaySession, GatewayStream, GatewayTask
 from agents.models.mcp import McpServer, McpTool
@@ -29,8 +39,9 @@ from agents.models.notifications import (
     SlackAction,
     Webhook,
 )
-from agents.models.ops import MetricTally, PurgeRecord, ReviewStreak, ReviewTally, ReviewTallyVersion, ReviewTiming
+from agents.models.ops import MetricTally, PurgeRecord
 from agents.models.projects import Membership, Project
+from agents.models.review_stats import ReviewStreak, ReviewTally, ReviewTallyVersion, ReviewTiming
 from agents.models.runs import (
     AgentProfile,
     AgentProfileQuerySet,
@@ -55,6 +66,8 @@ __all__ = [
     "Approval",
     "ApprovalClaim",
     "ApprovalDict",
+    "GrantDict",
+    "VoteDict",
     "ApprovalQuerySet",
     "ApprovalVote",
     "ClientCall",

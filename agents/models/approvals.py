@@ -6,12 +6,13 @@ import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
+from pydantic import Field
 
 from agents.engine import decisions, fingerprints
 from agents.engine import policy as engine_policy
@@ -47,6 +48,31 @@ def call_group_key(*, profile_id: int, kind: str, tool: str, rule: Any, args: An
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
+# The JSON shapes of an approval, a vote and a grant: the one definition each. to_dict()
+# returns them (the API, webhooks, exports, commands); agents/api/schemas.py derives the
+# OpenAPI schema from them (ApprovalOut, VoteOut, GrantOut): the fields in this order,
+# with the description and default a `Field` gives (a field that may be null defaults
+# to null). tests/api/test_schemas.py holds to_dict(), the schema and the OpenAPI
+# document to each other, field by field and value by value.
+
+
+class VoteDict(TypedDict):
+    by: str
+    decision: str
+    note: str
+    at: dt.datetime
+    via: Annotated[str, Field("", description="where the vote came from: dashboard, api, slack or email")]
+
+
+class GrantDict(TypedDict):
+    id: int
+    tool: str
+    args: Any
+    by: str | None
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
 class ApprovalDict(TypedDict):
     id: int
     run: int
@@ -56,26 +82,39 @@ class ApprovalDict(TypedDict):
     risk: str
     args: Any
     edited_args: Any
-    edited_by: str | None
-    args_hash: str
+    edited_by: Annotated[str | None, Field(description="who edited the arguments, or null")]
+    args_hash: Annotated[str, Field(
+        description="sha256 of the canonical JSON of the arguments that would run (edited_args, else args): "
+        "send it back with a decision to bind your vote to this call"
+    )]
     reason: str
     taint_source: dict[str, Any] | None
     rule: dict[str, Any] | None
-    shadow: list[dict[str, Any]]
-    history: dict[str, Any] | None
+    shadow: Annotated[list[dict[str, Any]], Field(
+        default_factory=list, description="what each matching shadow rule of the profile would have decided"
+    )]
+    history: Annotated[dict[str, Any] | None, Field(
+        description="the figures of the history rule that asked (docs/policy.md, rules that remember), or null"
+    )]
     required: int
-    votes: list[dict[str, Any]]
+    votes: list[VoteDict]
     decided_by: str | None
     decided_at: dt.datetime | None
     note: str
     expires_at: dt.datetime | None
-    escalated_at: dt.datetime | None
-    escalated_to: str
-    via: str
+    escalated_at: Annotated[dt.datetime | None, Field(
+        description="when the call was escalated to its agent's backup group (escalate_after_seconds), or null"
+    )]
+    escalated_to: Annotated[str, Field("", description="the backup group it was escalated to (empty until then)")]
+    via: Annotated[str, Field("", description="where the deciding answer came from: dashboard, api, slack, email (or empty)")]
     created_at: dt.datetime
-    prior: dict[str, Any] | None
-    claimed_by: str | None
-    claimed_until: dt.datetime | None
+    prior: Annotated[dict[str, Any] | None, Field(
+        description="a fork's 'already ran' approval: the parent's call (run, seq, status succeeded|started)"
+    )]
+    claimed_by: Annotated[str | None, Field(
+        description="who claimed the call (\"I'm on it\"), or null; null once the claim lapsed"
+    )]
+    claimed_until: Annotated[dt.datetime | None, Field(description="when the claim lapses, or null")]
 
 
 # Where a decision came from (the approval JSON's `via`, the timeline, metrics).
@@ -168,7 +207,7 @@ class Approval(models.Model):
                 name="approval_pending_group",
             ),
             # The review statistics' window and the fatigue's newest closed calls
-            # (reviews/stats.py): without it each read scanned every approval (bench/stats.py).
+            # (reviews/stats/): without it each read scanned every approval (bench/stats.py).
             models.Index(fields=["decided_at"], condition=models.Q(decided_at__isnull=False), name="approval_decided"),
             models.Index(fields=["escalated_at"], condition=models.Q(escalated_at__isnull=False), name="approval_escalated"),
             # The closed calls not yet folded into the tallies: the fold's work and the
@@ -347,7 +386,7 @@ class ApprovalVote(models.Model):
             models.UniqueConstraint(fields=["approval", "round", "by_name"], name="vote_once_per_round"),
         ]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VoteDict:
         return {"by": self.by_name, "decision": self.decision, "note": self.note, "at": self.at, "via": self.via}
 
 
@@ -393,7 +432,7 @@ class Grant(models.Model):
     def scope(self) -> str:
         return "tool" if self.args is None else "call"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> GrantDict:
         return {
             "id": self.pk,
             "tool": self.tool,
@@ -439,6 +478,6 @@ class ApprovalClaim(models.Model):
         indexes = [
             # The sweeper's lapsed claims: the open ones are few, the ended ones pile up.
             models.Index(fields=["until"], condition=models.Q(ended_at__isnull=True), name="approvalclaim_open_until"),
-            # The stats page's lapsed claims at the two ends of its window (reviews/stats.py).
+            # The stats page's lapsed claims at the two ends of its window (reviews/stats/events.py).
             models.Index(fields=["ended_at"], condition=models.Q(end="lapsed"), name="approvalclaim_lapsed"),
         ]

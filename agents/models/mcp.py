@@ -66,7 +66,7 @@ class McpServer(models.Model):
 class McpTool(models.Model):
     """One tool of an MCP server, pinned to the definition an operator accepted.
 
-    The server's annotations are a claim; the `*_override` fields are the operator's
+    The server's annotations are its self-description, hints only; the `*_override` fields are the operator's
     word and win. A sync that finds a different definition parks it in `pending_*` and
     sets `status` to `changed`: the tool is not offered until someone accepts it.
     """
@@ -113,22 +113,23 @@ class McpTool(models.Model):
             "annotations": self.annotations,
         }
 
-    def claimed(self) -> Any:
+    def annotated(self) -> Any:
+        """The kind the server's annotations describe (its self-description)."""
         # Late for the same circle as _validate_server_name's import.
-        from agents.tools.mcp.mapping import claimed_kind
+        from agents.tools.mcp.mapping import annotated_kind
 
-        return claimed_kind(self.annotations)
+        return annotated_kind(self.annotations)
 
     def effective(self) -> Any:
-        """The kind Airlock applies: the operator's overrides over the server's claim."""
+        """The kind Airlock applies: the operator's overrides over the server's annotations."""
         # Late for the same circle as _validate_server_name's import.
         from agents.tools.mcp.mapping import Kind
 
-        claim = self.claimed()
+        annotated = self.annotated()
         return Kind(
-            self.risk_override or claim.risk,
-            self.returns_override or claim.returns,
-            self.retry_safety_override or claim.retry_safety,
+            self.risk_override or annotated.risk,
+            self.returns_override or annotated.returns,
+            self.retry_safety_override or annotated.retry_safety,
         )
 
     def offered(self) -> bool:

@@ -53,8 +53,16 @@ class Webhook(models.Model):
             return False
         return self.active and event_type in self.events
 
-    def clean(self) -> None:
+    def clean_fields(self, exclude: Any = None) -> None:
+        """As Django's, but each message once: URLField's own validator and the
+        http(s)-only one both refuse `ftp://x` with the same words, which the admin, the
+        project admin and `add_webhook` would otherwise all print twice."""
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            raise ValidationError({f: list(dict.fromkeys(msgs)) for f, msgs in exc.message_dict.items()}) from None
 
+    def clean(self) -> None:
         if not isinstance(self.events, list):
             raise ValidationError({"events": "a list of event types"})
         unknown = [e for e in self.events if e not in EVENT_TYPES]
@@ -97,7 +105,7 @@ class Delivery(models.Model):
     webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(max_length=10, choices=STATUSES, default="pending")
     attempts = models.PositiveIntegerField(default=0)
-    # Due when in the past; a claimed attempt pushes it past its timeout, so a worker
+    # Due when in the past; an attempt leases it by pushing it past its timeout, so a worker
     # that dies mid-attempt leaves it due again (at least once, same webhook-id).
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     last_status_code = models.PositiveIntegerField(null=True, blank=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections.abc import Callable, Collection
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -15,6 +15,7 @@ from django.db import connection, models
 from django.db.models import Prefetch, Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
+from pydantic import Field
 
 from agents.engine import limits as engine_limits
 from agents.engine import policy as engine_policy
@@ -22,7 +23,7 @@ from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
 from agents.llm.keys import API_KEY_ENV
-from agents.models.approvals import Approval, ApprovalDict, Grant
+from agents.models.approvals import Approval, ApprovalDict, Grant, GrantDict
 from agents.models.fields import URLField
 from agents.models.projects import default_project
 from agents.runs import rows
@@ -582,6 +583,10 @@ class ToolCall(models.Model):
 
 
 class RunDict(TypedDict):
+    """A run as the API, webhooks, exports and commands give it: the one definition of
+    its shape, as ApprovalDict is an approval's (agents/models/approvals.py says how
+    agents/api/schemas.py derives the OpenAPI schema, RunOut, from it)."""
+
     id: int
     agent: str
     state: str
@@ -595,8 +600,10 @@ class RunDict(TypedDict):
     created_at: dt.datetime
     updated_at: dt.datetime
     pending_approval: ApprovalDict | None
-    grants: list[dict[str, Any]]
+    grants: Annotated[list[GrantDict], Field([])]
     purged_at: dt.datetime | None
     hold: dict[str, Any] | None
-    forked_from: dict[str, Any] | None
-    continues: int | None
+    forked_from: Annotated[dict[str, Any] | None, Field(
+        description="a fork's parent run and the transition it starts after"
+    )]
+    continues: Annotated[int | None, Field(description="the run of the same MCP gateway stream this one continues")]

@@ -5,7 +5,7 @@ is a conditional update or a skip-locked read, so any number of workers can disp
 at once; a worker that dies leaves rows that the next dispatch picks up:
 
 - fan-out: render an event's `data` once, make one `Delivery` per subscribed webhook;
-- delivery: claim a due delivery, record the attempt, POST outside any transaction,
+- delivery: lease a due delivery, record the attempt, POST outside any transaction,
   record the outcome; failures wait with exponential back-off and jitter, then `dead`;
 - digest: pending calls go to reviewers as one email once the oldest is a window old.
 """
@@ -285,25 +285,25 @@ def deliver_due(*, budget: float = DISPATCH_SECONDS) -> tuple[int, int]:
 def attempt(delivery_id: int) -> bool | None:
     """One attempt: True delivered, False failed, None not ours to make.
 
-    1. Claim: a conditional update counts the attempt and pushes `next_attempt_at` past
+    1. Lease: a conditional update counts the attempt and pushes `next_attempt_at` past
        the request's timeout; the attempt row is written in the same transaction.
     2. POST outside any transaction, signed with this attempt's timestamp.
-    3. Record the outcome, only if the claim is still ours.
+    3. Record the outcome, only if the lease is still ours.
     """
-    # The request's overall deadline starts with the claim, so everything up to the
+    # The request's overall deadline starts with the lease, so everything up to the
     # POST (rendering, DNS) counts too, and no byte is sent once it has passed. The
-    # claim holds the delivery for twice as long plus 5 s (clock skew between workers,
-    # recording the outcome): another worker can claim it only after this attempt can
+    # lease lasts twice as long plus 5 s (clock skew between workers, recording the
+    # outcome): another worker can take the delivery only after this attempt can
     # no longer be sending, so a slow receiver cannot get it twice at once.
     deadline = Deadline(settings.AIRLOCK_WEBHOOK_TIMEOUT)
     now = timezone.now()
-    hold = now + dt.timedelta(seconds=claim_seconds())
+    lease_until = now + dt.timedelta(seconds=lease_seconds())
     with transaction.atomic():
-        claimed = Delivery.objects.filter(pk=delivery_id, status="pending", next_attempt_at__lte=now).update(
-            attempts=F("attempts") + 1, next_attempt_at=hold
+        leased = Delivery.objects.filter(pk=delivery_id, status="pending", next_attempt_at__lte=now).update(
+            attempts=F("attempts") + 1, next_attempt_at=lease_until
         )
-        if claimed != 1:
-            # Another worker claimed it first (it sends), or it was delivered meanwhile.
+        if leased != 1:
+            # Another worker took it first (it sends), or it was delivered meanwhile.
             return None
         delivery = Delivery.objects.select_related("event", "webhook").get(pk=delivery_id)
         # Numbered over the delivery's whole life: a resend starts `attempts` over, not this.
@@ -344,7 +344,7 @@ def attempt(delivery_id: int) -> bool | None:
         DeliveryAttempt.objects.filter(pk=row.pk).update(
             finished_at=finished, status_code=code, error=error, duration_ms=int((time.monotonic() - started) * 1000)
         )
-        # Our claim outlived its hold and another worker took the delivery: its outcome stands.
+        # Our attempt outlived its lease and another worker took the delivery: its outcome stands.
         Delivery.objects.filter(pk=delivery_id, attempts=delivery.attempts, status="pending").update(**fields)
     log.info(
         "webhook delivery=%s webhook=%s event=%s attempt=%s %s",
@@ -357,9 +357,9 @@ def attempt(delivery_id: int) -> bool | None:
     return ok
 
 
-def claim_seconds() -> float:
-    """How long a claimed delivery is held: past the request's overall deadline
-    (AIRLOCK_WEBHOOK_TIMEOUT from the claim), with room to record the outcome."""
+def lease_seconds() -> float:
+    """How long a delivery being attempted is leased: past the request's overall deadline
+    (AIRLOCK_WEBHOOK_TIMEOUT from the lease), with room to record the outcome."""
     return 2 * settings.AIRLOCK_WEBHOOK_TIMEOUT + 5
 
 

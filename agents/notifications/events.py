@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents import broker
 from agents.engine import decisions, states
-from agents.engine.step import Move
+from agents.engine.run import Move
 from agents.models import EVENT_TYPES, Approval, OutboxEvent, Run
 
 log = logging.getLogger("airlock.outbox")

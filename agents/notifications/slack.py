@@ -468,11 +468,11 @@ def update_decided(*, limit: int = 100) -> int:
         if row.approval_id in seen:
             continue
         seen.add(row.approval_id)  # type: ignore[arg-type]
-        # Claim every row of this approval: another dispatcher that claimed first sends.
-        claimed = SlackAction.objects.filter(approval_id=row.approval_id, updated_message_at__isnull=True).update(
+        # Take every row of this approval: another dispatcher that took them first sends.
+        taken = SlackAction.objects.filter(approval_id=row.approval_id, updated_message_at__isnull=True).update(
             updated_message_at=timezone.now()
         )
-        if not claimed:
+        if not taken:
             continue
         approval = Approval.objects.select_related("decided_by").get(pk=row.approval_id)
         done += respond(row.response_url, replace(approval, ""))

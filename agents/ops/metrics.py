@@ -41,7 +41,7 @@ from agents.models import AgentProfile, Approval, ApprovalClaim, MetricTally, Ru
 # -- reason kinds: the one map from a failure's free-text reason to a label ---------------
 
 # First matching prefix wins (the engine's and the store's wording, agents/engine/limits.py,
-# step.py, driver.poison_reason); anything else is "other".
+# planning.py, human.py, driver.poison_reason); anything else is "other".
 REASON_PREFIXES: tuple[tuple[str, str], ...] = (
     ("deadline passed", "deadline"),
     ("step budget exhausted", "max_steps"),

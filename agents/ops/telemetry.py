@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Tracer
 
-    from agents.engine.step import Move, RunState
+    from agents.engine.run import Move, RunState
     from agents.models import Run
 
 log = logging.getLogger("airlock.telemetry")
@@ -223,7 +223,7 @@ def _policy(verdict: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Move, call: dict[str, Any],
                capture: bool) -> None:
-    from agents.engine.step import proposed_call
+    from agents.engine.run import proposed_call
 
     ok = bool(t.detail.get("ok"))
     attributes: dict[str, Any] = {

@@ -23,9 +23,10 @@ from django.utils import timezone
 from agents.engine import decisions, patch, policy
 from agents.engine.fingerprints import fingerprint
 from agents.engine.history import Answer
+from agents.engine.planning import verdict_for
 from agents.engine.policy import PolicyError, Verdict
 from agents.engine.registry import Registry
-from agents.engine.step import RunState, verdict_for
+from agents.engine.run import RunState
 from agents.models import AgentProfile, Approval, Message, Run, Transition
 from agents.runs.history import StoreHistory
 from agents.tools import registry as tool_registry

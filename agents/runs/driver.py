@@ -1,5 +1,5 @@
-"""The driver: claims and leases, the journal and tool runner a drive uses, the drive
-loop itself, the sweeper's one-step claim and the poison-run rule."""
+"""The driver: a worker's lease on a run, the journal and tool runner a drive uses, the
+drive loop itself, the sweeper's one step under a lease and the poison-run rule."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from django.utils import timezone
 
 from agents import faults
 from agents.engine import states
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
+from agents.engine.protocols import Deps, JournalEntry, ModelClient, ModelReply, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import Move, Outcome, RunState, fail, step
+from agents.engine.run import Move, Outcome, RunState, fail
+from agents.engine.step import step
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
 from agents.runs import rows, statement
@@ -46,7 +47,7 @@ def worker_name() -> str:
     """This thread's name as a lease owner: host, process and thread.
 
     A threaded worker drives many runs in one process; were the owner only the process,
-    a duplicate wake-up on a second thread would pass `claim`'s "we hold it already"
+    a duplicate wake-up on a second thread would pass `take_lease`'s "we hold it already"
     test and drive the run beside the first thread.
     """
     return f"worker:{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}"
@@ -176,7 +177,7 @@ class ReleasingModel:
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
 
-    def propose(self, request: ModelRequest) -> Decision | None:
+    def propose(self, request: ModelRequest) -> ModelReply | None:
         release_connection()
         return self.inner.propose(request)
 
@@ -199,20 +200,20 @@ def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
 
 
 class SameTurn:
-    """A model client that answers a turn it answered already with the same decision:
+    """A model client that answers a turn it answered already with the same reply:
     a step judged again because its history figures moved (HistoryMoved) must not ask
     the model again (it costs, and it may answer otherwise)."""
 
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner
-        self.last: tuple[str, int, Decision | None] | None = None
+        self.last: tuple[str, int, ModelReply | None] | None = None
 
-    def propose(self, request: ModelRequest) -> Decision | None:
+    def propose(self, request: ModelRequest) -> ModelReply | None:
         if self.last is not None and self.last[:2] == (request.run_id, request.turn):
             return self.last[2]
-        decision = self.inner.propose(request)
-        self.last = (request.run_id, request.turn, decision)
-        return decision
+        reply = self.inner.propose(request)
+        self.last = (request.run_id, request.turn, reply)
+        return reply
 
 
 # How many times a worker judges one step again because history rules' figures moved
@@ -223,7 +224,7 @@ HISTORY_RETRIES = 50
 # -- leases and the driver -----------------------------------------------------------
 
 
-def claim(run_id: int, owner: str, seconds: float | None = None, *, version: int | None = None) -> bool:
+def take_lease(run_id: int, owner: str, seconds: float | None = None, *, version: int | None = None) -> bool:
     """Take the run's lease by conditional update; True if we hold it now. With
     `version`, only while the run is still at that version (what the caller read)."""
     now = timezone.now()
@@ -236,7 +237,7 @@ def claim(run_id: int, owner: str, seconds: float | None = None, *, version: int
         .update(
             lease_owner=owner,
             lease_expires=now + dt.timedelta(seconds=seconds),
-            # Counted in the same update: a claim whose worker dies before it commits a
+            # Counted in the same update: a lease whose worker dies before it commits a
             # transition or releases cleanly stays counted (see `drive`).
             claims_without_progress=F("claims_without_progress") + 1,
         )
@@ -246,9 +247,9 @@ def claim(run_id: int, owner: str, seconds: float | None = None, *, version: int
 
 
 def release(run_id: int, owner: str, *, clean: bool = True) -> None:
-    """Give the lease back; a clean release also clears the count of dead claims.
+    """Give the lease back; a clean release also clears the count of dead leases.
 
-    `clean=False` (the driver raised: a crash, a time limit) leaves the claim counted,
+    `clean=False` (the driver raised: a crash, a time limit) leaves the lease counted,
     so a run that keeps breaking its worker ends as poison instead of looping.
     """
     fields: dict[str, Any] = {"lease_owner": None, "lease_expires": None}
@@ -271,7 +272,7 @@ def lease_renew(pairs: set[tuple[int, str]]) -> int:
 def _unattended(now: dt.datetime) -> Q:
     # A dead worker's lease (or an old wake-up stamp) has expired; a run never held
     # since its last release has been idle. A sent wake-up is stamped as an owner-less
-    # `lease_expires` ("woken until"), which claim() ignores.
+    # `lease_expires` ("woken until"), which take_lease() ignores.
     idle_since = now - dt.timedelta(seconds=settings.AIRLOCK_IDLE_SECONDS)
     return Q(lease_expires__lt=now) | Q(lease_owner__isnull=True, lease_expires__isnull=True, updated_at__lt=idle_since)
 
@@ -303,12 +304,12 @@ def step_once(run_id: int, owner: str, decide: Callable[[Run, RunState], Outcome
     """Step a run nobody is driving once, for the sweeper; the run if this call
     committed a transition, None if it wrote nothing.
 
-    1. Claim the lease (a worker or another sweeper holds it: leave it to them).
+    1. Take the lease (a worker or another sweeper holds it: leave it to them).
     2. Load the state and let `decide` compute the transition (None: nothing to do).
     3. Commit with the version check: whoever moved the run first (a reviewer, an
        operator) keeps their transition. Release the lease, cleanly unless we raised.
     """
-    if not claim(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
+    if not take_lease(run_id, owner, seconds=max(settings.AIRLOCK_LEASE_SECONDS, 30)):
         return None
     clean = False
     try:
@@ -330,26 +331,26 @@ def step_once(run_id: int, owner: str, decide: Callable[[Run, RunState], Outcome
         release(run_id, owner, clean=clean)
 
 
-def poison_reason(claims: int) -> str | None:
-    """Why a run is given up after its claims kept dying, or None while it may go on."""
+def poison_reason(leases: int) -> str | None:
+    """Why a run is given up after its leases kept dying, or None while it may go on."""
     limit = settings.AIRLOCK_MAX_DEAD_CLAIMS
-    dead = claims - 1  # the claim just taken is alive
+    dead = leases - 1  # the lease just taken is alive
     if dead < limit:
         return None
     return (
-        f"poison run: {dead} worker claims in a row ended without progress "
+        f"poison run: {dead} worker leases in a row ended without progress "
         f"(the worker died or the step crashed each time; AIRLOCK_MAX_DEAD_CLAIMS {limit})"
     )
 
 
-def _claimed(run: Run, owner: str) -> Run | None:
+def _leased(run: Run, owner: str) -> Run | None:
     """`run` under our lease, read again only if it moved since the caller read it;
     None when someone else holds the lease or the run rests."""
-    if claim(run.pk, owner, version=run.version):
+    if take_lease(run.pk, owner, version=run.version):
         run.lease_owner = owner
         run.claims_without_progress += 1
         return run
-    if claim(run.pk, owner):  # it moved between the read and the claim
+    if take_lease(run.pk, owner):  # it moved between the read and the lease
         return read_run(run.pk)
     return None
 
@@ -367,23 +368,23 @@ def drive(
 ) -> Run:
     """Step and persist until the run rests.
 
-    1. Read the run and claim the lease (a live lease held by someone else: return at
-       once). A queued run is claimed by its first commit, the pickup, instead.
+    1. Read the run and take its lease (a live lease held by someone else: return at
+       once). A queued run is leased by its first commit, the pickup, instead.
     2. Load the state once; then per step call the model or tool outside any
        transaction and commit the transition with the version check.
     3. Stop at a terminal state, a wait for a human, a stale version, the budget of
        transitions or of seconds; release the lease (cleanly unless we raised).
 
-    A run whose previous claims all died without progress is failed instead of stepped.
+    A run whose previous leases all died without progress is failed instead of stepped.
     `deps` are the model, tools and journal to step with, or a function making them
     from the run (by default `deps_for`). `run` is the run as the caller just read it
     (with its profile), which saves reading it again; a run that moved since is read
-    again after the claim. `state` is the state the caller's own commit left `run` in
+    again after the lease. `state` is the state the caller's own commit left `run` in
     (the decision API's proposal), which saves loading the transcript again; it is used
-    only when the claim finds `run`'s version unmoved, so it is the state of record.
+    only when the lease finds `run`'s version unmoved, so it is the state of record.
     `leased`: the caller's commit that left `run` in `state` also took the lease for
     `owner` (the decision API's proposal of a call Airlock runs), so there is nothing
-    to claim. A commit after which the run rests for its external client gives the
+    to take. A commit after which the run rests for its external client gives the
     lease back itself, and the drive stops there.
     """
     owner = owner or worker_name()
@@ -392,18 +393,18 @@ def drive(
         if run is None:
             raise Run.DoesNotExist(f"no run {run_id}")
     # A queued run's first step is the pickup, which calls nothing: its commit takes
-    # the lease (one commit, not two). A claim that died before it is counted the
+    # the lease (one commit, not two). A lease that died before it is counted the
     # usual way, so the poison count still sees it.
-    claiming = run.state == states.QUEUED and run.claims_without_progress == 0 and not leased
+    leasing = run.state == states.QUEUED and run.claims_without_progress == 0 and not leased
     if leased:
         assert state is not None and run.lease_owner == owner, "a leased drive needs the caller's run and state"
-    elif not claiming:
-        claimed = _claimed(run, owner)
-        if claimed is None:
+    elif not leasing:
+        leased_run = _leased(run, owner)
+        if leased_run is None:
             return cast(Run, Run.objects.get(pk=run_id))
-        if claimed is not run:
-            state = None  # it moved between the caller's commit and our claim: load it
-        run = claimed
+        if leased_run is not run:
+            state = None  # it moved between the caller's commit and our lease: load it
+        run = leased_run
     else:
         state = None  # a pickup: nobody's commit precedes it
     clean_exit = ended = False
@@ -430,7 +431,7 @@ def drive(
                     break
                 after, t = outcome
                 try:
-                    commit(run, state, after, t, actor=owner, lease_owner=owner, claim=claiming, recheck_history=True)
+                    commit(run, state, after, t, actor=owner, lease_owner=owner, take_lease=leasing, recheck_history=True)
                     if isinstance(bound.journal, StoreJournal):
                         bound.journal.committed(t)
                 except HistoryMoved:
@@ -445,7 +446,7 @@ def drive(
                 except StaleRun:
                     log.info("stale run=%s version=%s: another actor moved it; dropping our step", run.pk, run.version)
                     break
-                claiming = False
+                leasing = False
                 moved = 0
                 state = after
                 # The terminal commit (or one after which the run waits for its client)
@@ -455,7 +456,7 @@ def drive(
                     break
         clean_exit = True
     finally:
-        if not ended and not claiming:
+        if not ended and not leasing:
             release(run_id, owner, clean=clean_exit)
         # The tool thread ends with the drive (a worker drives thousands of runs).
         close = getattr(bound.runner, "close", None) if bound is not None else None

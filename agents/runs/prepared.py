@@ -50,28 +50,6 @@ def fetchone(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, 
     return wrapped.fetchone()  # type: ignore[no-any-return]
 
 
-def pipelined(before: Sequence[tuple[str, Sequence[Any]]], sql: str, params: Sequence[Any],
-              after: Sequence[str] = ()) -> tuple[Any, ...] | None:
-    """The first row of the prepared `sql`, with the statements `before` it (run
-    unprepared, planned with their values: locks, settings) and `after` it, all in one
-    round trip (psycopg's pipeline mode). Each is a statement of its own, so one that
-    follows a lock takes its snapshot once the lock is held. PostgreSQL only, with
-    preparing on (`preparing`)."""
-    connection.ensure_connection()
-    raw = connection.connection
-    plain = connection._prepare_cursor(_plain_class()(raw))
-    wrapped = _cursor()
-    with raw.pipeline():
-        for statement, values in before:
-            plain.execute(statement, values or None)
-        wrapped.execute(sql, params)
-        for statement in after:
-            plain.execute(statement)
-        row = wrapped.fetchone()
-    plain.close()
-    return row  # type: ignore[no-any-return]
-
-
 def preparing() -> bool:
     """Whether statements are prepared here (PostgreSQL, AIRLOCK_PREPARED_STATEMENTS)."""
     return bool(settings.AIRLOCK_PREPARED_STATEMENTS) and connection.vendor == "postgresql"
@@ -86,13 +64,6 @@ def _cursor() -> Any:
     # Django's wrapper keeps its error translation, execute wrappers and query log; it
     # is not closed, so the cursor lives as long as its connection.
     return connection._prepare_cursor(cursor)
-
-
-@functools.cache
-def _plain_class() -> type:
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
-    return ServerBindingCursor  # type: ignore[no-any-return]
 
 
 @functools.cache

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
-from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
+from agents.engine.run import ApprovalRow, IntentRow, JournalResult, Move
 from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
@@ -50,6 +53,28 @@ def moment(epoch: float | None) -> dt.datetime | None:
     return None if epoch is None else dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 
+# The keys of the calls whose delivery a result's commit in this context marked
+# (`delivering`); None outside one.
+_delivering: ContextVar[set[str] | None] = ContextVar("airlock_delivering", default=None)
+
+
+@contextmanager
+def delivering() -> Iterator[set[str]]:
+    """Within it, a commit that writes a call's result also marks the external
+    agent's call of that key delivered (`ClientCall.delivered_at`, what
+    `agents.external.call_delivered` sets), in the same statement: one durable commit
+    fewer for a caller that answers with that result at once (the gateway's allowed
+    call of a retry-safe tool, agents/gateway/core.py). Yields the keys so marked; a
+    call not among them (the ORM path, SQLite, a result committed by someone else) is
+    marked the usual way, after."""
+    marked: set[str] = set()
+    token = _delivering.set(marked)
+    try:
+        yield marked
+    finally:
+        _delivering.reset(token)
+
+
 class Params(dict[str, Any]):
     """Named placeholders: `p("seq", value)` writes `%(seq)s` where the value goes and
     keeps the value under that name, so a column and its value sit side by side and
@@ -62,7 +87,7 @@ class Params(dict[str, Any]):
 
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
-    now: dt.datetime, events: Events, claimant: str | None, record: ClientCall | None = None,
+    now: dt.datetime, events: Events, lease_taker: str | None, record: ClientCall | None = None,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
@@ -77,14 +102,14 @@ def commit_statement(
         f'"{k}" = ' + (p("engine", engine_text, "::jsonb") if k == "engine" else p(f"run_{k}", v))
         for k, v in cached.items()
     )
-    claims = (
-        f' AND ("lease_owner" IS NULL OR "lease_expires" < {p("lease_now", now)} OR "lease_owner" = {p("claimant", claimant)})'
-        if claimant
+    leasing = (
+        f' AND ("lease_owner" IS NULL OR "lease_expires" < {p("lease_now", now)} OR "lease_owner" = {p("lease_taker", lease_taker)})'
+        if lease_taker
         else ""
     )
     sql = [
         f'WITH r AS (UPDATE agents_run SET "version" = "version" + 1, {sets}'
-        f' WHERE "id" = {p("run_id", run.pk)} AND "version" = {p("version", run.version)}{claims} RETURNING "id", "version")'
+        f' WHERE "id" = {p("run_id", run.pk)} AND "version" = {p("version", run.version)}{leasing} RETURNING "id", "version")'
     ]
     sql.append(
         ", t AS (INSERT INTO agents_transition (run_id, seq, from_state, to_state, kind, payload, cost_micros, tokens,"
@@ -126,6 +151,12 @@ def commit_statement(
             f" result = {p('jx_result', j(f['result']), '::jsonb')}, result_chars = {p('jx_chars', f['result_chars'])},"
             f" result_truncated = {p('jx_truncated', f['result_truncated'])}, finished_at = %(now)s"
             f" WHERE idempotency_key = {p('jx_key', t.journal_result['key'])} AND EXISTS (SELECT 1 FROM r))"
+        )
+    marking = _delivering.get() if t.journal_result is not None else None
+    if marking is not None:
+        sql.append(
+            ", dl AS (UPDATE agents_clientcall c SET delivered_at = %(now)s FROM r"
+            " WHERE c.run_id = r.id AND c.key = %(jx_key)s AND c.delivered_at IS NULL RETURNING c.id)"
         )
     if t.approval is not None:
         f = approval_fields(t.approval, now, profile_id=run.profile_id)
@@ -184,7 +215,8 @@ def commit_statement(
             f" {p('cc_client', record.client)}, {p('cc_verdict', record.verdict)}, {p('cc_reason', record.reason)},"
             f" {p('cc_rule', None if record.rule is None else j(record.rule), '::jsonb')}, %(now)s FROM r RETURNING id)"
         )
-    sql.append(" SELECT version FROM r" if record is None else " SELECT version, (SELECT id FROM cc) FROM r")
+    sql.append(" SELECT version, " + ("(SELECT id FROM cc)" if record is not None else "NULL")
+               + (", (SELECT count(*) FROM dl)" if marking is not None else ", 0") + " FROM r")
     # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
     # (messages 1 or 2, with or without an intent...), each planned once per connection;
     # planning it afresh cost 4x its execution.
@@ -194,4 +226,6 @@ def commit_statement(
     if record is not None:
         record.pk, record.created_at = found[1], now
         record._state.adding, record._state.db = False, connection.alias
+    if marking is not None and found[2]:
+        marking.add(str(p["jx_key"]))
     return int(found[0])

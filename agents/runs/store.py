@@ -20,9 +20,17 @@ from django.utils import timezone
 
 from agents import faults
 from agents.engine import patch, states
-from agents.engine.step import Move, RunState
+from agents.engine.run import Move, RunState
 from agents.models import (
-    Approval, ApprovalClaim, ClientCall, Grant, Message, OutboxEvent, Run, ToolCall, Transition,
+    Approval,
+    ApprovalClaim,
+    ClientCall,
+    Grant,
+    Message,
+    OutboxEvent,
+    Run,
+    ToolCall,
+    Transition,
 )
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox
@@ -252,7 +260,7 @@ def commit(
     *,
     actor: str,
     lease_owner: str | None = None,
-    claim: bool = False,
+    take_lease: bool = False,
     user: Any = None,
     record: ClientCall | None = None,
     recheck_history: bool = False,
@@ -260,9 +268,9 @@ def commit(
     """Write one transition and its effects atomically, or raise StaleRun.
 
     A worker passes its `lease_owner`: the same update renews its lease, so a long run
-    costs no extra commit to keep it. With `claim` the update also takes the lease, on
-    claim()'s terms (free, expired or ours), and raises StaleRun if someone else holds
-    it: a worker picking up a queued run needs no claim commit of its own. On
+    costs no extra commit to keep it. With `take_lease` the update also takes the lease, on
+    driver.take_lease()'s terms (free, expired or ours), and raises StaleRun if someone else
+    holds it: a worker picking up a queued run needs no lease commit of its own. On
     PostgreSQL the whole transition is one statement (one round trip); elsewhere it is
     one ORM transaction. Both write the same rows. `user` is the person behind a grant
     or a revocation. `record`, an external agent's proposal (an unsaved ClientCall of
@@ -275,7 +283,7 @@ def commit(
     if recheck_history and t.history:
         with transaction.atomic():
             history.hold(run, t.history)
-            commit(run, before, after, t, actor=actor, lease_owner=lease_owner, claim=claim, user=user, record=record)
+            commit(run, before, after, t, actor=actor, lease_owner=lease_owner, take_lease=take_lease, user=user, record=record)
         return
     now = timezone.now()
     engine, engine_text = clean_json(after.engine_json())
@@ -288,7 +296,7 @@ def commit(
         cached["lease_expires"] = None if ends else now + dt.timedelta(seconds=settings.AIRLOCK_LEASE_SECONDS)
     cached["updated_at"] = now
     cached["finished_at"] = now if after.state in states.TERMINAL else None
-    # Progress: the poison count (claims that died without a transition) starts over.
+    # Progress: the poison count (leases that died without a transition) starts over.
     cached["claims_without_progress"] = 0
     row = {
         "from_state": t.from_state, "to_state": t.to_state, "kind": t.kind,
@@ -304,14 +312,14 @@ def commit(
         faults.crash_point("before_intent_commit")
     # Grants are rare, human-paced transitions: they take the ORM path.
     one_statement = t.grant is None and t.grant_revoke is None
-    claimant = lease_owner if claim else None
+    lease_taker = lease_owner if take_lease else None
     if one_statement and connection.vendor == "postgresql" and settings.AIRLOCK_STORE_ONE_STATEMENT:
-        seq = statement.commit_statement(run, cached, engine_text, row, messages, t, now, events, claimant, record)
+        seq = statement.commit_statement(run, cached, engine_text, row, messages, t, now, events, lease_taker, record)
     else:
-        seq = _commit_orm(run, cached, row, messages, t, now, events, claimant, user, record)
+        seq = _commit_orm(run, cached, row, messages, t, now, events, lease_taker, user, record)
     if seq is None:
         # Another worker (or a reviewer, or the sweeper) committed first, or holds the
-        # lease we meant to claim; their transition stands and nothing of ours was written.
+        # lease we meant to take; their transition stands and nothing of ours was written.
         raise StaleRun(f"run {run.pk} moved past version {run.version} or is driven by another worker")
     if events:
         # Right away when we are not inside an outer transaction (a worker), else when
@@ -342,14 +350,14 @@ def _commit_orm(
     t: Move,
     now: dt.datetime,
     events: Events,
-    claimant: str | None,
+    lease_taker: str | None,
     user: Any = None,
     record: ClientCall | None = None,
 ) -> int | None:
     with transaction.atomic():
         current = Run.objects.filter(pk=run.pk, version=run.version)
-        if claimant is not None:
-            current = current.filter(lease_free(claimant, now))
+        if lease_taker is not None:
+            current = current.filter(lease_free(lease_taker, now))
         updated = current.update(version=F("version") + 1, **cached)
         if updated != 1:
             return None

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from agents import actions, broker, claims
 from agents.engine import limits, states
-from agents.engine import step as engine
+from agents.engine.run import Outcome, RunState, fail
+from agents.engine.step import step
 from agents.models import AgentProfile, Approval, OutboxEvent, Run
 from agents.notifications import events as outbox
 from agents.ops import review_tally
@@ -30,7 +31,7 @@ def sweep() -> dict[str, int]:
     """Find the runs nobody is advancing; safe with any number of sweepers at once.
 
     1. Fail runs past their deadline that no live worker holds, those waiting for a
-       human included (their approval expires): claim, step through the store with the
+       human included (their approval expires): take the lease, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
     2. Expire approvals past their `expires_at` (`actions.approval_expire`), warn of
        those about to (`approval.expiring`), escalate those waiting longer than their
@@ -127,15 +128,15 @@ def _fail_late(run_id: int, owner: str) -> bool:
     """Fail a run past its deadline; False if a worker (or another sweeper) holds it and
     fails it itself, or a reviewer or operator moved it first."""
 
-    def late(run: Run, state: engine.RunState) -> engine.Outcome | None:
+    def late(run: Run, state: RunState) -> Outcome | None:
         now = time.time()
         if state.state in states.TERMINAL:
             # Two sweepers in one process share an owner name, so both "held" the lease;
-            # the other one failed the run between our claim and our load.
+            # the other one failed the run between our lease and our load.
             return None
         if state.state == states.AWAITING_APPROVAL:
             # The engine's own rule for a waiting run: fail it and expire its approval.
-            return engine.step(state, driver.clock_only(run, now))
-        return engine.fail(state, limits.exceeded(state, now) or "deadline passed")
+            return step(state, driver.clock_only(run, now))
+        return fail(state, limits.exceeded(state, now) or "deadline passed")
 
     return driver.step_once(run_id, owner, late) is not None

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from agents.engine import patch
-from agents.engine.step import RunState
+from agents.engine.run import RunState
 from agents.models import Approval, Message, Run, ToolCall, Transition
 
 

@@ -17,8 +17,8 @@ def built_in() -> list[ToolSpec]:
     """The tools every deployment offers, in the order models are shown them."""
     from . import demo, http, mail
 
-    kb_search, refund = demo.TOOLS
-    return [kb_search, *http.TOOLS, *mail.TOOLS, refund]
+    kb_search, refund, export_customers = demo.TOOLS
+    return [kb_search, *http.TOOLS, *mail.TOOLS, refund, export_customers]
 
 
 def _local() -> list[ToolSpec]:

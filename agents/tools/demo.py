@@ -6,6 +6,7 @@ and its orders (`agents/demo.py`). `http_get` (tools/http.py) and `send_email`
 |---|---|---|---|---|
 | kb_search | read | internal | safe | our own knowledge base |
 | refund | irreversible | internal | unsafe | money leaves; a repeat would pay twice |
+| export_customers | read | internal | safe | our own customer list (what the demo's "writes after reading a customer export" rule watches for) |
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def refund(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     order = demo.ORDERS.get(order_id)
     if order is None:
         raise UnknownOrder(f"no order {order_id!r} (known: {', '.join(sorted(demo.ORDERS))})")
+    # `customer` is what the demo's "over 500 EUR to one customer" rule sums by: it must
+    # be the order's, or a refund could be counted against someone else.
+    if "customer" in args and args["customer"] != order["customer"]:
+        raise ValueError(f"order {order_id} is not {args['customer']}'s")
     total = int(order["amount_cents"])  # type: ignore[call-overload]
     # `amount` is what argument rules read (the demo profile allows refunds under 20
     # without asking); without it the refund is the order's full amount.
@@ -49,6 +54,13 @@ def refund(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         entry={"kind": "refund", "order_id": order_id, "amount_cents": cents, "reason": args["reason"]},
     )
     return {"refunded": True, "order_id": order_id, "item": order["item"], "amount_cents": cents}
+
+
+# -- export_customers -----------------------------------------------------------------
+
+
+def export_customers(args: dict[str, Any], ctx: ToolContext) -> list[dict[str, str]]:
+    return [dict(c) for c in demo.CUSTOMERS]
 
 
 TOOLS = [
@@ -64,8 +76,15 @@ TOOLS = [
          "properties": {"order_id": {"type": "string", "pattern": "^#?[0-9]{1,12}$"},
                         "amount": {"type": "number", "exclusiveMinimum": 0, "maximum": 1_000_000,
                                    "description": "EUR to refund; the order's full amount when left out"},
+                        "customer": {"type": "string", "maxLength": 254,
+                                     "description": "the order's customer (email), as the order has it"},
                         "reason": {"type": "string", "minLength": 1, "maxLength": 500}},
          "required": ["order_id", "reason"], "additionalProperties": False},
         "irreversible", "internal", "unsafe", refund, timeout=30,
+    ),
+    ToolSpec(
+        "export_customers", "Exports the help desk's customer list: names and email addresses.",
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        "read", "internal", "safe", export_customers, timeout=5,
     ),
 ]

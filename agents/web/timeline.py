@@ -15,7 +15,7 @@ from django.db.models import prefetch_related_objects
 
 from agents.engine import decisions
 from agents.engine.policy import rule_label
-from agents.engine.step import TRANSCRIPT_CAP
+from agents.engine.transcript import TRANSCRIPT_CAP
 from agents.models import Approval, Message, Run, ToolCall, Transition
 from agents.runs import verify
 from agents.runs.rows import Rows, fetch, placeholders

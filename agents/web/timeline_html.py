@@ -16,7 +16,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agents.engine.step import TRANSCRIPT_CAP
+from agents.engine.transcript import TRANSCRIPT_CAP
 from agents.web.jinja import fragment
 from agents.web.timeline import PAGE_TEXT_MAX, Entry
 

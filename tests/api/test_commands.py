@@ -290,7 +290,7 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
     from agents.runs.evals import run_settle
 
     run = launch([{"final": "from the worker"}])
-    assert driver.claim(run.pk, "worker:elsewhere")
+    assert driver.take_lease(run.pk, "worker:elsewhere")
     settled: list[Run] = []
 
     def follow() -> None:

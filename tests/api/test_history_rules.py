@@ -253,11 +253,13 @@ def test_a_reviewers_edit_is_judged_with_the_history_before_the_call(api) -> Non
     assert response.status_code == 409 and response.data["error"] == "denied_by_policy"
 
 
-def test_the_issues_example_rules_save_and_work_on_the_demo_profile(api) -> None:
-    third = {"tool": "refund", "then": "ask", "reason": "a third refund of one order in a day",
-             "history": {"within": "24h", "scope": "profile", "same": ["order_id"], "calls_over": 2}}
+def test_the_issues_example_rules_are_the_demo_profiles_and_save(defaults: None) -> None:
+    """The issue's four examples, as the demo profile carries them (tests/demo/
+    test_history_rules.py runs each); the per-customer sum only where the refund names
+    its customer and amount."""
     examples = [
-        third,
+        {"tool": "refund", "then": "ask", "reason": "a third refund of one order in a day",
+         "history": {"within": "24h", "scope": "profile", "same": ["order_id"], "calls_over": 2}},
         {"tool": "refund", "then": "ask", "reason": "over 500 EUR to one customer this week",
          "history": {"within": "7d", "scope": "project", "same": ["customer"], "sum_over": {"amount": 500}}},
         {"tool": "send_email", "then": "ask", "reason": "writes after reading a customer export",
@@ -266,18 +268,10 @@ def test_the_issues_example_rules_save_and_work_on_the_demo_profile(api) -> None
          "history": {"within": "1h", "scope": "caller", "calls_over": 200}},
     ]
     demo = AgentProfile.objects.get(name="demo")
-    demo.rules = [third, *demo.rules, *examples[1:]]  # the small-refund allow stays before the others
     demo.full_clean()  # what the admin's save runs
-    demo.save()
-    task = "The spatula from order 1045 melted the first time I used it. Can I get a refund? - Ines"
-    states = []
-    for _ in range(3):
-        run_id = api("root").post("/api/runs", {"agent": "demo", "task": task}).data["id"]
-        states.append(driver.drive(run_id).state)
-    assert states == ["done", "done", "awaiting_approval"]
-    assert Approval.objects.get().reason == (
-        "a third refund of one order in a day: the 3rd refund call with order_id 1045 in 24 h (over 2)"
-    )
+    assert [{k: v for k, v in r.items() if k != "when"} for r in demo.rules if "history" in r] == [
+        examples[3], examples[0], examples[1], examples[2]
+    ]
 
 
 @requires_postgres()
@@ -310,3 +304,36 @@ def test_the_figures_read_on_a_generic_plan_leave_the_transaction_as_they_found_
         assert (after, cursor.fetchone()) == (before, ("on",))
     assert generic == planned
     assert [(f.count, f.total) for f in generic] == [(2, 0), (3, 0), (2, 4)]
+
+
+@requires_postgres()
+def test_the_figures_are_read_again_after_a_rollback_took_the_prepared_statement(api) -> None:
+    """The figures' statement is PREPAREd on the server under its text's name. psycopg
+    sends DEALLOCATE ALL after a rollback, which takes it too: the next judgement
+    prepares it again instead of failing on a name the server forgot."""
+    from django.db import connection, transaction
+
+    from agents.engine.history import query_for
+    from agents.runs.history import StoreHistory
+
+    profile(rules=[rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]})])
+    run = run_script(api, "lena", [write("1042", 1), write("1042", 2)])
+    queries = [query_for(rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]}),
+                         "ledger_write", {"entry": {"order": "1042", "amount": 4}})]
+
+    def prepared_here() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'airlock\\_history\\_%%'")
+            return int(cursor.fetchone()[0])
+
+    with transaction.atomic():
+        first = StoreHistory(run, lock=True).figures(queries)
+    assert prepared_here() >= 1
+    with pytest.raises(RuntimeError), transaction.atomic():
+        StoreHistory(run, lock=True).figures(queries)
+        raise RuntimeError("roll back")
+    assert prepared_here() == 0  # psycopg's DEALLOCATE ALL after the rollback
+    with transaction.atomic():
+        again = StoreHistory(run, lock=True).figures(queries)
+    assert again == first and [f.count for f in again] == [2]
+    assert prepared_here() >= 1

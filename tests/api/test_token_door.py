@@ -6,6 +6,7 @@ the same refusal log line; the host check and CSRF for a session's request stay.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import json
 import logging
@@ -180,7 +181,10 @@ def test_the_asgi_door_takes_a_tokens_request_too(lena: User, lenas_run: Run, mo
              "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {raw}".encode())],
              "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 1), "http_version": "1.1",
              "asgi": {"version": "3.0"}, "root_path": ""}
-    async_to_sync(asgi.application)(scope, receive, send)
+    # In a thread of its own: a browser test's Playwright may keep an event loop running
+    # in the test thread, where async_to_sync refuses to run.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(async_to_sync(asgi.application), scope, receive, send).result()
     assert taken == [path]
     assert sent[0]["status"] == 200
     assert json.loads(b"".join(e.get("body", b"") for e in sent[1:]))["id"] == lenas_run.pk

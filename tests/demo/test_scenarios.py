@@ -75,7 +75,7 @@ def test_refund_over_20_asks_by_the_profiles_rule_though_the_run_is_not_tainted(
     assert run.state == "awaiting_approval" and not run.tainted
     approval = Approval.objects.get(run=run, status="pending")
     assert (approval.tool, approval.reason, approval.risk) == ("refund", "refunds of 20 or more need a human", "irreversible")
-    assert approval.rule_label == "rule 2 of the profile"
+    assert approval.rule_label == "rule 5 of the profile"  # rules 1-3 remember (tests/demo/test_history_rules.py)
     assert approval.args["order_id"] == "1042" and approval.args["amount"] == 189
     assert not LedgerEntry.objects.exists()
     approval_decide(approval_id=approval.pk, user=rita, decision="approve")
@@ -102,7 +102,7 @@ def test_refund_under_20_is_allowed_by_the_profiles_rule(defaults, drive) -> Non
     assert run.state == "done" and "refunded order 1045 in full (EUR 12.90)" in run.answer
     assert not Approval.objects.filter(run=run).exists()
     verdict = run.transitions.get(payload__verdict__action="allow").payload["verdict"]
-    assert verdict["reason"] == "refunds under 20 need no human" and verdict["rule"]["index"] == 1
+    assert verdict["reason"] == "refunds under 20 need no human" and verdict["rule"]["index"] == 4
     assert LedgerEntry.objects.get(run=run, entry__kind="refund").entry["amount_cents"] == 1290
 
 
@@ -126,7 +126,7 @@ def test_every_scenario_names_an_existing_agent(defaults) -> None:
     for s in demo.SCENARIOS:
         assert AgentProfile.objects.filter(name=s["agent"]).exists()
         assert s["title"] and s["task"]
-    assert AgentProfile.objects.get(name="demo").tools == ["kb_search", "http_get", "send_email", "refund"]
+    assert AgentProfile.objects.get(name="demo").tools == ["kb_search", "http_get", "send_email", "refund", "export_customers"]
 
 
 def crash_after_the_tool(monkeypatch, drive, run: Run) -> Run:

@@ -13,10 +13,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.engine.human import apply_decision
 from agents.engine.limits import Limits
 from agents.engine.protocols import Deps, JournalEntry, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import Move, RunState, apply_decision, new_run, step
+from agents.engine.run import Move, RunState, new_run
+from agents.engine.step import step
 from agents.llm.scripted import ScriptedClient
 from agents.tools.diagnostic import TOOLS
 

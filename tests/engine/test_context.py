@@ -9,9 +9,10 @@ from typing import Any
 
 from agents.engine import context, patch
 from agents.engine.limits import Limits
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome, Usage
+from agents.engine.protocols import Deps, JournalEntry, ModelReply, ModelRequest, ProposedCall, ToolOutcome, Usage
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, new_run, step
+from agents.engine.run import RunState, new_run
+from agents.engine.step import step
 
 BUDGET = 16_000
 TURNS = 60
@@ -63,12 +64,12 @@ class ReadingModel:
     def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         self.requests.append(request)
         usage = Usage(true_tokens(request), 20)
         if request.turn == TURNS - 1:
-            return Decision(final="I read the whole manual.", usage=usage)
-        return Decision(calls=(ProposedCall(f"call_{request.turn}", "read_page", {"page": request.turn}),), usage=usage)
+            return ModelReply(final="I read the whole manual.", usage=usage)
+        return ModelReply(calls=(ProposedCall(f"call_{request.turn}", "read_page", {"page": request.turn}),), usage=usage)
 
 
 def drive(state: RunState, deps: Deps) -> tuple[RunState, list[Any]]:

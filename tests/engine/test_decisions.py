@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 
 from agents.engine import decisions, limits, policy
-from agents.engine import step as engine
 from agents.engine.fingerprints import args_hash, idempotency_key
-from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall, ToolOutcome
+from agents.engine.human import EditRefused, apply_decision, check_edit
+from agents.engine.protocols import Deps, ModelReply, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
+from agents.engine.run import Move, RunState, new_run, proposed_call
+from agents.engine.step import step
 from tests.engine.harness import BlankJournal
 
 T0 = 1_000_000.0
@@ -45,17 +47,17 @@ class Runner:
 
 
 class Model:
-    def __init__(self, *replies: Decision) -> None:
+    def __init__(self, *replies: ModelReply) -> None:
         self.replies = list(replies)
         self.seen: list[ModelRequest] = []
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         self.seen.append(request)
         return self.replies.pop(0)
 
 
-def transfer(amount: float, to: str = "ACME") -> Decision:
-    return Decision(calls=(ProposedCall("call_1", "transfer", {"to": to, "amount": amount}),))
+def transfer(amount: float, to: str = "ACME") -> ModelReply:
+    return ModelReply(calls=(ProposedCall("call_1", "transfer", {"to": to, "amount": amount}),))
 
 
 def deps(model: Model, now: float = T0) -> Deps:
@@ -64,17 +66,17 @@ def deps(model: Model, now: float = T0) -> Deps:
 
 
 def waiting(amount: float = 100, *, timeout: int | None = None, on_expiry: str = "reject", deadline: int = 900,
-            model: Model | None = None) -> tuple[engine.RunState, Deps, engine.Move]:
+            model: Model | None = None) -> tuple[RunState, Deps, Move]:
     """A run whose first call waits for reviewers."""
     pol = policy.snapshot(
         {"rules": RULES, "approval_timeout_seconds": timeout, "on_expiry": on_expiry, "separate_duties": False}
     )
-    state = engine.new_run(
+    state = new_run(
         "7", limits=limits.Limits.from_dict({"deadline_seconds": deadline}), now=T0, policy=pol, task="pay ACME"
     )
-    d = deps(model or Model(transfer(amount), Decision(final="paid")))
-    state, _ = engine.step(state, d)  # pickup
-    state, t = engine.step(state, d)  # the model proposes; policy asks
+    d = deps(model or Model(transfer(amount), ModelReply(final="paid")))
+    state, _ = step(state, d)  # pickup
+    state, t = step(state, d)  # the model proposes; policy asks
     assert state.state == "awaiting_approval", state.error
     return state, d, t
 
@@ -149,19 +151,19 @@ def test_an_edited_call_runs_with_the_reviewers_arguments_under_a_new_key() -> N
     state, d, _t = waiting(100)
     original_key = state.current_call["key"]
     edited = {"to": "ACME Ltd", "amount": 90}
-    verdict = engine.check_edit(state, d.registry.get("transfer"), edited)
+    verdict = check_edit(state, d.registry.get("transfer"), edited)
     assert verdict.action == "ask" and verdict.required == 2
 
-    after, t = engine.apply_decision(state, "approve", "ok", by="rob", edit={"args": edited, "by": "rita", "note": "typo"})
+    after, t = apply_decision(state, "approve", "ok", by="rob", edit={"args": edited, "by": "rita", "note": "typo"})
     new_key = idempotency_key("7", state.steps, "transfer", edited)
     assert new_key != original_key and t.intent is not None
     assert (t.intent["key"], t.intent["args"]) == (new_key, edited)
     assert t.detail["edit"] == {"from": {"to": "ACME", "amount": 100}, "to": edited, "by": "rita", "note": "typo",
                                 "key": new_key}
     # The proposing message keeps the model's own arguments: the provider's transcript is what it sent.
-    assert engine.proposed_call(after, "call_1")["args"] == {"to": "ACME", "amount": 100}
+    assert proposed_call(after, "call_1")["args"] == {"to": "ACME", "amount": 100}
 
-    after, t = engine.step(after, d)
+    after, t = step(after, d)
     assert d.runner.ran == [(edited, new_key)]
     [message] = t.messages
     assert message["role"] == "tool" and "sent 90 to ACME Ltd" in message["content"]
@@ -171,23 +173,23 @@ def test_an_edited_call_runs_with_the_reviewers_arguments_under_a_new_key() -> N
         {"amount": 90, "to": "ACME Ltd"}) in statement
     assert "typo" in statement
     # The next model call reads it.
-    after, _ = engine.step(after, d)
+    after, _ = step(after, d)
     assert after.state == "done"
     assert any("changed the arguments" in m["content"] for m in d.model.seen[-1].messages if m["role"] == "tool")
 
 
 def test_an_edit_with_invalid_arguments_is_refused_with_the_schema_error() -> None:
     state, d, _t = waiting(100)
-    with pytest.raises(engine.EditRefused) as refused:
-        engine.check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": "lots"})
+    with pytest.raises(EditRefused) as refused:
+        check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": "lots"})
     assert refused.value.code == "invalid_arguments" and refused.value.status == 400
     assert "amount" in refused.value.detail and "number" in refused.value.detail
 
 
 def test_an_edit_into_a_denied_call_is_refused_naming_the_rule() -> None:
     state, d, _t = waiting(100)
-    with pytest.raises(engine.EditRefused) as refused:
-        engine.check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": 50_000})
+    with pytest.raises(EditRefused) as refused:
+        check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": 50_000})
     assert refused.value.code == "denied_by_policy" and refused.value.status == 409
     assert refused.value.detail["rule"]["reason"] == "no transfer over 10,000"
     assert refused.value.detail["rule"]["index"] == 1
@@ -195,19 +197,19 @@ def test_an_edit_into_a_denied_call_is_refused_naming_the_rule() -> None:
 
 def test_an_edit_that_needs_more_votes_says_so() -> None:
     state, d, _t = waiting(100)
-    verdict = engine.check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": 800})
+    verdict = check_edit(state, d.registry.get("transfer"), {"to": "ACME", "amount": 800})
     assert verdict.action == "ask" and verdict.required == 3
 
 
 def test_only_an_approval_can_carry_an_edit() -> None:
     state, _d, _t = waiting(100)
     with pytest.raises(ValueError):
-        engine.apply_decision(state, "reject", edit={"args": {"to": "x", "amount": 1}})
+        apply_decision(state, "reject", edit={"args": {"to": "x", "amount": 1}})
 
 
 def test_an_unchanged_edit_runs_the_original_call() -> None:
     state, _d, _t = waiting(100)
-    _after, t = engine.apply_decision(state, "approve", edit={"args": {"amount": 100, "to": "ACME"}, "by": "rita"})
+    _after, t = apply_decision(state, "approve", edit={"args": {"amount": 100, "to": "ACME"}, "by": "rita"})
     assert t.intent is not None and t.intent["key"] == state.current_call["key"] and "edit" not in t.detail
 
 
@@ -223,25 +225,25 @@ def test_an_approval_expires_after_the_runs_timeout_bounded_by_its_deadline() ->
 
 def test_nothing_happens_before_the_approval_expires() -> None:
     state, d, _t = waiting(100, timeout=60)
-    assert engine.step(state, deps(d.model, now=T0 + 59)) is None
+    assert step(state, deps(d.model, now=T0 + 59)) is None
 
 
 def test_expiry_with_reject_tells_the_model_and_the_run_goes_on() -> None:
     state, d, _t = waiting(100, timeout=60)
-    after, t = engine.step(state, deps(d.model, now=T0 + 60))
+    after, t = step(state, deps(d.model, now=T0 + 60))
     assert (t.kind, t.from_state, t.to_state) == ("expiry", "awaiting_approval", "planning")
     assert t.approval_close == decisions.EXPIRED
     [message] = t.messages
     assert json.loads(message["content"]) == {
         "ok": False, "error": "not_permitted", "detail": "no reviewer answered within 60 s"}
     assert after.approval is None and after.current_call is None
-    after, _ = engine.step(after, deps(d.model, now=T0 + 61))
+    after, _ = step(after, deps(d.model, now=T0 + 61))
     assert after.state == "done" and after.answer == "paid"
 
 
 def test_expiry_with_fail_ends_the_run_with_the_reason() -> None:
     state, d, _t = waiting(100, timeout=60, on_expiry="fail")
-    after, t = engine.step(state, deps(d.model, now=T0 + 61))
+    after, t = step(state, deps(d.model, now=T0 + 61))
     assert (t.kind, t.to_state, after.state) == ("expiry", "failed", "failed")
     assert after.error == "no reviewer answered within 60 s"
     assert t.approval_close == decisions.EXPIRED and t.detail["on_expiry"] == "fail"
@@ -250,5 +252,5 @@ def test_expiry_with_fail_ends_the_run_with_the_reason() -> None:
 def test_the_deadline_still_fails_a_run_whose_approval_has_no_timeout() -> None:
     state, d, t = waiting(100, timeout=None, deadline=120)
     assert "expires_at" not in state.approval and t.approval.get("expires_at") is None
-    after, t = engine.step(state, deps(d.model, now=T0 + 121))
+    after, t = step(state, deps(d.model, now=T0 + 121))
     assert after.state == "failed" and t.kind == "fail" and "deadline" in after.error

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.engine.protocols import Decision, ProposedCall, ToolOutcome
+from agents.engine.acting import report
+from agents.engine.protocols import ModelReply, ProposedCall, ToolOutcome
 from agents.engine.registry import ClientToolError, client_tool_specs
-from agents.engine.step import report
 from agents.llm.external import ExternalClient
 from tests.engine.harness import launch
 
@@ -24,7 +24,7 @@ def external(**kwargs):
 
 
 def propose(run, tool: str, **args):
-    run.deps.model = ExternalClient(Decision(calls=(ProposedCall(id=f"ext_{run.state.model_calls}", tool=tool, args=args),)))
+    run.deps.model = ExternalClient(ModelReply(calls=(ProposedCall(id=f"ext_{run.state.model_calls}", tool=tool, args=args),)))
     return run.drive()
 
 

@@ -1,4 +1,4 @@
-"""A fork's calls that its parent already made, in the pure engine (step._already_ran):
+"""A fork's calls that its parent already made, in the pure engine (planning._already_ran):
 the parent's journal row sits in the in-memory journal, the fork's state lists it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agents.engine.fingerprints import fingerprint
+from agents.engine.human import apply_decision
 from agents.engine.protocols import JournalEntry
-from agents.engine.step import apply_decision
 from tests.engine.harness import MemoryJournal, Run, launch
 from tests.helpers import call, final
 

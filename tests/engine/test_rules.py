@@ -10,12 +10,14 @@ import pytest
 
 from agents.engine import policy
 from agents.engine.fingerprints import fingerprint
+from agents.engine.human import apply_decision, revoke_grant
 from agents.engine.limits import Limits
 from agents.engine.policy import PolicyError, first_match, holds, snapshot, validate_rules
 from agents.engine.policy import verdict as policy_verdict
-from agents.engine.protocols import Decision, Deps, JournalEntry, ModelRequest, ProposedCall, ToolOutcome
+from agents.engine.protocols import Deps, JournalEntry, ModelReply, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
-from agents.engine.step import RunState, apply_decision, new_run, revoke_grant, step
+from agents.engine.run import RunState, new_run
+from agents.engine.step import step
 
 ARGS = {
     "amount": 150,
@@ -277,9 +279,9 @@ def test_a_launch_policy_tightens_every_field() -> None:
 
 @dataclass
 class Script:
-    decisions: list[Decision]
+    decisions: list[ModelReply]
 
-    def propose(self, request: ModelRequest) -> Decision:
+    def propose(self, request: ModelRequest) -> ModelReply:
         return self.decisions[request.turn]
 
 
@@ -304,8 +306,8 @@ class Inline:
         return ToolOutcome(ok=True, value=spec.func(args, ctx))
 
 
-def calls(*args_list: dict[str, Any], tool: str = "refund") -> list[Decision]:
-    return [Decision(calls=(ProposedCall(f"c{i}", tool, a),)) for i, a in enumerate(args_list)] + [Decision(final="ok")]
+def calls(*args_list: dict[str, Any], tool: str = "refund") -> list[ModelReply]:
+    return [ModelReply(calls=(ProposedCall(f"c{i}", tool, a),)) for i, a in enumerate(args_list)] + [ModelReply(final="ok")]
 
 
 def drive(state: RunState, deps: Deps) -> tuple[RunState, list[Any]]:
@@ -318,7 +320,7 @@ def drive(state: RunState, deps: Deps) -> tuple[RunState, list[Any]]:
     return state, transitions
 
 
-def start(script: list[Decision], rules: list[dict[str, Any]], *, risk: str = "write", identical: int = 3,
+def start(script: list[ModelReply], rules: list[dict[str, Any]], *, risk: str = "write", identical: int = 3,
           **profile: Any) -> tuple[RunState, Deps]:
     state = new_run(
         "r1", limits=Limits(max_identical_calls=identical), now=0.0, task="t",

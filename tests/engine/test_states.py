@@ -9,7 +9,7 @@ import pytest
 from agents.engine import states
 from agents.engine.fingerprints import canonical_json, idempotency_key
 from agents.engine.limits import LimitError, Limits
-from agents.engine.step import RunState, new_run
+from agents.engine.run import RunState, new_run
 
 # The design's table, written out independently of the engine's.
 DESIGN_EDGES = {

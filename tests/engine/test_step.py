@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from agents.engine import step as engine
+from agents.engine.human import apply_decision
+from agents.engine.step import step
 from tests.engine.harness import NOW, drive, launch
 from tests.helpers import call, final
 
@@ -191,7 +192,7 @@ def test_an_interrupted_unsafe_call_asks_a_human_and_each_answer_does_what_it_sa
     def interrupted():
         run = launch([call("ledger_write_unsafe", entry="e"), final("ok")])
         while run.state.state != "acting":
-            state, t = engine.step(run.state, run.deps)
+            state, t = step(run.state, run.deps)
             run.commit(t, state)
         (key,) = run.journal.rows
         assert run.journal.begin(key)  # the crashed attempt marked it started, then died
@@ -213,4 +214,4 @@ def test_an_interrupted_unsafe_call_asks_a_human_and_each_answer_does_what_it_sa
     assert failed.state.state == "failed" and "outcome unknown" in failed.state.error
 
     with pytest.raises(ValueError, match="takes happened or retry or fail"):
-        engine.apply_decision(interrupted().state, "approve")
+        apply_decision(interrupted().state, "approve")

@@ -5,30 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.engine import step as engine
 from agents.engine.limits import Limits
-from agents.engine.protocols import Decision, Deps, ModelRequest, ProposedCall
+from agents.engine.protocols import Deps, ModelReply, ModelRequest, ProposedCall
 from agents.engine.registry import Registry, ToolContext, ToolError, ToolSpec
+from agents.engine.run import Move, RunState, new_run
+from agents.engine.step import step
 from tests.engine.harness import BlankJournal
 
 
 class OneCall:
-    def propose(self, request: ModelRequest) -> Decision:
-        return Decision(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
+    def propose(self, request: ModelRequest) -> ModelReply:
+        return ModelReply(calls=(ProposedCall("c1", "charge", {"amount": 5}),))
 
 
 def died_mid_call(args: dict[str, Any], ctx: ToolContext) -> Any:
     raise ToolError("mcp_transport_error", "connection closed", outcome_unknown=True)
 
 
-def advance_to_rest(retry_safety: str) -> tuple[engine.RunState, list[engine.Move]]:
+def advance_to_rest(retry_safety: str) -> tuple[RunState, list[Move]]:
     spec = ToolSpec("charge", "", {"type": "object"}, "write", "internal", retry_safety, died_mid_call)  # type: ignore[arg-type]
     deps = Deps(model=OneCall(), registry=Registry([spec]), journal=BlankJournal())
-    state = engine.new_run("1", limits=Limits.from_dict({}), now=0.0, task="t")
+    state = new_run("1", limits=Limits.from_dict({}), now=0.0, task="t")
     deps.now = lambda: 1.0
     transitions = []
     for _ in range(4):
-        outcome = engine.step(state, deps)
+        outcome = step(state, deps)
         if outcome is None:
             break
         state, t = outcome

@@ -40,7 +40,7 @@ def test_the_card_says_an_operators_override_set_the_risk(stdio_server, mcp_laun
     html = card_html(approval)
     assert (
         "<strong class=\"risk-override\">Risk irreversible was set by an operator's override</strong> (the server's "
-        "annotations claim write)."
+        "annotations say write)."
     ) in html.replace("&#x27;", "'")
     assert 'title="risk set by an operator\'s override">irreversible</span>' in html
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agents.models import McpServer, McpTool
-from agents.tools.mcp.mapping import claimed_kind
+from agents.tools.mcp.mapping import annotated_kind
 from tests.helpers import client_for, person
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +63,7 @@ def test_an_operator_accepts_a_changed_definition_in_the_admin(changed: McpTool)
 def test_an_operator_sets_an_override_in_the_admin(changed: McpTool) -> None:
     tool = McpTool.objects.get(pk=changed.pk)
     client = client_for(staff("otto", "operator"), csrf=False)
-    assert claimed_kind(tool.annotations).returns == "external", "unsaid openWorldHint: the spec's default"
+    assert annotated_kind(tool.annotations).returns == "external", "unsaid openWorldHint: the spec's default"
     response = client.post(f"/admin/agents/mcptool/{tool.pk}/change/", change_form(tool, returns_override="internal"))
     assert response.status_code == 302, response.content.decode()[:2000]
     tool.refresh_from_db()

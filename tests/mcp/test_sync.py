@@ -9,7 +9,7 @@ from django.core.management.base import CommandError
 
 from agents.models import McpServer, McpTool
 from agents.tools import registry
-from agents.tools.mcp.mapping import claimed_kind, tool_name
+from agents.tools.mcp.mapping import annotated_kind, tool_name
 from tests.mcp.conftest import command, stdio_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,15 +56,15 @@ def test_streamable_http_server_maps_the_same(http_server) -> None:
 
 
 def test_missing_hints_take_the_specifications_defaults() -> None:
-    assert claimed_kind(None) == claimed_kind({})
-    assert (claimed_kind({}).risk, claimed_kind({}).returns, claimed_kind({}).retry_safety) == (
+    assert annotated_kind(None) == annotated_kind({})
+    assert (annotated_kind({}).risk, annotated_kind({}).returns, annotated_kind({}).retry_safety) == (
         "irreversible", "external", "unsafe",
     )
     # destructiveHint only matters when the tool is not read-only.
-    assert claimed_kind({"readOnlyHint": True, "destructiveHint": True}).risk == "read"
-    assert claimed_kind({"readOnlyHint": False, "destructiveHint": False}).risk == "write"
+    assert annotated_kind({"readOnlyHint": True, "destructiveHint": True}).risk == "read"
+    assert annotated_kind({"readOnlyHint": False, "destructiveHint": False}).risk == "write"
     # Hints that are not booleans are ignored, not trusted.
-    assert claimed_kind({"readOnlyHint": "yes"}).risk == "irreversible"
+    assert annotated_kind({"readOnlyHint": "yes"}).risk == "irreversible"
 
 
 def test_tool_names_fit_provider_limits() -> None:
@@ -160,12 +160,12 @@ def test_changed_definition_is_disabled_until_an_operator_accepts_it(stdio_serve
     assert "files__lookup" in registry().names()
 
 
-def test_overrides_are_shown_next_to_the_servers_claim(stdio_server, client) -> None:
+def test_overrides_are_shown_next_to_the_servers_annotations(stdio_server, client) -> None:
     McpTool.objects.filter(name="files__mystery").update(risk_override="read", returns_override="internal")
     out = command("mcp_sync", "files")
     line = next(line for line in out.splitlines() if line.startswith("files__mystery "))
-    assert "risk=read (override; server claims irreversible)" in line
-    assert "returns=internal (override; server claims external)" in line
+    assert "risk=read (override; annotations say irreversible)" in line
+    assert "returns=internal (override; annotations say external)" in line
     assert "retry=unsafe " in line
     spec = registry().get("files__mystery")
     assert spec is not None and (spec.risk, spec.returns, spec.retry_safety) == ("read", "internal", "unsafe")

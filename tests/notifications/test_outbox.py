@@ -9,8 +9,9 @@ import pytest
 from django.db import transaction
 
 from agents.actions import approval_decide, run_cancel
-from agents.engine import step as engine
-from agents.engine.step import Move
+from agents.engine.human import cancel
+from agents.engine.run import Move
+from agents.engine.step import step
 from agents.models import Approval, OutboxEvent, Run
 from agents.notifications import events as outbox
 from agents.runs import driver, store
@@ -103,7 +104,7 @@ def test_no_event_when_the_transition_rolls_back(commit_path, waiting) -> None:
 def test_a_stale_commit_writes_no_event(commit_path, launch) -> None:
     run = launch([final()])
     state = store.load(run)
-    after, t = engine.cancel(state, "too late")
+    after, t = cancel(state, "too late")
     Run.objects.filter(pk=run.pk).update(version=5)  # someone else moved it first
     with pytest.raises(store.StaleRun):
         store.commit(run, state, after, t, actor="test")
@@ -153,7 +154,7 @@ def test_a_transition_stays_one_statement_with_or_without_events(
     settings.AIRLOCK_STORE_ONE_STATEMENT = True
     run = Run.objects.select_related("profile").get(pk=launch([final()]).pk)
     state = store.load(run)
-    after, t = engine.cancel(state, "stop") if kind == "events" else engine.step(state, driver.deps_for(run))
+    after, t = cancel(state, "stop") if kind == "events" else step(state, driver.deps_for(run))
     assert bool(outbox.events_for(t)) == (kind == "events")
     with django_assert_num_queries(1):
         store.commit(run, state, after, t, actor="test")

@@ -84,5 +84,5 @@ def test_a_rule_for_a_tool_the_profile_does_not_offer_is_refused(admin_client: C
     response = admin_client.post(f"/admin/agents/agentprofile/{demo.pk}/change/", form(demo, [OVER_100, typo]))
     page = response.content.decode()
     assert response.status_code == 200
-    assert "rules[2].tool: the agent has no tool named &#x27;refunds&#x27; (its tools: http_get, kb_search, refund, send_email)" in page
+    assert "rules[2].tool: the agent has no tool named &#x27;refunds&#x27; (its tools: export_customers, http_get, kb_search, refund, send_email)" in page
     assert AgentProfile.objects.get(pk=demo.pk).rules == before

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.sessions.models import Session
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from agents.models import ApiToken, Webhook
@@ -120,8 +121,22 @@ def test_the_webhook_add_form_refuses_unknown_events_and_bad_urls(admin_client: 
     assert response.status_code == 200
     page = response.content.decode()
     assert "Select a valid choice. run.exploded is not one of the available choices." in page
-    assert "Enter a valid URL." in page
+    assert page.count("Enter a valid URL.") == 1
     assert not Webhook.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["ftp://x", "ftp://example.com/x", "https://"])
+def test_the_webhook_add_form_says_a_refused_url_once(admin_client: Client, url: str) -> None:
+    response = post_form(admin_client, "/admin/agents/webhook/add/", {"url": url, "events": ["run.done"], "format": "json"})
+    assert response.status_code == 200
+    assert response.content.decode().count("Enter a valid URL.") == 1
+    assert not Webhook.objects.exists()
+
+
+def test_a_webhooks_full_clean_says_each_refusal_once() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Webhook(url="ftp://x", events=["run.done"], secret="s").full_clean()
+    assert caught.value.message_dict == {"url": ["Enter a valid URL."]}
 
 
 def test_a_webhooks_events_are_changed_in_the_admin_without_its_secret(admin_client: Client) -> None:

@@ -176,7 +176,7 @@ def test_a_launch_rule_for_a_tool_the_agent_lacks_is_refused_on_the_field(lena) 
     assert response.status_code == 400 and not Run.objects.exists()
     assert (
         '<p class="error" id="policy-error">policy.rules[1].tool: the agent has no tool named &#x27;delete_account&#x27; '
-        "(its tools: http_get, kb_search, refund, send_email)</p>"
+        "(its tools: export_customers, http_get, kb_search, refund, send_email)</p>"
     ) in html
 
 

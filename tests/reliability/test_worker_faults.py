@@ -112,7 +112,7 @@ def test_a_poison_tool_fails_its_run_while_other_runs_keep_moving(cluster: Clust
     assert Run.objects.filter(pk__in=ids, state="done").count() == 6
     poison.refresh_from_db()
     assert poison.state == "failed"
-    assert poison.error.startswith("poison run: 3 worker claims in a row ended without progress"), poison.error
+    assert poison.error.startswith("poison run: 3 worker leases in a row ended without progress"), poison.error
     assert cluster.exits["w1"].count(71) >= 3  # each claim died in the tool
     assert verify_run(poison) == []
     for run in Run.objects.filter(pk__in=ids):

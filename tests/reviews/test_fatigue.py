@@ -18,6 +18,8 @@ from agents.engine import drafts, policy
 from agents.models import AgentProfile, Approval, ReviewStreak
 from agents.ops import review_tally
 from reviews import stats
+from reviews.stats.fatigue import _walked
+from reviews.stats.figures import Streak
 from tests.helpers import client_for, person
 from tests.reviews import rows
 
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.django_db
 RULE = rows.profile_rule(1)
 
 
-def streaks(user: Any) -> list[stats.Streak]:
+def streaks(user: Any) -> list[Streak]:
     return stats.stats(user, days=7).fatigue
 
 
@@ -207,7 +209,7 @@ def shown(user: Any) -> list[tuple[Any, ...]]:
 
 def walked(user: Any) -> list[tuple[Any, ...]]:
     """The streaks walked from the calls themselves, as before the fold."""
-    found = stats._walked(access.visible_approvals(user), list(AgentProfile.objects.order_by("name")),
+    found = _walked(access.visible_approvals(user), list(AgentProfile.objects.order_by("name")),
                           now=timezone.now(), needed=conf.AIRLOCK_FATIGUE_STREAK)
     return [(s.agent.name, s.tool, s.origin, s.index, s.length, s.draft, s.refusal) for s in found]
 

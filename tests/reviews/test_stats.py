@@ -14,6 +14,9 @@ from django.test import Client
 
 from agents.models import AgentProfile, Approval
 from reviews import stats
+from reviews.stats.figures import ReviewerRow, RuleRow
+from reviews.stats.timing import Timing, percentile_cont, timings
+from reviews.stats.windows import AGENT
 from tests.helpers import client_for, on_fresh_sqlite, person, requires_postgres
 from tests.reviews import rows
 
@@ -123,17 +126,17 @@ def test_the_one_scan_and_the_fallback_agree(history: dict[str, Any], rita: Any,
     ]
 
 
-def _t(t: stats.Timing) -> tuple[Any, ...]:
+def _t(t: Timing) -> tuple[Any, ...]:
     return (t.n, None if t.p50 is None else round(t.p50, 6), None if t.p95 is None else round(t.p95, 6))
 
 
 def _same(a: Any, b: Any) -> bool:
     def norm(x: Any) -> Any:
-        if isinstance(x, stats.Timing):
+        if isinstance(x, Timing):
             return _t(x)
-        if isinstance(x, stats.RuleRow):
+        if isinstance(x, RuleRow):
             return (x.agent, x.origin, x.index, x.approved, x.rejected, x.expired, _t(x.timing))
-        if isinstance(x, stats.ReviewerRow):
+        if isinstance(x, ReviewerRow):
             return (x.name, x.approved, x.rejected)
         if isinstance(x, (list, tuple)):
             return [norm(i) for i in x]
@@ -145,17 +148,17 @@ def _same(a: Any, b: Any) -> bool:
 @requires_postgres()  # percentiles in the database are PostgreSQL's percentile_cont
 def test_timings_in_the_database_and_in_python_agree(history: dict[str, Any]) -> None:
     window = Approval.objects.all()
-    for keys in ({}, {"agent": stats.AGENT}):
-        in_db = stats.timings(window, keys, in_database=True)
-        in_python = stats.timings(window, keys, in_database=False)
+    for keys in ({}, {"agent": AGENT}):
+        in_db = timings(window, keys, in_database=True)
+        in_python = timings(window, keys, in_database=False)
         assert {k: _t(t) for k, t in in_db.items()} == {k: _t(t) for k, t in in_python.items()}
 
 
 def test_percentile_cont_interpolates_between_ranks() -> None:
-    assert stats.percentile_cont([], 0.5) is None
-    assert stats.percentile_cont([7.0], 0.95) == 7.0
-    assert stats.percentile_cont([40.0, 10.0, 30.0, 20.0], 0.5) == 25.0
-    assert stats.percentile_cont([10.0, 20.0, 30.0, 40.0, 200.0], 0.95) == pytest.approx(168.0)
+    assert percentile_cont([], 0.5) is None
+    assert percentile_cont([7.0], 0.95) == 7.0
+    assert percentile_cont([40.0, 10.0, 30.0, 20.0], 0.5) == 25.0
+    assert percentile_cont([10.0, 20.0, 30.0, 40.0, 200.0], 0.95) == pytest.approx(168.0)
 
 
 def test_the_chart_counts_every_decision_once(history: dict[str, Any], rita: Any) -> None:

@@ -18,6 +18,9 @@ from django.utils import timezone
 from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewTally, ReviewTiming
 from agents.ops import review_tally
 from reviews import stats
+from reviews.stats import fatigue as stats_fatigue
+from reviews.stats import tallied as stats_tallied
+from reviews.stats.timing import BucketOf, Timing
 from tests.helpers import at_once, client_for, person, requires_postgres
 from tests.reviews import rows
 
@@ -55,14 +58,14 @@ def _counts(figures: stats.Stats) -> Any:
     )
 
 
-def _timings(figures: stats.Stats) -> list[stats.Timing]:
+def _timings(figures: stats.Stats) -> list[Timing]:
     return [
         figures.overall, *(t for _, t in figures.agents), *(r.timing for r in figures.rules),
         *(b.timing for b in figures.chart.buckets),
     ]
 
 
-def _close(bucketed: stats.Timing, exact: stats.Timing) -> bool:
+def _close(bucketed: Timing, exact: Timing) -> bool:
     rel = review_tally.MAX_ERROR + 1e-9
     return all(
         (b is None and e is None) or (b is not None and e is not None and b == pytest.approx(e, rel=rel))
@@ -280,7 +283,7 @@ def test_cached_escalations_and_lapsed_claims_are_right_and_new_ones_show(rita: 
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("scan", [stats.FATIGUE_SCAN, 3])
+@pytest.mark.parametrize("scan", [stats_fatigue.FATIGUE_SCAN, 3])
 def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
     rita: Any, rob: Any, scan: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,7 +296,7 @@ def test_calls_not_folded_yet_count_whether_read_once_or_counted_apart(
     for i in range(6):
         rows.approval(run, by=rob if i % 2 else rita, wait=5 + i, closed_ago=60 + i * 2 * DAY,
                       status="rejected" if i % 3 == 0 else "approved")
-    monkeypatch.setattr(stats, "FATIGUE_SCAN", scan)
+    monkeypatch.setattr(stats_fatigue, "FATIGUE_SCAN", scan)
     tallied = stats.stats(rita, days=30)
     exact = stats.stats(rita, days=30, in_database=EXACT_IN_DATABASE)
     assert tallied.bucketed and _counts(tallied) == _counts(exact)
@@ -309,8 +312,8 @@ def test_the_partial_first_day_is_cut_from_its_kept_calls_and_a_late_one_shows(
     counts, at two starts in the day and read twice; a call closed late into that day
     shows before the fold (not folded yet) and after it (a new version)."""
     kept: list[dt.date] = []
-    past_calls = stats._past_calls
-    monkeypatch.setattr(stats, "_past_calls", lambda v, p, day: kept.append(day) or past_calls(v, p, day))
+    past_calls = stats_tallied._past_calls
+    monkeypatch.setattr(stats_tallied, "_past_calls", lambda v, p, day: kept.append(day) or past_calls(v, p, day))
     now = timezone.now()
     varied(rita, rob, now=now)
     run = rows.a_run("demo")
@@ -336,10 +339,10 @@ def test_the_partial_first_day_is_cut_from_its_kept_calls_and_a_late_one_shows(
 @pytest.mark.django_db
 @requires_postgres()
 def test_the_databases_wait_bucket_is_the_folds() -> None:
-    """The exact part's bucket, worked out in PostgreSQL (stats.BucketOf), is the one the
+    """The exact part's bucket, worked out in PostgreSQL (BucketOf), is the one the
     fold gives the same wait (review_tally.bucket_of), at and around bucket edges."""
     run = rows.a_run("demo")
     waits = [0.0004, 0.001, 0.2, 1, 2, 3, 7.5, 8, 59.999999, 60, 64, 90.509668, 3600, 4096, 10800, 86400, 40 * DAY]
     made = {rows.approval(run, wait=w).pk: w for w in waits}
-    found = dict(Approval.objects.filter(pk__in=made).annotate(b=stats.BucketOf()).values_list("pk", "b"))
+    found = dict(Approval.objects.filter(pk__in=made).annotate(b=BucketOf()).values_list("pk", "b"))
     assert found == {pk: review_tally.bucket_of(w) for pk, w in made.items()}

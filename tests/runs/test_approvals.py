@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents.actions import approval_decide
-from agents.engine.step import RunState
+from agents.engine.run import RunState
 from agents.models import Approval, Message, Run
 from agents.runs import store
 from tests.helpers import at_once, call, final, requires_postgres, tainted_write

@@ -239,5 +239,6 @@ def test_a_webhook_receivers_answer_is_never_read(hooks: Any, peers: Any, launch
     assert notify.attempt(pk) is True
     delivery = Delivery.objects.get(pk=pk)
     assert (delivery.status, delivery.last_status_code, delivery.last_error) == ("delivered", 200, "")
+    assert server.settled()
     [exchange] = server.exchanges
     assert exchange.hung_up and not exchange.finished

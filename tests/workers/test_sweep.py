@@ -50,7 +50,7 @@ def test_idle_runs_and_dead_leases_are_woken_and_live_ones_left_alone(launch, wo
     # The stamp is no lease: a worker takes the run at once, and the run's own
     # updated_at still says when it last moved.
     assert Run.objects.get(pk=idle.pk).updated_at == before
-    assert driver.claim(idle.pk, "worker:new:3") and driver.claim(expired.pk, "worker:new:3")
+    assert driver.take_lease(idle.pk, "worker:new:3") and driver.take_lease(expired.pk, "worker:new:3")
 
 
 def test_runs_waiting_for_a_human_or_ended_are_not_woken(launch, drive, woken) -> None:
@@ -94,13 +94,13 @@ def test_claims_that_die_are_counted_and_a_fourth_claim_fails_the_run(launch, se
     run = launch([call("echo", text="hi"), final()])
     past = timezone.now() - dt.timedelta(seconds=1)
     for n in range(3):
-        assert driver.claim(run.pk, f"worker:dead:{n}")
+        assert driver.take_lease(run.pk, f"worker:dead:{n}")
         Run.objects.filter(pk=run.pk).update(lease_expires=past)  # the worker died: no release
     assert Run.objects.get(pk=run.pk).claims_without_progress == 3
     run = driver.drive(run.pk)
     assert run.state == "failed"
     assert run.error == (
-        "poison run: 3 worker claims in a row ended without progress "
+        "poison run: 3 worker leases in a row ended without progress "
         "(the worker died or the step crashed each time; AIRLOCK_MAX_DEAD_CLAIMS 3)"
     )
     assert run.claims_without_progress == 0 and run.lease_owner is None

@@ -45,7 +45,7 @@ def test_one_heartbeat_renews_every_lease_the_process_still_holds(launch) -> Non
     runs = [launch([final()]) for _ in range(3)]
     owners = [f"worker:test:1:{i}" for i in range(3)]
     for run, owner in zip(runs, owners, strict=True):
-        assert driver.claim(run.pk, owner, seconds=1)
+        assert driver.take_lease(run.pk, owner, seconds=1)
     driver.release(runs[2].pk, owners[2])  # finished before the beat: not renewed
     assert worker.LeaseHeartbeat.renew({(r.pk, o) for r, o in zip(runs, owners, strict=True)}) == 2
     soon = timezone.now() + dt.timedelta(seconds=30)

@@ -222,6 +222,6 @@ def test_a_tool_that_kills_its_worker_every_time_is_failed_as_poison(cluster: Cl
 
     wait_for(failed, timeout=120, what="the poison run to be failed")
     run.refresh_from_db()
-    assert run.error.startswith("poison run: 3 worker claims in a row ended without progress")
+    assert run.error.startswith("poison run: 3 worker leases in a row ended without progress")
     assert verify_run(run) == []
     assert LedgerEntry.objects.filter(run=run).count() == 1  # safe tool: same key each time

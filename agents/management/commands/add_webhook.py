@@ -35,9 +35,7 @@ class Command(BaseCommand):
         try:
             hook.full_clean()
         except ValidationError as exc:
-            # URLField's own validator and the http(s)-only one both refuse `ftp://x` with
-            # the same words: say each thing once.
-            problems = "; ".join(f"{field}: {' '.join(dict.fromkeys(msgs))}" for field, msgs in exc.message_dict.items())
+            problems = "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())
             raise CommandError(problems) from None
         try:
             notify.target(url)

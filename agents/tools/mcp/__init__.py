@@ -96,15 +96,15 @@ class SyncLine:
     name: str
     status: str
     change: str  # new | unchanged | changed | removed | restored
-    claimed: Kind
+    annotated: Kind
     effective: Kind
     note: str = ""
 
     def __str__(self) -> str:
         parts = [self.name]
         for label, field in (("risk", "risk"), ("returns", "returns"), ("retry", "retry_safety")):
-            value, claim = getattr(self.effective, field), getattr(self.claimed, field)
-            parts.append(f"{label}={value}" + (f" (override; server claims {claim})" if value != claim else ""))
+            value, said = getattr(self.effective, field), getattr(self.annotated, field)
+            parts.append(f"{label}={value}" + (f" (override; annotations say {said})" if value != said else ""))
         state = {
             "active": "offered",
             "changed": "DISABLED: definition changed, accept it in the admin",
@@ -121,7 +121,7 @@ def _line(tool: McpTool, change: str, notes: list[str] | None = None) -> SyncLin
     notes = [tool.name_note, *(notes or [])]
     if tool.status == "invalid":
         notes.append(f"why: {schema_problem(tool.input_schema)}")
-    return SyncLine(tool.name, tool.status, change, tool.claimed(), tool.effective(), "; ".join(n for n in notes if n))
+    return SyncLine(tool.name, tool.status, change, tool.annotated(), tool.effective(), "; ".join(n for n in notes if n))
 
 
 class SyncLines(list[SyncLine]):

@@ -75,8 +75,8 @@ class Kind:
     retry_safety: RetrySafety
 
 
-def claimed_kind(annotations: dict[str, Any] | None) -> Kind:
-    """The kind a server's hints claim, with the specification's defaults for missing ones.
+def annotated_kind(annotations: dict[str, Any] | None) -> Kind:
+    """The kind a server's annotations (its hints) describe, with the specification's defaults for missing ones.
 
     read-only -> read; else not destructive -> write; else irreversible. Idempotent ->
     safe to retry. Open world -> external (taints the run). An unannotated tool is
@@ -95,9 +95,9 @@ def claimed_kind(annotations: dict[str, Any] | None) -> Kind:
 
 
 def hints_for(risk: str, returns: str, retry_safety: str) -> dict[str, bool]:
-    """The four hints that `claimed_kind` reads back as this kind: what the MCP gateway
+    """The four hints that `annotated_kind` reads back as this kind: what the MCP gateway
     tells its clients, so their own confirmation logic sees the kind Airlock applies
-    (the operator's overrides included), whatever the server claimed."""
+    (the operator's overrides included), whatever the server's annotations said."""
     return {
         "readOnlyHint": risk == "read",
         "destructiveHint": risk == "irreversible",

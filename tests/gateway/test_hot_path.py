@@ -1,0 +1,101 @@
+"""The hot path's cuts keep their guarantees (docs/performance.md, "The hot path"): an
+allowed call of a retry-safe tool is marked delivered by its result's own commit (one
+durable commit fewer); an unsafe tool's mark stays a commit of its own after that one,
+so a process that dies in between leaves a retry answered from the journal. Either
+way the next identical call is a new intent, and the intent row is durable before the
+upstream is called."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.models import ClientCall, McpTool, ToolCall
+from tests.gateway.conftest import mcp_session, text
+from tests.helpers import requires_postgres
+
+pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+LOOKUP = ("web__lookup", {"record_id": "alpha"})
+
+
+def twice(live_server: Any, token: str) -> tuple[Any, Any]:
+    async def go(client: Any) -> tuple[Any, Any]:
+        return await client.call_tool(*LOOKUP), await client.call_tool(*LOOKUP)
+
+    return mcp_session(f"{live_server.url}/mcp/gw/", token, go)
+
+
+@pytest.mark.parametrize("retry", ["safe", "unsafe"])
+def test_an_answered_call_is_delivered_once_and_its_twin_runs_anew(
+    live_server: Any, gw, upstream, token, retry: str
+) -> None:
+    McpTool.objects.filter(name="web__lookup").update(retry_safety_override=retry)
+    first, second = twice(live_server, token)
+    assert not first.is_error and not second.is_error, (text(first), text(second))
+    # Delivered, each: the identical second call was a new intent, run again (its own
+    # journal entry), not answered from the first's.
+    calls = list(ClientCall.objects.order_by("id"))
+    entries = list(ToolCall.objects.order_by("id"))
+    assert len(calls) == len(entries) == 2
+    for call, entry in zip(calls, entries, strict=True):
+        assert entry.status == "succeeded" and call.key == entry.idempotency_key
+        assert call.delivered_at is not None
+        if retry == "safe":
+            # Written by the result's commit: the same statement's moment.
+            assert call.delivered_at == entry.finished_at
+        else:
+            # A commit of its own, after the result's: a retry after a death between
+            # the two is answered from the journal, not run again.
+            assert call.delivered_at > entry.finished_at
+
+
+def test_the_token_profile_and_stream_are_one_statement_and_refuse_in_their_order(gw, upstream, lena) -> None:
+    """A tools/call reads the token, its user's roles, the profile and the caller's
+    stream in one round trip; the refusals keep their order (a bad token is 401 before
+    a bad conversation key's 400, an unknown profile 404), and a stream's run that ended
+    is read afresh for the call's second attempt."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.gateway import core
+    from agents.models import GatewayStream, Run
+    from agents.tokens import token_create
+
+    _t, raw = token_create(user=lena)
+    header = f"Bearer {raw}"
+    _first, started = core.admit_and_start(header, "gw", sid=None, run_header=None, tool=LOOKUP[0], args=LOOKUP[1],
+                                           modern=True)
+    assert not isinstance(started, core.Reply) and started[0].status == "succeeded"
+    stream_run = started[1]
+    with CaptureQueriesContext(connection) as seen:
+        admitted, started = core.admit_and_start(header, "gw", sid=None, run_header=None, tool=LOOKUP[0],
+                                                 args={"record_id": "beta"}, modern=True)
+    assert not isinstance(started, core.Reply) and started[1] == stream_run  # the stream's run, as read beside the token
+    assert admitted.caller.stream == ("", (stream_run, "planning", admitted.caller.stream[1][2]))
+    sql = [q["sql"] for q in seen.captured_queries]
+    assert "agents_gatewaystream" in sql[0] and "agents_agentprofile" in sql[0] and "agents_apitoken" in sql[0]
+    assert not [s for s in sql[1:] if "agents_gatewaystream" in s or "agents_apitoken" in s], sql
+
+    # The stream's run ended after the token's statement read it: the call's second
+    # attempt reads the stream afresh and continues in a new run.
+    stale = core.admit(header, "gw", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                       modern=True)
+    Run.objects.filter(pk=started[1]).update(state="failed")
+    again = core.call_start(stale, *LOOKUP)
+    assert not isinstance(again, core.Reply), again.text
+    assert again[1] != started[1] and GatewayStream.objects.get().run_id == again[1]
+
+    bad_key = "x" * (core.KEY_MAX + 1)
+    with pytest.raises(core.Refused) as refused:
+        core.admit("Bearer nope", "gw", sid=None, run_header=None, opening=False, client_name="",
+                   protocol_version="", modern=True, conversation=bad_key)
+    assert refused.value.status == 401
+    with pytest.raises(core.Refused) as refused:
+        core.admit(header, "nope", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                   modern=True)
+    assert refused.value.status == 404
+    with pytest.raises(core.Refused) as refused:
+        core.admit(header, "gw", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
+                   modern=True, conversation=bad_key)
+    assert refused.value.status == 400

@@ -23,9 +23,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
+from agents.lib import rows
 from agents.models import AgentProfile, Approval, Grant, Membership, Project, Run
 from agents.models.projects import ROLES
-from agents.runs import rows
 
 REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
 GLOBAL_ROLES = (REVIEWER, OPERATOR, LAUNCHER)  # a Django group of this name: the role in every project
@@ -490,7 +490,7 @@ class RunHidden(Http404):
     tells the two apart."""
 
 
-# Every timeline request and poll reads this: written out (agents/runs/rows.py), it costs a
+# Every timeline request and poll reads this: written out (agents/lib/rows.py), it costs a
 # third of the queryset. The script is the scripted client's input, which no reader
 # shows; it grows with the run (28 kB for 500 calls) and decoding it was a fifth of
 # loading the run.

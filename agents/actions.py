@@ -15,17 +15,18 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents import access, broker, faults
+from agents import access, broker
 from agents.engine import decisions, states
 from agents.engine import policy as engine_policy
 from agents.engine import step as engine
 from agents.engine.limits import TASK_MAX_CHARS, LimitError, Limits
 from agents.engine.registry import PATTERN
+from agents.lib import faults, sanitize
 from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Approval, ApprovalClaim, ApprovalVote, Grant, IdempotencyKey, Run
 from agents.notifications import events as outbox
 from agents.ops import metrics, telemetry
-from agents.runs import driver, sanitize, store
+from agents.runs import driver, store
 from agents.runs.history import StoreHistory
 
 log = logging.getLogger("airlock.actions")

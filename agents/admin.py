@@ -20,8 +20,9 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html
 
-from agents import access, jsonsafe
+from agents import access
 from agents.engine.policy import PolicyError
+from agents.lib import jsonsafe
 from agents.models import (
     EVENT_TYPES,
     AgentProfile,
@@ -43,7 +44,7 @@ from agents.tokens import token_issue
 from agents.tools.http import UrlRefused
 from agents.web.forms import SafeJSONField
 
-# Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
+# Every JSON box of the admin parses through agents.lib.jsonsafe (agents.web.forms.SafeJSONField).
 SAFE_JSON = {models.JSONField: {"form_class": SafeJSONField}}
 
 

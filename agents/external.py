@@ -29,9 +29,10 @@ from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.engine.protocols import Decision, Deps, ProposedCall, ToolOutcome, Usage
+from agents.lib import rows, sanitize
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
-from agents.runs import driver, rows, sanitize, statement, store
+from agents.runs import driver, statement, store
 from agents.runs.history import StoreHistory
 
 # What a call can be, as `call_status` answers:
@@ -355,7 +356,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
     return _answer(proposed, run)
 
 
-# The reads every proposal, report and answer makes, written out (agents/runs/rows.py);
+# The reads every proposal, report and answer makes, written out (agents/lib/rows.py);
 # the two on every allowed call's path are prepared too.
 _BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1", prepared=True)
 _APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")

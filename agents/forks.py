@@ -23,9 +23,10 @@ from agents.engine import patch, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, TASK_MAX_CHARS, LimitError
 from agents.engine.step import RunState
+from agents.lib import sanitize
 from agents.models import Message, Run, ToolCall
 from agents.models.runs import engine_message
-from agents.runs import sanitize, store
+from agents.runs import store
 from agents.tools import registry_for
 
 # Where a fork may start: before a model call or after a tool result, never inside a

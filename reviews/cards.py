@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
+from agents.lib.rows import fetch
 from agents.models import Approval, ApprovalVote, McpTool, ToolCall
-from agents.runs.rows import fetch
 from agents.web.formatting import short_duration
 
 from .untrusted import Untrusted, untrusted

@@ -50,10 +50,10 @@ from django.utils import timezone
 from agents import access
 from agents.engine import decisions, drafts, streaks
 from agents.engine import policy as engine_policy
+from agents.lib.rows import Joined, Rows, placeholders
 from agents.models import AgentProfile, Approval, ApprovalClaim, ReviewStreak, ReviewTally, ReviewTiming, Run
 from agents.ops import review_tally
 from agents.runs import backtest
-from agents.runs.rows import Joined, Rows, placeholders
 from agents.web import formatting
 
 WINDOWS = (1, 7, 30, 90)
@@ -1082,7 +1082,7 @@ def _streak_scope(user: Any) -> tuple[str, list[int]] | None:
 
 
 # The folded streaks and the reviewers' names, read on every load: written out
-# (agents/runs/rows.py), as querysets they cost more to build than to run.
+# (agents/lib/rows.py), as querysets they cost more to build than to run.
 _STREAK_FIELDS = (
     "profile_id", "tool", "origin", "index", "length", "irreversible", "votes", "broken_at", "broken_id", "last_at",
     "last_id",
@@ -1244,7 +1244,7 @@ def _shadow(
     return out
 
 
-_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/runs/rows.py)
+_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/lib/rows.py)
 
 
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:

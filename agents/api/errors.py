@@ -16,7 +16,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from agents import access
 from agents.actions import ActionError
-from agents.jsonsafe import JsonError
+from agents.lib.jsonsafe import JsonError
 from agents.ops.middleware import denied
 
 log = logging.getLogger("airlock.api")

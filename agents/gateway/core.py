@@ -20,12 +20,13 @@ from agents.actions import ActionError, run_launch
 from agents.engine import states
 from agents.engine.registry import ToolSpec
 from agents.external import CallAnswer
+from agents.lib import rows, sanitize
+from agents.lib.mcp_mapping import hints_for
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
-from agents.runs import driver, rows, sanitize
+from agents.runs import driver
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
-from agents.tools.mcp.mapping import hints_for
 
 from . import content, names
 
@@ -53,7 +54,7 @@ class Caller:
     profile: Any = None
 
 
-# Every gateway request reads these: written out (agents/runs/rows.py), they skip
+# Every gateway request reads these: written out (agents/lib/rows.py), they skip
 # building a queryset each time, and prepared, they skip planning each time.
 _EXTERNAL_PROFILE = rows.Joined(AgentProfile, [], "a.name = %s AND a.provider = %s", prepared=True)
 _OPEN_SESSION = rows.Joined(

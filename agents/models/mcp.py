@@ -7,14 +7,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.lib.mcp_mapping import Kind, claimed_kind, server_name_problem
 from agents.models.fields import URLField
 
 
 def _validate_server_name(value: str) -> None:
-    # Late: agents.tools.mcp's __init__ imports agents.models, so a module-level import
-    # here is a circle (a debt in tests/test_import_graph.py until mapping moves to lib).
-    from agents.tools.mcp.mapping import server_name_problem
-
     problem = server_name_problem(value)
     if problem:
         raise ValidationError(problem)
@@ -114,16 +111,10 @@ class McpTool(models.Model):
         }
 
     def claimed(self) -> Any:
-        # Late for the same circle as _validate_server_name's import.
-        from agents.tools.mcp.mapping import claimed_kind
-
         return claimed_kind(self.annotations)
 
     def effective(self) -> Any:
         """The kind Airlock applies: the operator's overrides over the server's claim."""
-        # Late for the same circle as _validate_server_name's import.
-        from agents.tools.mcp.mapping import Kind
-
         claim = self.claimed()
         return Kind(
             self.risk_override or claim.risk,

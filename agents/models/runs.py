@@ -21,12 +21,11 @@ from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
-from agents.llm.keys import API_KEY_ENV
+from agents.lib import rows
+from agents.lib.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant
 from agents.models.fields import URLField
 from agents.models.projects import default_project
-from agents.runs import rows
-
 
 # Which tool names exist: agents.tools knows (the built-in and diagnostic tools, the
 # MCP servers' pinned ones), and the tools import these models to run, so the models
@@ -58,7 +57,7 @@ def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str
         return f"{sorted({n for n in value if value.count(n) > 1})[0]!r} is listed twice"
     return None
 
-# An MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py: SEPARATOR).
+# An MCP tool's name is `SERVER__tool` (agents/lib/mcp_mapping.py: SEPARATOR).
 MCP_SEPARATOR = PATTERN[:-1]
 
 
@@ -526,7 +525,7 @@ class Message(models.Model):
     @classmethod
     def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as the engine sees it, read without building models (or
-        a queryset: every drive reads it, see agents/runs/rows.py)."""
+        a queryset: every drive reads it, see agents/lib/rows.py)."""
         order = connection.ops.quote_name("index")
         return [engine_message(*row) for row in _transcript_rows().fetch("run_id = %s", [run.pk], order_by=order)]
 

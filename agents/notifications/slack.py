@@ -40,13 +40,13 @@ from django.urls import reverse
 from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
-from agents import access, jsonsafe
+from agents import access
 from agents.actions import ActionError, approval_decide
 from agents.engine import decisions
 from agents.engine.text import one_line
+from agents.lib import jsonsafe, sanitize
 from agents.models import Approval, NotificationPreference, SlackAction
 from agents.notifications.delivery import post, slack_escape
-from agents.runs import sanitize
 from agents.tools.http import Deadline, UrlRefused
 
 log = logging.getLogger("airlock.slack")

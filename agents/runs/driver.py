@@ -19,14 +19,14 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import faults
 from agents.engine import states
 from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
+from agents.lib import faults, rows
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
-from agents.runs import rows, statement
+from agents.runs import statement
 from agents.runs.history import HistoryMoved, StoreHistory
 from agents.runs.store import (
     ADVANCING,
@@ -104,7 +104,7 @@ class StoreJournal:
         if fingerprint not in self.counts and not self.empty:
             # Only this fingerprint, through the (run, fingerprint) index, so the count
             # costs the same however many calls the run has made; written out and
-            # prepared (agents/runs/rows.py): every proposal of an external run asks.
+            # prepared (agents/lib/rows.py): every proposal of an external run asks.
             self.counts[fingerprint] = rows.fetch(REPEATS, [self.run.pk, fingerprint], prepared=True)[0][0]
         return self.counts.get(fingerprint, 0)
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 
 from agents.engine.step import ApprovalRow, IntentRow, JournalResult, Move
+from agents.lib import prepared
+from agents.lib.sanitize import bounded_result, clean
 from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
-from agents.runs import prepared
-from agents.runs.sanitize import bounded_result, clean
 
 if TYPE_CHECKING:
     from agents.runs.store import Events
@@ -185,7 +185,7 @@ def commit_statement(
             f" {p('cc_rule', None if record.rule is None else j(record.rule), '::jsonb')}, %(now)s FROM r RETURNING id)"
         )
     sql.append(" SELECT version FROM r" if record is None else " SELECT version, (SELECT id FROM cc) FROM r")
-    # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
+    # Prepared on the server (agents/lib/prepared.py): the text has a few shapes only
     # (messages 1 or 2, with or without an intent...), each planned once per connection;
     # planning it afresh cost 4x its execution.
     found = prepared.fetchone("".join(sql), p)

@@ -18,17 +18,25 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import faults
 from agents.engine import patch, states
 from agents.engine.step import Move, RunState
+from agents.lib import faults, rows
+from agents.lib.sanitize import clean, clean_json
 from agents.models import (
-    Approval, ApprovalClaim, ClientCall, Grant, Message, OutboxEvent, Run, ToolCall, Transition,
+    Approval,
+    ApprovalClaim,
+    ClientCall,
+    Grant,
+    Message,
+    OutboxEvent,
+    Run,
+    ToolCall,
+    Transition,
 )
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox
 from agents.ops import telemetry
-from agents.runs import history, rows, statement
-from agents.runs.sanitize import clean, clean_json
+from agents.runs import history, statement
 
 log = logging.getLogger("airlock.store")
 

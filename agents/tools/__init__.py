@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from agents.engine.registry import PATTERN, Registry, ToolSpec
-from agents.tools.mcp.mapping import SEPARATOR
+from agents.lib.mcp_mapping import SEPARATOR
 
 
 def built_in() -> list[ToolSpec]:

@@ -16,9 +16,9 @@ from django.db.models import prefetch_related_objects
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.step import TRANSCRIPT_CAP
+from agents.lib.rows import Rows, fetch, placeholders
 from agents.models import Approval, Message, Run, ToolCall, Transition
 from agents.runs import verify
-from agents.runs.rows import Rows, fetch, placeholders
 from agents.web.formatting import pretty_json, usd
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq

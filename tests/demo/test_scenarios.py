@@ -128,7 +128,7 @@ def test_every_scenario_names_an_existing_agent(defaults) -> None:
 def crash_after_the_tool(monkeypatch, drive, run: Run) -> Run:
     """Drive until the approved tool ran and the worker 'dies' before saving its result,
     then resume as another worker would."""
-    from agents import faults
+    from agents.lib import faults
 
     monkeypatch.setattr(faults, "MODE", "raise")
     monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))

@@ -164,7 +164,7 @@ def test_a_ref_cycle_and_a_too_deep_schema_are_refused_at_sync(listing) -> None:
 
 
 def test_a_tool_pinned_before_the_check_is_refused_at_its_next_sync(listing) -> None:
-    from agents.tools.mcp.mapping import definition_sha256
+    from agents.lib.mcp_mapping import definition_sha256
 
     cycle = {"$defs": {"a": {"$ref": "#/$defs/a"}}, **obj(x={"$ref": "#/$defs/a"})}
     server = listing([{"name": "loop", "inputSchema": cycle}])

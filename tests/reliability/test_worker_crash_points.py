@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from agents import faults
+from agents.lib import faults
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.runs.verify import verify_run
 from tests.helpers import call, final, wait_for

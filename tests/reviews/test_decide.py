@@ -7,8 +7,8 @@ import json
 import pytest
 from django.contrib.auth.models import User
 
-from agents import faults
 from agents.engine.decisions import DECISIONS
+from agents.lib import faults
 from agents.models import Approval, Message, Run, ToolCall
 from tests.helpers import CsrfClient, call, final, person
 

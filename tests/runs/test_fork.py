@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents import actions, faults
+from agents import actions
 from agents.actions import ActionError
 from agents.forks import fork_point, run_fork, run_retry
+from agents.lib import faults
 from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, ToolCall, Transition
 from agents.runs.verify import verify_run
 from tests.helpers import PLANTED, call, client_for, final

@@ -1,7 +1,7 @@
 """NUL bytes through every door (issue 46, item 4). PostgreSQL refuses NUL in text, so
 a NUL that reached a query or a row was a 500 (or, at the MCP gateway, a 503 with a
 traceback, and a client that could never connect). Each door now cleans text the one
-way arguments and notes are cleaned (`agents.runs.sanitize.clean`: NUL becomes U+FFFD)
+way arguments and notes are cleaned (`agents.lib.sanitize.clean`: NUL becomes U+FFFD)
 or answers a 4xx naming the field; never a 5xx."""
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents import jsonsafe
 from agents.engine.policy import PolicyError
+from agents.lib import jsonsafe
 from agents.runs.evals import load_cases, load_policy, run_isolated, verdict_changes
 
 

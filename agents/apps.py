@@ -9,9 +9,9 @@ class AgentsConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_save
 
-        from agents import people
+        from agents.accounts import members
 
-        post_save.connect(people.on_user_saved, sender=get_user_model(), dispatch_uid="airlock.person_leave")
+        post_save.connect(members.on_user_saved, sender=get_user_model(), dispatch_uid="airlock.person_leave")
         from django.contrib.auth.signals import user_logged_out
 
         from agents import claims

@@ -109,11 +109,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Celery shells that call the driver and delivery
     ("actions", (
         "agents.actions", "agents.notifications.delivery", "agents.notifications.links", "agents.notifications.slack", "agents.forks", "agents.claims", "agents.external", "agents.teams", "agents.tokens",
-        "agents.people", "agents.lockout", "agents.sso", "agents.tasks",
+        "agents.people", "agents.tasks",
     )),
-    # the doors: pages, API, gateway, reviews, commands, admin, the URL and server wiring
+    # the doors: pages, sign-in and members (accounts), API, gateway, reviews, commands,
+    # admin, the URL and server wiring
     ("api, gateway, web, reviews", (
-        "agents.api", "agents.gateway", "agents.web", "reviews", "agents.admin", "agents.apps",
+        "agents.api", "agents.gateway", "agents.web", "agents.accounts", "reviews", "agents.admin", "agents.apps",
         "agents.management", "agents.templatetags",
         "config.urls", "config.asgi", "config.wsgi", "config.gunicorn",
     )),

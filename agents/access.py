@@ -5,7 +5,7 @@ API cannot drift.
 Roles are held per project (`Membership`); the global groups `reviewer`, `operator` and
 `launcher` mean "this role in every project", and superusers hold every role everywhere.
 An API token limited to a project (`ApiToken.project`, set on the user object by
-agents.tokens) narrows every answer below to that project, superusers' included."""
+agents.actions.tokens) narrows every answer below to that project, superusers' included."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _memberships(user: Any) -> dict[str, set[int]]:
 def _roles_of(user: Any) -> tuple[set[str], dict[str, set[int]]]:
     """The user's Django groups and per-project roles, read together once per request
     (one query: every API call and page asks both; an API token's read brings them
-    along, `agents.tokens`): cached on the user object, which lives as long as the
+    along, `agents.actions.tokens`): cached on the user object, which lives as long as the
     request. `forget_roles` drops the cache after a change."""
     groups = getattr(user, "_airlock_groups", None)
     roles = getattr(user, "_airlock_roles", None)

@@ -21,6 +21,7 @@ from django.urls import path
 from django.utils.html import format_html
 
 from agents import access
+from agents.actions.tokens import token_issue
 from agents.engine.policy import PolicyError
 from agents.lib import jsonsafe
 from agents.models import (
@@ -40,7 +41,6 @@ from agents.models import (
 )
 from agents.notifications import delivery as notify
 from agents.runs import backtest as backtests
-from agents.tokens import token_issue
 from agents.tools.http import UrlRefused
 from agents.web.forms import SafeJSONField
 

@@ -14,7 +14,7 @@ class AgentsConfig(AppConfig):
         post_save.connect(members.on_user_saved, sender=get_user_model(), dispatch_uid="airlock.person_leave")
         from django.contrib.auth.signals import user_logged_out
 
-        from agents import claims
+        from agents.actions import claims
 
         # A reviewer who logs out holds no claim (docs/reviewing.md#claims).
         user_logged_out.connect(claims.on_logout, dispatch_uid="airlock.claims.on_logout")

@@ -1,6 +1,6 @@
 """What a review card shows, read in a constant number of queries however long the queue.
 
-Read-only: decisions go through `agents.actions.approval_decide`.
+Read-only: decisions go through `agents.actions.approvals.approval_decide`.
 """
 
 from __future__ import annotations

@@ -104,12 +104,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "agents.runs", "agents.tools", "agents.llm", "agents.notifications", "agents.ops", "agents.access",
         "agents.defaults",
     )),
-    # what people do (and today's flat homes of it, until `agents/actions/` holds them),
-    # delivery with its Slack and email links (a link decides through the actions), the
-    # Celery shells that call the driver and delivery
+    # what people do (agents/actions/); delivery with its Slack and email links (a link
+    # decides through the actions); the sweeper, which expires and escalates approvals
+    # and lets reviewers' claims lapse through the actions on the clock's behalf; the
+    # Celery shells that call the driver, the sweeper and delivery
     ("actions", (
-        "agents.actions", "agents.notifications.delivery", "agents.notifications.links", "agents.notifications.slack", "agents.forks", "agents.claims", "agents.external", "agents.teams", "agents.tokens",
-        "agents.people", "agents.tasks",
+        "agents.actions", "agents.notifications.delivery", "agents.notifications.links", "agents.notifications.slack",
+        "agents.runs.sweeper", "agents.tasks",
     )),
     # the doors: pages, sign-in and members (accounts), API, gateway, reviews, commands,
     # admin, the URL and server wiring
@@ -120,17 +121,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     )),
 ]
 
-# Known debts: imports that point up (or close a circle) today. Each goes when the move
-# of issue #50's item 1 (rooms: `agents/lib/`, `agents/actions/`) takes its target to a
-# lower floor; then delete its line here. Nothing new belongs in this list.
-DEBTS: frozenset[tuple[str, str]] = frozenset({
-    # Evals launch and decide as people do: they belong above actions (a command's room).
-    ("agents.runs.evals", "agents.actions"),
-    # The sweeper expires approvals and releases reviewers' claims through the actions:
-    # the single-row rules it needs go down to the models.
-    ("agents.runs.sweeper", "agents.actions"),
-    ("agents.runs.sweeper", "agents.claims"),
-})
+# Known debts: imports that point up (or close a circle), each with the move that will
+# remove it. Empty since issue #50's rooms; nothing new belongs here (move the module).
+DEBTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def layer_of(name: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int | None:

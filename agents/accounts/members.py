@@ -10,7 +10,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Q
 
-from agents import access, people, teams
+from agents import access
+from agents.actions import people, teams
 from agents.models import Membership
 
 # The global groups single sign-on manages ("this role in every project"); any other

@@ -48,8 +48,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from agents import people
 from agents.accounts import members
+from agents.actions import people
 from agents.models import Project
 from agents.models.projects import ROLES
 

@@ -15,7 +15,7 @@ from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
-from agents import tokens
+from agents.actions import tokens
 from agents.api.errors import error
 from agents.lib import jsonsafe
 

@@ -15,7 +15,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from agents import access
-from agents.actions import ActionError
+from agents.actions.base import ActionError
 from agents.lib.jsonsafe import JsonError
 from agents.ops.middleware import denied
 

@@ -9,7 +9,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
 from agents.access import MAX_ID
-from agents.actions import BATCH_MAX
+from agents.actions.approvals import BATCH_MAX
 from agents.engine import decisions
 from agents.engine.limits import TASK_MAX_CHARS
 

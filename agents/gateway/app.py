@@ -42,7 +42,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from agents import external
+from agents.actions import external
 from agents.lib import jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver

@@ -1,7 +1,7 @@
 """The MCP gateway's Django side: plain synchronous functions over the database, called
 by the ASGI app (`app.py`) in worker threads. Who is calling, which session and run a
 request belongs to, the tools a profile offers, and a tools/call as the decision API's
-proposal (`agents.external`): the gateway never judges a call itself.
+proposal (`agents.actions.external`): the gateway never judges a call itself.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import access, external, tokens
-from agents.actions import ActionError, run_launch
+from agents import access
+from agents.actions import external, tokens
+from agents.actions.base import ActionError
+from agents.actions.external import CallAnswer
+from agents.actions.runs import run_launch
 from agents.engine import states
 from agents.engine.registry import ToolSpec
-from agents.external import CallAnswer
 from agents.lib import rows, sanitize
 from agents.lib.mcp_mapping import hints_for
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run

@@ -73,7 +73,7 @@ class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
 
 class AgentProfile(models.Model):
     # "external": the run's decisions come from a client through the decision API
-    # (agents/external.py), not from a model Airlock calls.
+    # (agents/actions/external.py), not from a model Airlock calls.
     PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic", "external")]
 
     name = models.SlugField(max_length=64, unique=True)

@@ -1,7 +1,7 @@
 """Deciding from Slack: the buttons on `approval.pending` messages, the clicks Slack
 sends to `POST /integrations/slack/interactions`, and the messages updated afterwards.
 
-A click decides exactly as a dashboard click does (`agents.actions.approval_decide`,
+A click decides exactly as a dashboard click does (`agents.actions.approvals.approval_decide`,
 `via="slack"`), as the Airlock user who linked the clicking Slack member id, for the
 call the message showed (the button carries its `args_hash`). What is added here:
 
@@ -41,7 +41,8 @@ from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
 from agents import access
-from agents.actions import ActionError, approval_decide
+from agents.actions.approvals import approval_decide
+from agents.actions.base import ActionError
 from agents.engine import decisions
 from agents.engine.text import one_line
 from agents.lib import jsonsafe, sanitize

@@ -229,7 +229,7 @@ def reserve_id(run: Run) -> int:
 def create(run: Run, state: RunState, *, actor: str, kind: str = "launch", detail: dict[str, Any] | None = None) -> Run:
     """Insert a new run (its id from `reserve_id`) with its launch transition (seq 1)
     and first messages. A fork's first transition is kind "fork", its `detail` the fork
-    point, its messages the transcript copied from the parent (agents/forks.py)."""
+    point, its messages the transcript copied from the parent (agents/actions/forks.py)."""
     with transaction.atomic():
         for name, value in cache_fields(state).items():
             setattr(run, name, value)

@@ -2,7 +2,7 @@
 
 The launch form only parses what the browser sends (numbers, JSON); every rule about a
 launch (known agent, non-empty task, limits no looser than the profile's, script shape)
-belongs to `agents.actions.run_launch`, whose errors the view puts back on the fields.
+belongs to `agents.actions.runs.run_launch`, whose errors the view puts back on the fields.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class Entry:
 
     @property
     def fork(self) -> dict[str, Any] | None:
-        """A fork's first entry: where its copied history came from (agents/forks.py)."""
+        """A fork's first entry: where its copied history came from (agents/actions/forks.py)."""
         fork = self.payload.get("fork") if self.t.kind == "fork" else None
         return fork if isinstance(fork, dict) else None
 

@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents import demo
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from agents import access, external
+from agents import access
+from agents.actions import external
+from agents.actions.tokens import token_create, token_user
 from agents.engine.fingerprints import fingerprint
 from agents.lib import rows
 from agents.models import ClientCall, Run, ToolCall
 from agents.runs import driver
-from agents.tokens import token_create, token_user
 from tests.helpers import requires_postgres
 
 pytestmark = pytest.mark.django_db

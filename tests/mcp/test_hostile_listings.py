@@ -92,7 +92,7 @@ def pin(server: McpServer, mcp_name: str, schema: dict[str, Any]) -> McpTool:
 
 
 def launch_on(server: McpServer, tools: list[str], script: list[Any]) -> Run:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     profile = AgentProfile.objects.create(name=f"with-{server.name}", provider="scripted", tools=tools)
     return run_launch(agent=profile, task="use the tools", script=script)

@@ -15,7 +15,7 @@ from django.test import override_settings
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, Run, ToolCall
 from agents.ops import telemetry
 from tests.helpers import call, final, person, tainted_write

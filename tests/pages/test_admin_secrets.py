@@ -11,8 +11,8 @@ import pytest
 from django.contrib.sessions.models import Session
 from django.test import Client
 
+from agents.actions.tokens import digest
 from agents.models import ApiToken, Webhook
-from agents.tokens import digest
 from tests.helpers import client_for, person
 
 pytestmark = pytest.mark.django_db

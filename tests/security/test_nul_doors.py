@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, ClientCall, GatewaySession, Run
-from agents.tokens import token_create
 from tests.helpers import requires_postgres
 
 NUL = "a\x00b"

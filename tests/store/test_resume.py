@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.lib import faults
 from agents.models import Approval, ToolCall
 from tests.helpers import call, final

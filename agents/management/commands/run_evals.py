@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.engine.policy import PolicyError
 from agents.lib import jsonsafe
-from agents.runs.evals import load_cases, load_policy, run_isolated, verdict_changes
+from agents.management.evals import load_cases, load_policy, run_isolated, verdict_changes
 
 
 class Command(BaseCommand):

@@ -35,7 +35,9 @@ from typing import Any, cast
 from django.db import transaction
 from django.test.utils import override_settings
 
-from agents.actions import ActionError, approval_decide, approval_expire, run_launch
+from agents.actions.approvals import approval_decide, approval_expire
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.engine import decisions as names
 from agents.engine import policy as engine_policy
 from agents.engine import states

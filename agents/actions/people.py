@@ -11,7 +11,7 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
 
-from agents.actions import actor_name
+from agents.actions.base import actor_name
 from agents.engine import decisions
 from agents.engine import step as engine
 from agents.models import ApiToken, Approval, ApprovalClaim, ApprovalVote, Run

@@ -24,7 +24,7 @@ from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from agents import access, broker
-from agents.actions import ActionError, actor_name
+from agents.actions.base import ActionError, actor_name
 from agents.engine import states
 from agents.engine import step as engine
 from agents.engine.fingerprints import fingerprint, idempotency_key

@@ -335,8 +335,6 @@ def reviewers(profile: AgentProfile | None = None, *, escalated: bool = False) -
     """Active people who review `profile`'s calls (its backup group too once
     `escalated`), or any profile's when `profile` is None: who is told about pending
     calls. What each is told is still filtered by `reviewable_approvals`."""
-    from django.contrib.auth import get_user_model
-
     if profile is None:
         who = Q(groups__name__in=review_groups()) | Q(memberships__role=REVIEWER)
     else:

@@ -6,6 +6,8 @@ class AgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Every import here is late on purpose: Django imports this module while it fills
+        # the app registry, before any model may be imported; ready() runs once it is full.
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_save
 

@@ -22,6 +22,7 @@ from agents.notifications import events as outbox
 from agents.ops import metrics
 from agents.runs import driver, store
 from agents.runs.history import StoreHistory
+from agents.tools import registry_for
 
 log = logging.getLogger("airlock.actions")
 
@@ -200,8 +201,6 @@ def _edit(approval: Approval, state: engine.RunState, args: Any, *, user: Any) -
     The edited call meets the same checks as a proposed one (the tool's schema, then
     policy on these arguments); it may need more votes than the original, never fewer.
     """
-    from agents.tools import registry_for
-
     try:
         spec = registry_for(approval.run.profile, [approval.tool]).get(approval.tool)
         # History rules count the calls before this one: not this call's own approval.

@@ -34,6 +34,7 @@ from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver, statement, store
 from agents.runs.history import StoreHistory
+from agents.tools import OnDemand
 
 # What a call can be, as `call_status` answers:
 PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
@@ -168,8 +169,6 @@ def _deps(
 ) -> tuple[Deps, ExternalClient]:
     """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
     run's lock, so the journal does not read them again."""
-    from agents.tools import OnDemand
-
     client = ExternalClient(decision)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.

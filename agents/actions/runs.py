@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -25,6 +26,7 @@ from agents.llm.scripted import ScriptError, validate_script
 from agents.models import AgentProfile, Grant, IdempotencyKey, Run
 from agents.ops import telemetry
 from agents.runs import store
+from agents.tools import registry, registry_for
 
 
 def run_launch(
@@ -147,8 +149,6 @@ def _launch(
     launch_rules = [r for r in run_policy["rules"] if r.get("origin") == "launch"]
     tools = run_tools(profile, expand=bool(launch_rules))
     if launch_rules:
-        from agents.tools import registry_for
-
         try:
             names = tools or registry_for(profile).names()
             engine_policy.check_rule_tools(launch_rules, names, field="policy.rules")
@@ -201,8 +201,6 @@ def run_tools(profile: AgentProfile, *, expand: bool = False) -> list[str] | Non
     lists the registry's names even without a `NAME__*` entry (launch rules check them)."""
     tools = profile.tool_names()
     if expand or (tools and any(name.endswith(PATTERN) for name in tools)):
-        from agents.tools import registry
-
         # Only the profile's MCP tools are read, unless every name is wanted.
         offered = registry(None if expand else tools)
         # `NAME__*` (all of an MCP server's tools): the run snapshots the names on offer now.
@@ -215,10 +213,6 @@ def run_tools(profile: AgentProfile, *, expand: bool = False) -> list[str] | Non
 def _with_client_tools(profile: AgentProfile, tools: list[str] | None) -> list[str] | None:
     """An external profile's tool list with its client tools, which must not take the
     name of a registered tool (the client would think it runs its own, Airlock another)."""
-    from django.core.exceptions import ValidationError
-
-    from agents.tools import registry
-
     try:
         specs = profile.client_specs()
     except ValidationError as exc:

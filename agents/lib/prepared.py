@@ -90,6 +90,7 @@ def _cursor() -> Any:
 
 @functools.cache
 def _plain_class() -> type:
+    # Imported late, as in _cursor_class: psycopg, which SQLite deployments may lack.
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     return ServerBindingCursor  # type: ignore[no-any-return]

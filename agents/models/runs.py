@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection
 from typing import Any, TypedDict
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import connection, models
@@ -236,8 +237,6 @@ class AgentProfile(models.Model):
     def _clean_reviewing(self) -> None:
         """Who reviews: groups that exist (a misspelt group would leave the calls to
         superusers alone, silently), and an escalation that has somewhere to go."""
-        from django.contrib.auth.models import Group
-
         errors: dict[str, str] = {}
         for field in ("reviewer_group", "backup_group"):
             name = getattr(self, field).strip()

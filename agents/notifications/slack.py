@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, close_old_connections, connection, transaction
@@ -295,8 +296,6 @@ def changed_since(pref: NotificationPreference, click: Click, approval_created: 
 def link(username: str, member_id: str) -> Any:
     """An admin's link (`manage.py link_slack`): `member_id` to `username`, moved from
     whoever held it, who is told."""
-    from django.contrib.auth import get_user_model
-
     member_id = valid_member_id(member_id)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:

@@ -13,11 +13,14 @@ import hmac
 import logging
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agents.ops.metrics import REGISTRY
 from agents.ops.unavailable import DATABASE_DOWN, unavailable
 
 log = logging.getLogger("airlock.operations")
@@ -51,8 +54,6 @@ def _migrations() -> bool:
 def _broker() -> bool:
     if not settings.REDIS_URL:
         return True  # the embedded filesystem broker is part of this host
-    import redis
-
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
     try:
         return bool(client.ping())
@@ -96,10 +97,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not hmac.compare_digest(given.strip().encode(), expected.encode()):
         log.warning("denied status=403 method=%s path=/metrics", request.method)
         return HttpResponse("403 Forbidden: wrong token\n", status=403, content_type="text/plain")
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    from agents.ops.metrics import REGISTRY
-
     try:
         body = generate_latest(REGISTRY)
     except DATABASE_DOWN as exc:

@@ -24,6 +24,7 @@ from agents.engine.protocols import Decision, Deps, JournalEntry, ModelClient, M
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.step import Move, Outcome, RunState, fail, step
 from agents.lib import faults, rows
+from agents.llm import client_for
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
 from agents.runs import statement
@@ -38,6 +39,7 @@ from agents.runs.store import (
     rests_for_client,
     waits_for_client_q,
 )
+from agents.tools import registry_for
 
 log = logging.getLogger("airlock.store")
 
@@ -184,9 +186,6 @@ class ReleasingModel:
 def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
     """`tools`: the run's snapshotted tool names (None: all), so a drive builds only the
     MCP tools its run may call."""
-    from agents.llm import client_for
-    from agents.tools import registry_for
-
     model = client_for(run.profile, run)
     return Deps(
         model=ReleasingModel(model) if getattr(model, "waits", True) else model,

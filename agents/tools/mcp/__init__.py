@@ -156,7 +156,7 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
     (a pinned tool past the limit becomes `removed`), descriptions are cut to
     `AIRLOCK_MCP_MAX_DESCRIPTION_CHARS`; `SyncLines.notes` says what was left out.
     """
-    from . import client
+    from . import client  # late, as in connection(): the SDK's import cost
 
     try:
         listed = client.list_tools(connection(server), timeout=server.timeout_seconds)
@@ -270,7 +270,7 @@ def _changed_under(tool_id: int, pinned: str) -> Any:
 
 
 def _spec(tool: McpTool) -> ToolSpec:
-    from . import client
+    from . import client  # late, as in connection(): the SDK's import cost
 
     kind = tool.effective()
     call = client.Call(

@@ -13,7 +13,6 @@ import hmac
 import logging
 from collections.abc import Callable
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
@@ -54,6 +53,10 @@ def _migrations() -> bool:
 def _broker() -> bool:
     if not settings.REDIS_URL:
         return True  # the embedded filesystem broker is part of this host
+    # Late: redis-py loads the OpenTelemetry SDK on import, and a process that does not
+    # trace must not pay for it (tests/operations/test_traces.py).
+    import redis
+
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
     try:
         return bool(client.ping())

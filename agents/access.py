@@ -5,7 +5,7 @@ API cannot drift.
 Roles are held per project (`Membership`); the global groups `reviewer`, `operator` and
 `launcher` mean "this role in every project", and superusers hold every role everywhere.
 An API token limited to a project (`ApiToken.project`, set on the user object by
-agents.tokens) narrows every answer below to that project, superusers' included."""
+agents.actions.tokens) narrows every answer below to that project, superusers' included."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
+from agents.lib import rows
 from agents.models import AgentProfile, Approval, Grant, Membership, Project, Run
 from agents.models.projects import ROLES
-from agents.runs import rows
 
 REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
 GLOBAL_ROLES = (REVIEWER, OPERATOR, LAUNCHER)  # a Django group of this name: the role in every project
@@ -59,7 +59,7 @@ def _memberships(user: Any) -> dict[str, set[int]]:
 def _roles_of(user: Any) -> tuple[set[str], dict[str, set[int]]]:
     """The user's Django groups and per-project roles, read together once per request
     (one query: every API call and page asks both; an API token's read brings them
-    along, `agents.tokens`): cached on the user object, which lives as long as the
+    along, `agents.actions.tokens`): cached on the user object, which lives as long as the
     request. `forget_roles` drops the cache after a change."""
     groups = getattr(user, "_airlock_groups", None)
     roles = getattr(user, "_airlock_roles", None)
@@ -335,8 +335,6 @@ def reviewers(profile: AgentProfile | None = None, *, escalated: bool = False) -
     """Active people who review `profile`'s calls (its backup group too once
     `escalated`), or any profile's when `profile` is None: who is told about pending
     calls. What each is told is still filtered by `reviewable_approvals`."""
-    from django.contrib.auth import get_user_model
-
     if profile is None:
         who = Q(groups__name__in=review_groups()) | Q(memberships__role=REVIEWER)
     else:
@@ -490,7 +488,7 @@ class RunHidden(Http404):
     tells the two apart."""
 
 
-# Every timeline request and poll reads this: written out (agents/runs/rows.py), it costs a
+# Every timeline request and poll reads this: written out (agents/lib/rows.py), it costs a
 # third of the queryset. The script is the scripted client's input, which no reader
 # shows; it grows with the run (28 kB for 500 calls) and decoding it was a fifth of
 # loading the run.

@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
@@ -20,8 +21,10 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.html import format_html
 
-from agents import access, jsonsafe
+from agents import access
+from agents.actions.tokens import token_issue
 from agents.engine.policy import PolicyError
+from agents.lib import jsonsafe
 from agents.models import (
     EVENT_TYPES,
     AgentProfile,
@@ -39,11 +42,11 @@ from agents.models import (
 )
 from agents.notifications import delivery as notify
 from agents.runs import backtest as backtests
-from agents.tokens import token_issue
 from agents.tools.http import UrlRefused
+from agents.tools.mcp import McpError, definition_diff, mcp_server_sync, mcp_tool_accept
 from agents.web.forms import SafeJSONField
 
-# Every JSON box of the admin parses through agents.jsonsafe (agents.web.forms.SafeJSONField).
+# Every JSON box of the admin parses through agents.lib.jsonsafe (agents.web.forms.SafeJSONField).
 SAFE_JSON = {models.JSONField: {"form_class": SafeJSONField}}
 
 
@@ -317,8 +320,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "user":
             # As the command refuses one: a token of an inactive user would never work.
-            from django.contrib.auth import get_user_model
-
             kwargs["queryset"] = get_user_model().objects.filter(is_active=True).order_by("username")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
@@ -388,8 +389,6 @@ class McpServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Sync tools from the selected servers")
     def sync(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
-        from agents.tools.mcp import McpError, mcp_server_sync
-
         for server in queryset:
             try:
                 lines = mcp_server_sync(server=server)
@@ -454,8 +453,6 @@ class McpToolAdmin(admin.ModelAdmin):
 
     @admin.display(description="difference")
     def pending_diff(self, tool: McpTool) -> str:
-        from agents.tools.mcp import definition_diff
-
         diff = definition_diff(tool)
         if not diff:
             return "none"
@@ -464,8 +461,6 @@ class McpToolAdmin(admin.ModelAdmin):
     # Only who may change a tool may accept its definition (operators: see agents/defaults.py).
     @admin.action(description="Accept the new definition of the selected tools", permissions=["change"])
     def accept(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        from agents.tools.mcp import McpError, mcp_tool_accept
-
         for tool in queryset:
             try:
                 mcp_tool_accept(tool_id=tool.pk)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.management import create_permissions
+
 DIAGNOSTIC_TOOLS = ["echo", "fail", "sleep", "fetch_fixture", "ledger_write", "ledger_write_unsafe"]
 DEMO_TOOLS = ["kb_search", "http_get", "send_email", "refund", "export_customers"]
 # The demo's rules (docs/policy.md), first match wins: the issue's four history rules
@@ -110,8 +112,6 @@ def _model_exists(group: Any, app_label: str, codename: str) -> bool:
 def ensure_in_migration(apps: Any) -> None:
     """`ensure()` from a data migration: permissions are normally created after
     `migrate`, and the groups need them now."""
-    from django.contrib.auth.management import create_permissions
-
     for app_config in apps.get_app_configs():
         app_config.models_module = True
         create_permissions(app_config, apps=apps, verbosity=0)

@@ -30,7 +30,7 @@ ARGS = {"order": "A-0", "amount": 25, "currency": "EUR", "reason": "damaged in t
 
 def template() -> Any:
     """One real run waiting on a refund, driven through the store, to clone."""
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     run = run_launch(
         agent=base.bench_profile(), task="refund the damaged order", policy={"rules": [RULE]},
@@ -81,7 +81,7 @@ def measure_pages(client: Any) -> dict[str, Any]:
 
 def decisions(user: Any) -> dict[str, Any]:
     """Time per call: 200 single decisions, a batch of 200, a batch, 200 singles."""
-    from agents.actions import approval_batch_decide, approval_decide
+    from agents.actions.approvals import approval_batch_decide, approval_decide
     from agents.models import Approval
 
     pending = list(Approval.objects.pending().order_by("pk").values_list("pk", flat=True)[: 4 * BATCH])

@@ -30,7 +30,7 @@ PRICES = {"price_input_micros": 3_000_000, "price_output_micros": 15_000_000,
 
 
 def caching_bench(steps: int = STEPS) -> dict[str, Any]:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from agents.models import AgentProfile
     from agents.runs import driver
     from tests.llm.provider import FakeProvider, Reply

@@ -84,7 +84,7 @@ def measure(label: str, fn: Any, tables_bytes: Any) -> tuple[float, int, int]:
 
 def main() -> None:
     airlock_bench.setup_django()
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     profile = airlock_bench.bench_profile()
     lg = LangGraphAgent(os.environ["DATABASE_URL"])

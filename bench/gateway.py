@@ -154,8 +154,8 @@ class Stand:
         from django.core.management import call_command
         from django.db import connection
 
+        from agents.actions.tokens import token_create
         from agents.models import AgentProfile, McpServer
-        from agents.tokens import token_create
 
         with connection.cursor() as cur:
             cur.execute("truncate agents_run, agents_mcptool, agents_mcpserver, agents_gatewaysession "
@@ -428,7 +428,7 @@ def waiting_clients(stand: Stand, base: str, proc: subprocess.Popen[bytes], clie
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from agents.actions import approval_decide
+    from agents.actions.approvals import approval_decide
     from agents.models import Approval
 
     url = f"{base}/mcp/bench-gateway/"

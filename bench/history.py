@@ -63,7 +63,7 @@ def seed(profile: Any, user: Any, calls: int) -> None:
     """`calls` journal rows of `profile`'s runs (100 calls a run) in the last hour."""
     from django.db import connection
 
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from agents.models import Run
 
     runs = max(1, calls // 100)
@@ -95,8 +95,8 @@ def seed(profile: Any, user: Any, calls: int) -> None:
 def history_bench(calls: int = CALLS, samples: int = SAMPLES) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
-    from agents import external
-    from agents.actions import run_launch
+    from agents.actions import external
+    from agents.actions.runs import run_launch
     from agents.models import AgentProfile, Project, ToolCall
 
     airlock_bench.truncate()

@@ -18,7 +18,7 @@ WARM = 3
 
 
 def _drive(agent: Any, script: list[dict[str, Any]]) -> Any:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from bench import run as bench  # the in-process driver with the bench tool
 
     return bench.drive(run_launch(agent=agent, task="bench pages", script=script))

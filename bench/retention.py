@@ -61,7 +61,7 @@ class LiveRuns(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from agents.actions import run_launch
+        from agents.actions.runs import run_launch
 
         try:
             with connection.execute_wrapper(self._timed):
@@ -115,7 +115,7 @@ def _vacuum(full: bool) -> None:
 def retention_bench(runs: int = 100_000) -> dict[str, Any]:
     from django.db import connection
 
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from agents.models import PurgeRecord, Run, Transition
     from bench.seed import clone_runs, settle
     from bench.workers import percentile

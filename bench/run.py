@@ -251,7 +251,7 @@ def engine_run(n: int, total: int = 200) -> dict[str, Any]:
     """
     from django.db import connection
 
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from agents.models import Message, Run, ToolCall, Transition
     from agents.runs import verify
 

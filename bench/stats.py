@@ -31,7 +31,8 @@ TARGET = 5.0
 
 def template() -> Any:
     """A finished run whose one approval a reviewer approved, TRANSITIONS_PER_RUN long."""
-    from agents.actions import approval_decide, run_launch
+    from agents.actions.approvals import approval_decide
+    from agents.actions.runs import run_launch
     from agents.models import Approval
     from bench.workers import profile, reviewer
 

@@ -142,7 +142,7 @@ def launch_batch(agent: Any, script: list[dict[str, Any]], count: int, **kwargs:
     """
     from django.db import transaction
 
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     with transaction.atomic():
         ids = [run_launch(agent=agent, task="bench", script=script, **kwargs).pk for _ in range(count)]
@@ -277,7 +277,7 @@ def free_port() -> int:
 def reviewer() -> tuple[Any, str]:
     from django.contrib.auth.models import Group, User
 
-    from agents.tokens import token_create
+    from agents.actions.tokens import token_create
 
     user, _ = User.objects.get_or_create(username="bench-reviewer")
     user.groups.add(Group.objects.get(name="reviewer"))

@@ -68,6 +68,7 @@ def beat_argv(*, schedule: Path) -> list[str]:
 def _django_connection_rules(task: Any = None, **kwargs: Any) -> None:
     if task is not None and getattr(task.request, "is_eager", False):
         return  # an eager task runs inside the caller's transaction: leave it alone
+    # Late: config/__init__ loads this module before Django's settings are set up.
     from django.db import close_old_connections
 
     close_old_connections()

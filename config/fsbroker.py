@@ -36,7 +36,7 @@ from time import monotonic
 from typing import Any
 
 from kombu.exceptions import ChannelError
-from kombu.transport import filesystem, virtual
+from kombu.transport import TRANSPORT_ALIASES, filesystem, virtual
 from kombu.transport.filesystem import exchange_queue_t
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
@@ -219,6 +219,4 @@ class Transport(filesystem.Transport):
 
 def register() -> None:
     """Make `airlockfs://` a kombu transport in this process."""
-    from kombu.transport import TRANSPORT_ALIASES
-
     TRANSPORT_ALIASES.setdefault(ALIAS, f"{__name__}:Transport")

@@ -49,7 +49,7 @@ INSTALLED_APPS = [
     "csp",
     "axes",
     "ninja",  # the JSON API: only for its bundled Swagger UI static files and templates
-    # Single sign-on (OpenID Connect, agents/sso.py): installed always, so the schema does
+    # Single sign-on (OpenID Connect, agents/accounts/sso.py): installed always, so the schema does
     # not depend on the environment; without AIRLOCK_OIDC_ISSUER there is no provider app,
     # no button, and its URLs answer 404.
     "allauth",
@@ -112,7 +112,7 @@ TOKEN_API_MIDDLEWARE = [m for m in MIDDLEWARE if m not in BROWSER_ONLY_MIDDLEWAR
 # AIRLOCK_LOGIN_COOLOFF_MINUTES (the right password included). Locking an address locked
 # everyone behind it (a proxy: everyone) and locking a username let any stranger lock out
 # the admin. The address is REMOTE_ADDR unless that is one of AIRLOCK_TRUSTED_PROXIES
-# (agents/lockout.py). `manage.py axes_reset_username NAME`, or deleting the access
+# (agents/accounts/lockout.py). `manage.py axes_reset_username NAME`, or deleting the access
 # attempt in /admin/, lifts a lockout sooner.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -130,16 +130,16 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
-AXES_CLIENT_IP_CALLABLE = "agents.lockout.client_ip"
-AXES_USERNAME_CALLABLE = "agents.lockout.attempted_username"
-AXES_LOCKOUT_CALLABLE = "agents.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "agents.accounts.lockout.client_ip"
+AXES_USERNAME_CALLABLE = "agents.accounts.lockout.attempted_username"
+AXES_LOCKOUT_CALLABLE = "agents.accounts.lockout.lockout_response"
 # Proxies (addresses or CIDR networks) whose X-Forwarded-For is believed; none by default,
 # so a client cannot name its own address.
 AIRLOCK_TRUSTED_PROXIES = env_cidrs("AIRLOCK_TRUSTED_PROXIES")
 
-# -- single sign-on: OpenID Connect through django-allauth (agents/sso.py, docs/teams.md) --
+# -- single sign-on: OpenID Connect through django-allauth (agents/accounts/sso.py, docs/teams.md) --
 # Unset issuer: no SSO at all, the password login as before. The provider app is built
-# from these at each request (agents/sso.py `SsoAccountAdapter.list_apps`), never stored.
+# from these at each request (agents/accounts/sso.py `SsoAccountAdapter.list_apps`), never stored.
 AIRLOCK_OIDC_ISSUER = env_str("AIRLOCK_OIDC_ISSUER", "").rstrip("/")
 AIRLOCK_OIDC_CLIENT_ID = env_str("AIRLOCK_OIDC_CLIENT_ID", "")
 AIRLOCK_OIDC_CLIENT_SECRET = env_str("AIRLOCK_OIDC_CLIENT_SECRET", "")
@@ -154,11 +154,11 @@ if AIRLOCK_OIDC_ISSUER and not (AIRLOCK_OIDC_ISSUER.startswith(("https://", "htt
 AIRLOCK_PASSWORD_LOGIN = env_bool("AIRLOCK_PASSWORD_LOGIN", True)
 if not AIRLOCK_PASSWORD_LOGIN and not AIRLOCK_OIDC_ISSUER:
     raise EnvError("AIRLOCK_PASSWORD_LOGIN=0 needs AIRLOCK_OIDC_ISSUER: otherwise only superusers could sign in")
-ACCOUNT_ADAPTER = "agents.sso.AccountAdapter"
-SOCIALACCOUNT_ADAPTER = "agents.sso.SsoAccountAdapter"
+ACCOUNT_ADAPTER = "agents.accounts.sso.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "agents.accounts.sso.SsoAccountAdapter"
 SOCIALACCOUNT_PROVIDERS = {
-    # Ours checks the ID token's signature and nonce too (agents/sso.py says why).
-    "openid_connect": {"provider_class": "agents.sso.Provider", "OAUTH_PKCE_ENABLED": True},
+    # Ours checks the ID token's signature and nonce too (agents/accounts/sso.py says why).
+    "openid_connect": {"provider_class": "agents.accounts.sso.Provider", "OAUTH_PKCE_ENABLED": True},
 }
 # People are made (and updated) from the verified ID token at each sign-in; no signup
 # form, no email confirmation (the identity provider vouches), no provider tokens kept.

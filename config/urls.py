@@ -2,10 +2,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
-from agents import sso
+from agents.accounts import login as login_views
+from agents.accounts import sso
 from agents.api import urlpatterns as api_urlpatterns
 from agents.gateway.bridge import gateway_view
-from agents.web import login as login_views
 from agents.web import views as agent_views
 from agents.web import views_demo
 from reviews import slack as slack_views
@@ -21,7 +21,7 @@ urlpatterns = [
     path("login/", login_views.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    # Single sign-on (agents/sso.py): only allauth's OpenID Connect login and callback,
+    # Single sign-on (agents/accounts/sso.py): only allauth's OpenID Connect login and callback,
     # never its local signup or password pages. The callback is ours (it checks the ID
     # token's signature), at allauth's path and name, so it comes first.
     path(

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agents.actions import BatchResult
+from agents.actions.approvals import BatchResult
 from agents.web.jinja import fragment
 
 from .cards import Card, OnScreen

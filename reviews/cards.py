@@ -1,6 +1,6 @@
 """What a review card shows, read in a constant number of queries however long the queue.
 
-Read-only: decisions go through `agents.actions.approval_decide`.
+Read-only: decisions go through `agents.actions.approvals.approval_decide`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from agents import access
 from agents.engine import decisions
+from agents.lib.rows import fetch
 from agents.models import Approval, ApprovalVote, McpTool, ToolCall
-from agents.runs.rows import fetch
 from agents.web.formatting import short_duration
 
 from .untrusted import Untrusted, untrusted

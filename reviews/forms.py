@@ -4,8 +4,8 @@ from typing import Any
 
 from django import forms
 
-from agents import jsonsafe
 from agents.access import MAX_ID
+from agents.lib import jsonsafe
 
 from .cards import CLAIMED, RISKS, SORTS, Filters
 

@@ -21,7 +21,7 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.utils import timezone
 
 from agents import access
-from agents.actions import BatchResult
+from agents.actions.approvals import BatchResult
 from agents.engine.policy import rule_label
 from agents.models import Approval, ApprovalVote, Run
 from agents.web.formatting import short_duration

@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from agents.actions import ActionError, DecisionResult
+from agents.actions.approvals import DecisionResult
+from agents.actions.base import ActionError
 from agents.models import DecisionLink
 from agents.notifications import links
 

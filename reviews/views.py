@@ -16,8 +16,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
-from agents import access, claims
-from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide
+from agents import access
+from agents.actions import claims
+from agents.actions.approvals import BatchResult, approval_batch_decide, approval_decide
+from agents.actions.base import ActionError
 from agents.models import Approval
 from agents.web import errors, projects
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
+from agents.actions.tokens import token_create
 from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
 from agents.runs import driver
-from agents.tokens import token_create
 from tests.helpers import Api, member, person, tainted_write
 
 pytest_plugins = [

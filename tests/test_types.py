@@ -1,4 +1,5 @@
-"""mypy --strict holds over the engine and agents/runs (pyproject.toml's [tool.mypy])."""
+"""mypy --strict holds over the engine, agents/lib and agents/runs (pyproject.toml's
+[tool.mypy])."""
 
 from __future__ import annotations
 

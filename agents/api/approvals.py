@@ -7,8 +7,10 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from agents import access, actions, claims
-from agents.actions import ActionError
+from agents import access
+from agents.actions import claims
+from agents.actions.approvals import approval_batch_decide, approval_decide
+from agents.actions.base import ActionError
 from agents.api.errors import ERRORS, forbidden, plain
 from agents.api.listing import OLDEST_FIRST, ApprovalPageQuery, approval_filters, page
 from agents.api.schemas import ApprovalOut, ApprovalPage, BatchDecisionIn, BatchDecisionOut, DecisionIn, Error
@@ -63,7 +65,7 @@ def approvals_decide(request: HttpRequest, approval_id: int, payload: DecisionIn
         raise forbidden("deciding approvals needs the reviewer role")
     if not 0 < approval_id <= access.MAX_ID:
         raise ActionError("not_found", f"no approval {approval_id}", status=404)
-    result = actions.approval_decide(
+    result = approval_decide(
         approval_id=approval_id, user=user, decision=payload.decision, note=payload.note, args=payload.args,
         remember=payload.remember, args_hash=payload.args_hash, via="api", by_reviewer=True,
     )
@@ -97,7 +99,7 @@ def approvals_decide_batch(request: HttpRequest, payload: BatchDecisionIn) -> di
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_decide(user):
         raise forbidden("deciding approvals needs the reviewer role")
-    results = actions.approval_batch_decide(
+    results = approval_batch_decide(
         approval_ids=payload.ids, user=user, decision=payload.decision, note=payload.note,
         args_hashes=payload.hashes(), via="api",
     )

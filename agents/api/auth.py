@@ -15,8 +15,9 @@ from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 from ninja.utils import check_csrf
 
-from agents import jsonsafe, tokens
+from agents.actions import tokens
 from agents.api.errors import error
+from agents.lib import jsonsafe
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
@@ -64,7 +65,7 @@ class SessionAuth(APIKeyCookie):
 
 
 class StrictJsonParser(Parser):
-    """Bodies through `agents.jsonsafe`: no NaN, Infinity or 1e400, no lone surrogates,
+    """Bodies through `agents.lib.jsonsafe`: no NaN, Infinity or 1e400, no lone surrogates,
     bounded depth and size (PostgreSQL's jsonb and pydantic's serializer refuse what
     json.loads lets through, and a request must not turn that into a 500). Ninja wraps
     the JsonError in a 400; `errors._http_error` passes its message on."""

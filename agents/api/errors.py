@@ -15,9 +15,10 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from agents import access
-from agents.actions import ActionError
-from agents.jsonsafe import JsonError
+from agents.actions.base import ActionError
+from agents.lib.jsonsafe import JsonError
 from agents.ops.middleware import denied
+from agents.ops.unavailable import unavailable
 
 log = logging.getLogger("airlock.api")
 
@@ -90,8 +91,6 @@ def _suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
 
 def _database_down(request: HttpRequest, exc: Exception) -> HttpResponse:
     # A restart or failover, not a bug: a JSON 503 the client may retry.
-    from agents.ops.unavailable import unavailable
-
     return unavailable(request, exc)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Query, Router
 
-from agents import external
+from agents.actions import external
 from agents.api.errors import ERRORS
 from agents.api.schemas import CallIn, CallOut, Error, FinishIn, ReportIn, RunOut
 from agents.models import Run

@@ -25,7 +25,7 @@ from ninja import Schema
 from pydantic import Field
 
 from agents.access import MAX_ID
-from agents.actions import ActionError
+from agents.actions.base import ActionError
 from agents.engine import decisions, states
 from agents.models import AgentProfile
 

@@ -10,8 +10,10 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Header, Query, Router, Status
 
-from agents import access, actions, forks
-from agents.actions import ActionError
+from agents import access
+from agents.actions import forks
+from agents.actions.base import ActionError
+from agents.actions.runs import grant_revoke, run_cancel, run_hold, run_launch, run_release
 from agents.api.errors import ERRORS, forbidden
 from agents.api.listing import NEWEST_FIRST, RunExportQuery, RunPageQuery, page, run_filters, stream, wants_transitions
 from agents.api.schemas import (
@@ -45,7 +47,7 @@ def runs_create(
     user = request.auth  # type: ignore[attr-defined]
     if not access.can_launch(user):
         raise forbidden("launching runs needs the launcher role")
-    run = actions.run_launch(
+    run = run_launch(
         agent=payload.agent,
         task=payload.task,
         user=user,
@@ -135,7 +137,7 @@ def runs_cancel(request: HttpRequest, run_id: int) -> dict[str, Any]:
     if not access.can_cancel(user):
         raise forbidden("cancelling runs needs the operator role")
     run = _operated(user, run_id, "cancelling")
-    run = actions.run_cancel(run_id=run.pk, user=user, reason="through the API")
+    run = run_cancel(run_id=run.pk, user=user, reason="through the API")
     return dict(Run.objects.select_related("profile").get(pk=run.pk).to_dict())
 
 
@@ -155,7 +157,7 @@ def runs_hold(request: HttpRequest, run_id: int, body: HoldIn) -> dict[str, Any]
     if not access.can_cancel(user):
         raise forbidden("holding runs needs the operator role")
     run = _operated(user, run_id, "holding")
-    return dict(actions.run_hold(run_id=run.pk, user=user, reason=body.reason).to_dict())
+    return dict(run_hold(run_id=run.pk, user=user, reason=body.reason).to_dict())
 
 
 @router.post("/runs/{int:run_id}/release", response={200: RunOut, ERRORS: Error}, summary="Release a run's hold")
@@ -164,7 +166,7 @@ def runs_release(request: HttpRequest, run_id: int) -> dict[str, Any]:
     if not access.can_cancel(user):
         raise forbidden("releasing held runs needs the operator role")
     run = _operated(user, run_id, "releasing")
-    return dict(actions.run_release(run_id=run.pk, user=user).to_dict())
+    return dict(run_release(run_id=run.pk, user=user).to_dict())
 
 
 @router.post(
@@ -181,7 +183,7 @@ def runs_grant_revoke(request: HttpRequest, run_id: int, grant_id: int) -> dict[
     run = access.readable_run(user, run_id)
     if not access.can_decide(user, access.project_of(run)):
         raise forbidden("revoking grants needs the reviewer role in the run's project")
-    return actions.grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
+    return grant_revoke(run_id=run_id, grant_id=grant_id, user=user).to_dict()
 
 
 def _forkable(user: Any, run_id: int) -> Run:

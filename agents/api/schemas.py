@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field, StrictInt, StrictStr, create_model, fiel
 from pydantic.fields import FieldInfo
 
 from agents.access import MAX_ID
-from agents.actions import BATCH_MAX
+from agents.actions.approvals import BATCH_MAX
 from agents.engine import decisions
 from agents.engine.limits import TASK_MAX_CHARS
 from agents.models import ApprovalDict, GrantDict, RunDict, VoteDict

@@ -34,15 +34,16 @@ import mcp_types as types
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from agents import external, jsonsafe
+from agents.actions import external
+from agents.lib import jsonsafe
 from agents.ops.middleware import log_denial
 from agents.runs import driver
 

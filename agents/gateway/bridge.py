@@ -116,6 +116,8 @@ def answer(scope: dict[str, Any], body: bytes) -> Answer:
        the parts as the loop sends them. Closing it (the client went away, or the
        stream ended) tells the ASGI app the client disconnected.
     """
+    # Late: the gateway's app (the MCP SDK's server) loads on the first /mcp/ request,
+    # not in every web process that imports this bridge through config.wsgi.
     from .app import application
 
     events: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
@@ -190,7 +192,7 @@ def application(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
-    from .app import MAX_BODY
+    from .app import MAX_BODY  # late, as in answer(): the app loads on the first /mcp/ request
 
     limit = MAX_BODY + 1
     stream = environ["wsgi.input"]

@@ -1,7 +1,7 @@
 """The MCP gateway's Django side: plain synchronous functions over the database, called
 by the ASGI app (`app.py`) in worker threads. Who is calling, which session and run a
 request belongs to, the tools a profile offers, and a tools/call as the decision API's
-proposal (`agents.external`): the gateway never judges a call itself.
+proposal (`agents.actions.external`): the gateway never judges a call itself.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents import access, external, tokens
-from agents.actions import ActionError, run_launch
+from agents import access
+from agents.actions import external, tokens
+from agents.actions.base import ActionError
+from agents.actions.external import CallAnswer
+from agents.actions.runs import run_launch
 from agents.engine import states
 from agents.engine.registry import ToolSpec
-from agents.external import CallAnswer
+from agents.lib import rows, sanitize
+from agents.lib.mcp_mapping import hints_for
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
 from agents.ops.middleware import who_of
-from agents.runs import driver, rows, sanitize, statement
+from agents.runs import driver, statement
 from agents.tools import mcp as mcp_tools
 from agents.tools import registry
-from agents.tools.mcp.mapping import hints_for
 
 from . import content, names
 
@@ -59,7 +62,7 @@ class Caller:
     stream: tuple[str, tuple[Any, ...]] | None = None
 
 
-# Every gateway request reads these: written out (agents/runs/rows.py), they skip
+# Every gateway request reads these: written out (agents/lib/rows.py), they skip
 # building a queryset each time, and prepared, they skip planning each time.
 _OPEN_SESSION = rows.Joined(
     GatewaySession, [], "a.session_id = %s AND a.user_id = %s AND a.profile_id = %s AND a.closed_at IS NULL",
@@ -69,7 +72,7 @@ _OPEN_SESSION = rows.Joined(
 
 @functools.cache
 def _beside_token() -> tuple[rows.Columns, str, str]:
-    """What the token's statement (agents/tokens.py, `token_read`) reads beside the
+    """What the token's statement (agents/actions/tokens.py, `token_read`) reads beside the
     token for a gateway request, in the same round trip: the external profile named by
     the path, and the caller's stream under the request's conversation key with its
     run's state (what `stream_run` looks at first). Outer joins: the token alone

@@ -37,8 +37,9 @@ from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS
 
-from agents import external
-from agents.actions import ActionError, run_cancel
+from agents.actions import external
+from agents.actions.base import ActionError
+from agents.actions.runs import run_cancel
 from agents.models import GatewayTask, Run
 
 from . import content, core

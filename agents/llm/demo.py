@@ -88,7 +88,7 @@ class DemoPlanner:
 
     # -- a customer export, mailed ----------------------------------------------------
 
-    def export(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> Decision:
+    def export(self, task: str, results: dict[str, list[Any]], offered: set[str], call: Caller) -> ModelReply:
         """Exports the customer list and emails it to the address in the task: the call
         the demo's "writes after reading a customer export" rule holds for a human."""
         if "export_customers" not in results:
@@ -101,8 +101,8 @@ class DemoPlanner:
                         f"Emailing the customer list to {to.group(0)}.")
         sent = (results.get("send_email") or [None])[-1]
         if sent is not None and not _failed(sent):
-            return Decision(final="I have emailed the customer list.")
-        return Decision(final="I exported the customer list but did not email it.")
+            return ModelReply(final="I have emailed the customer list.")
+        return ModelReply(final="I exported the customer list but did not email it.")
 
     # -- a refund request --------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The external "client": an agent that lives outside Airlock proposes its calls through
-the decision API (agents/external.py), so its reply is given, not computed."""
+the decision API (agents/actions/external.py), so its reply is given, not computed."""
 
 from __future__ import annotations
 

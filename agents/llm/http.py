@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import httpx
 from django.conf import settings
 
-from agents import jsonsafe
 from agents.engine.protocols import ModelError
+from agents.lib import jsonsafe
 
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 # 429 codes that no wait cures (OpenAI: the account has no credit left).

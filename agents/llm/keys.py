@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 from agents.engine.protocols import ModelError
-
-# A profile's `api_key_env` may only name a variable meant for a model key: otherwise
-# whoever edits a profile could have SECRET_KEY or a database password sent as the
-# bearer token to a base URL of their choosing.
-API_KEY_ENV = re.compile(r"^[A-Z][A-Z0-9_]*_API_KEY$")
+from agents.lib.keys import API_KEY_ENV
 
 
 def profile_key(profile: Any, default: str) -> tuple[str, str]:

@@ -20,9 +20,9 @@ import json
 import os
 from typing import Any
 
-from agents import jsonsafe
 from agents.engine.protocols import ModelError, ModelReply, ModelRequest, ProposedCall, Usage
 from agents.engine.registry import ToolSpec
+from agents.lib import jsonsafe
 
 from .http import Failure, HttpOptions, error_message, exchange
 from .keys import profile_key

@@ -23,7 +23,7 @@ class ApprovalQuerySet(models.QuerySet["Approval"]):
         return self.filter(status=Approval.Status.PENDING)
 
     # A claim whose `claimed_until` has passed is no claim, whether or not the sweeper
-    # has cleared it yet (agents/claims.py): these two are the queue's Mine / Unclaimed.
+    # has cleared it yet (agents/actions/claims.py): these two are the queue's Mine / Unclaimed.
     def claimed_by_user(self, user: Any, now: dt.datetime) -> ApprovalQuerySet:
         return self.filter(claimed_by=user, claimed_until__gt=now)
 
@@ -298,7 +298,7 @@ class Approval(models.Model):
 
     def current_votes(self) -> list[ApprovalVote]:
         """This round's votes that count, oldest first (prefetched `votes` are used when
-        present): a vote withdrawn because its voter left (agents/people.py) is not one."""
+        present): a vote withdrawn because its voter left (agents/actions/people.py) is not one."""
         return sorted(
             (v for v in self.votes.all() if v.round == self.round and v.withdrawn_at is None), key=lambda v: (v.at, v.pk)
         )

@@ -1,4 +1,4 @@
-"""Calls proposed by external agents through the decision API (agents/external.py)."""
+"""Calls proposed by external agents through the decision API (agents/actions/external.py)."""
 
 from __future__ import annotations
 

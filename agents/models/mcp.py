@@ -7,14 +7,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.lib.mcp_mapping import Kind, annotated_kind, server_name_problem
 from agents.models.fields import URLField
 
 
 def _validate_server_name(value: str) -> None:
-    # Late: agents.tools.mcp's __init__ imports agents.models, so a module-level import
-    # here is a circle (a debt in tests/test_import_graph.py until mapping moves to lib).
-    from agents.tools.mcp.mapping import server_name_problem
-
     problem = server_name_problem(value)
     if problem:
         raise ValidationError(problem)
@@ -115,16 +112,10 @@ class McpTool(models.Model):
 
     def annotated(self) -> Any:
         """The kind the server's annotations describe (its self-description)."""
-        # Late for the same circle as _validate_server_name's import.
-        from agents.tools.mcp.mapping import annotated_kind
-
         return annotated_kind(self.annotations)
 
     def effective(self) -> Any:
         """The kind Airlock applies: the operator's overrides over the server's annotations."""
-        # Late for the same circle as _validate_server_name's import.
-        from agents.tools.mcp.mapping import Kind
-
         annotated = self.annotated()
         return Kind(
             self.risk_override or annotated.risk,

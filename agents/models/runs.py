@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection
 from typing import Annotated, Any, TypedDict
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import connection, models
@@ -22,12 +23,11 @@ from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS, Limits
 from agents.engine.registry import PATTERN, ClientToolError, ToolSpec, client_tool_specs
-from agents.llm.keys import API_KEY_ENV
+from agents.lib import rows
+from agents.lib.keys import API_KEY_ENV
 from agents.models.approvals import Approval, ApprovalDict, Grant, GrantDict
 from agents.models.fields import URLField
 from agents.models.projects import default_project
-from agents.runs import rows
-
 
 # Which tool names exist: agents.tools knows (the built-in and diagnostic tools, the
 # MCP servers' pinned ones), and the tools import these models to run, so the models
@@ -59,7 +59,7 @@ def tool_list_problem(value: Any, *, nullable: bool = False, own: Collection[str
         return f"{sorted({n for n in value if value.count(n) > 1})[0]!r} is listed twice"
     return None
 
-# An MCP tool's name is `SERVER__tool` (agents/tools/mcp/mapping.py: SEPARATOR).
+# An MCP tool's name is `SERVER__tool` (agents/lib/mcp_mapping.py: SEPARATOR).
 MCP_SEPARATOR = PATTERN[:-1]
 
 
@@ -75,7 +75,7 @@ class AgentProfileQuerySet(models.QuerySet["AgentProfile"]):
 
 class AgentProfile(models.Model):
     # "external": the run's decisions come from a client through the decision API
-    # (agents/external.py), not from a model Airlock calls.
+    # (agents/actions/external.py), not from a model Airlock calls.
     PROVIDERS = [(p, p) for p in ("scripted", "demo", "openai", "anthropic", "external")]
 
     name = models.SlugField(max_length=64, unique=True)
@@ -238,8 +238,6 @@ class AgentProfile(models.Model):
     def _clean_reviewing(self) -> None:
         """Who reviews: groups that exist (a misspelt group would leave the calls to
         superusers alone, silently), and an escalation that has somewhere to go."""
-        from django.contrib.auth.models import Group
-
         errors: dict[str, str] = {}
         for field in ("reviewer_group", "backup_group"):
             name = getattr(self, field).strip()
@@ -527,7 +525,7 @@ class Message(models.Model):
     @classmethod
     def engine_transcript(cls, run: Run) -> list[dict[str, Any]]:
         """The run's transcript as the engine sees it, read without building models (or
-        a queryset: every drive reads it, see agents/runs/rows.py)."""
+        a queryset: every drive reads it, see agents/lib/rows.py)."""
         order = connection.ops.quote_name("index")
         return [engine_message(*row) for row in _transcript_rows().fetch("run_id = %s", [run.pk], order_by=order)]
 

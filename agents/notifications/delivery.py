@@ -44,6 +44,7 @@ from agents.models import (
     Run,
     Webhook,
 )
+from agents.notifications import events as outbox
 from agents.notifications.links import link_create, link_url, needs_step_up
 from agents.tools.http import Deadline, UrlRefused, client, public_addresses
 
@@ -376,8 +377,6 @@ def resend(deliveries: QuerySet[Delivery]) -> int:
         status="pending", attempts=0, next_attempt_at=timezone.now(), last_error=""
     )
     if count:
-        from agents.notifications import events as outbox
-
         outbox.wake_after_commit()
     return count
 

@@ -6,7 +6,7 @@ A link is single-use and dead once the approval is no longer pending with those
 arguments (decided anywhere, expired, edited, the run ended) or after
 AIRLOCK_EMAIL_LINK_HOURS. Opening it (GET) changes nothing, so a mail scanner that
 fetches every link decides nothing; only the confirm page's POST decides, as the bound
-reviewer, through `agents.actions.approval_decide` (`via="email"`), with every rule a
+reviewer, through `agents.actions.approvals.approval_decide` (`via="email"`), with every rule a
 dashboard click meets.
 """
 
@@ -25,13 +25,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents import access
-from agents.actions import ActionError, DecisionResult, approval_decide
+from agents.actions.approvals import DecisionResult, approval_decide
+from agents.actions.base import ActionError
 from agents.models import Approval, DecisionLink
 
 log = logging.getLogger("airlock.links")
 
 TOKEN_BYTES = 32
-# A revoked link's `outcome`: its reviewer left (agents/people.py); it is spent.
+# A revoked link's `outcome`: its reviewer left (agents/actions/people.py); it is spent.
 REVOKED = "revoked: the reviewer left"
 
 

@@ -1,7 +1,7 @@
 """Deciding from Slack: the buttons on `approval.pending` messages, the clicks Slack
 sends to `POST /integrations/slack/interactions`, and the messages updated afterwards.
 
-A click decides exactly as a dashboard click does (`agents.actions.approval_decide`,
+A click decides exactly as a dashboard click does (`agents.actions.approvals.approval_decide`,
 `via="slack"`), as the Airlock user who linked the clicking Slack member id, for the
 call the message showed (the button carries its `args_hash`). What is added here:
 
@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, close_old_connections, connection, transaction
@@ -40,13 +41,14 @@ from django.urls import reverse
 from django.utils import timezone
 from slack_sdk.signature import SignatureVerifier
 
-from agents import access, jsonsafe
-from agents.actions import ActionError, approval_decide
+from agents import access
+from agents.actions.approvals import approval_decide
+from agents.actions.base import ActionError
 from agents.engine import decisions
 from agents.engine.text import one_line
+from agents.lib import jsonsafe, sanitize
 from agents.models import Approval, NotificationPreference, SlackAction
 from agents.notifications.delivery import post, slack_escape
-from agents.runs import sanitize
 from agents.tools.http import Deadline, UrlRefused
 
 log = logging.getLogger("airlock.slack")
@@ -294,8 +296,6 @@ def changed_since(pref: NotificationPreference, click: Click, approval_created: 
 def link(username: str, member_id: str) -> Any:
     """An admin's link (`manage.py link_slack`): `member_id` to `username`, moved from
     whoever held it, who is told."""
-    from django.contrib.auth import get_user_model
-
     member_id = valid_member_id(member_id)
     user = get_user_model().objects.filter(username=username).first()
     if user is None:

@@ -13,11 +13,11 @@ from typing import Any
 from django.core import checks
 from django.db import DatabaseError
 
+from agents.models import AgentProfile
+
 
 @checks.register()
 def broken_profiles(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from agents.models import AgentProfile
-
     try:
         # The launchable ones: with scripted runs off, the scripted profile names the
         # diagnostic tools no longer registered, and cannot launch anyway.

@@ -17,7 +17,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agents.ops.metrics import REGISTRY
 from agents.ops.unavailable import DATABASE_DOWN, unavailable
 
 log = logging.getLogger("airlock.operations")
@@ -51,6 +53,8 @@ def _migrations() -> bool:
 def _broker() -> bool:
     if not settings.REDIS_URL:
         return True  # the embedded filesystem broker is part of this host
+    # Late: redis-py loads the OpenTelemetry SDK on import, and a process that does not
+    # trace must not pay for it (tests/operations/test_traces.py).
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
@@ -96,10 +100,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not hmac.compare_digest(given.strip().encode(), expected.encode()):
         log.warning("denied status=403 method=%s path=/metrics", request.method)
         return HttpResponse("403 Forbidden: wrong token\n", status=403, content_type="text/plain")
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    from agents.ops.metrics import REGISTRY
-
     try:
         body = generate_latest(REGISTRY)
     except DATABASE_DOWN as exc:

@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from agents.engine import states
+from agents.engine.step import proposed_call
+from agents.models import Approval, Transition
+from agents.ops.metrics import reason_kind
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -55,6 +58,7 @@ def enabled() -> bool:
 def configure(*processors: SpanProcessor) -> TracerProvider:
     """A tracer provider exporting through `processors` (the OTLP exporter by default)."""
     global _provider
+    # Late: the OpenTelemetry SDK loads only in a process that traces (AIRLOCK_OTEL).
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -71,6 +75,7 @@ def configure(*processors: SpanProcessor) -> TracerProvider:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "airlock"}
     provider = TracerProvider(resource=Resource.create(attributes), id_generator=RunIds())
     if not processors:
+        # Late: the OpenTelemetry SDK loads only in a process that traces (AIRLOCK_OTEL).
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -134,6 +139,7 @@ def _ns(seconds: float) -> int:
 
 
 def _spans(run: Run, ids: tuple[int, int], before: RunState, after: RunState, t: Move) -> None:
+    # Late: the OpenTelemetry SDK loads only in a process that traces (AIRLOCK_OTEL).
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
     from opentelemetry.trace import set_span_in_context as in_context
 
@@ -183,8 +189,6 @@ def _spans(run: Run, ids: tuple[int, int], before: RunState, after: RunState, t:
 
 
 def _approval(run: Run, key: str) -> dict[str, Any]:
-    from agents.models import Approval
-
     row = (
         Approval.objects.filter(run_id=run.pk, idempotency_key=key)
         .exclude(decision="")
@@ -200,8 +204,6 @@ def _approval(run: Run, key: str) -> dict[str, Any]:
 
 def _verdict(run: Run, call_id: str) -> dict[str, Any]:
     """The policy verdict of the transition that proposed this call."""
-    from agents.models import Transition
-
     verdict = (
         Transition.objects.filter(run_id=run.pk, payload__call__id=call_id, payload__has_key="verdict")
         .order_by("-seq")
@@ -223,8 +225,6 @@ def _policy(verdict: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Move, call: dict[str, Any],
                capture: bool) -> None:
-    from agents.engine.run import proposed_call
-
     ok = bool(t.detail.get("ok"))
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["tool"], "gen_ai.tool.call.id": call["key"],
@@ -241,10 +241,9 @@ def _tool_span(span: Any, run: Run, before: RunState, after: RunState, t: Move, 
 
 
 def _root_span(tracer: Tracer, run: Run, ids: tuple[int, int], after: RunState, end: float, capture: bool) -> None:
+    # Late: the OpenTelemetry SDK loads only in a process that traces (AIRLOCK_OTEL).
     from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind, Status, StatusCode
-
-    from agents.ops.metrics import reason_kind
 
     profile = run.profile
     attributes: dict[str, Any] = {

@@ -19,15 +19,16 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import faults
 from agents.engine import states
 from agents.engine.protocols import Deps, JournalEntry, ModelClient, ModelReply, ModelRequest, ThreadRunner
 from agents.engine.registry import Registry, ToolContext, ToolSpec
 from agents.engine.run import Move, Outcome, RunState, fail
 from agents.engine.step import step
+from agents.lib import faults, rows
+from agents.llm import client_for
 from agents.models import Run, ToolCall
 from agents.ops.logs import bind_run
-from agents.runs import rows, statement
+from agents.runs import statement
 from agents.runs.history import HistoryMoved, StoreHistory
 from agents.runs.store import (
     ADVANCING,
@@ -39,6 +40,7 @@ from agents.runs.store import (
     rests_for_client,
     waits_for_client_q,
 )
+from agents.tools import registry_for
 
 log = logging.getLogger("airlock.store")
 
@@ -105,7 +107,7 @@ class StoreJournal:
         if fingerprint not in self.counts and not self.empty:
             # Only this fingerprint, through the (run, fingerprint) index, so the count
             # costs the same however many calls the run has made; written out and
-            # prepared (agents/runs/rows.py): every proposal of an external run asks.
+            # prepared (agents/lib/rows.py): every proposal of an external run asks.
             self.counts[fingerprint] = rows.fetch(REPEATS, [self.run.pk, fingerprint], prepared=True)[0][0]
         return self.counts.get(fingerprint, 0)
 
@@ -185,9 +187,6 @@ class ReleasingModel:
 def deps_for(run: Run, tools: list[str] | None = None) -> Deps:
     """`tools`: the run's snapshotted tool names (None: all), so a drive builds only the
     MCP tools its run may call."""
-    from agents.llm import client_for
-    from agents.tools import registry_for
-
     model = client_for(run.profile, run)
     return Deps(
         model=ReleasingModel(model) if getattr(model, "waits", True) else model,

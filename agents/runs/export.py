@@ -67,7 +67,7 @@ def decisions(run: Run) -> list[dict[str, Any]]:
 
 def tool_results(run: Run) -> list[dict[str, Any]]:
     """Each finished tool call's result, in the order they ran: what an eval's strict
-    replay returns instead of running the tool (agents/runs/evals.py)."""
+    replay returns instead of running the tool (agents/management/evals.py)."""
     return [
         {"tool": tool, "args": args, "result": result}
         for tool, args, result in ToolCall.objects.filter(run=run, status__in=("succeeded", "failed"))

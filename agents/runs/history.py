@@ -32,9 +32,8 @@ from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from agents.engine.history import Figures, Query
+from agents.lib import prepared
 from agents.models import Approval, Run, ToolCall
-from agents.runs import prepared
-
 
 _JOURNAL = "agents_toolcall t JOIN agents_run r ON r.id = t.run_id"
 _WAITING = "agents_approval t JOIN agents_run r ON r.id = t.run_id"

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection
 
 from agents.engine.run import ApprovalRow, IntentRow, JournalResult, Move
+from agents.lib import prepared
+from agents.lib.sanitize import bounded_result, clean
 from agents.models import Approval, ClientCall, Run
 from agents.models.approvals import call_group_key
 from agents.notifications import events as outbox
-from agents.runs import prepared
-from agents.runs.sanitize import bounded_result, clean
 
 if TYPE_CHECKING:
     from agents.runs.store import Events
@@ -62,7 +62,7 @@ _delivering: ContextVar[set[str] | None] = ContextVar("airlock_delivering", defa
 def delivering() -> Iterator[set[str]]:
     """Within it, a commit that writes a call's result also marks the external
     agent's call of that key delivered (`ClientCall.delivered_at`, what
-    `agents.external.call_delivered` sets), in the same statement: one durable commit
+    `agents.actions.external.call_delivered` sets), in the same statement: one durable commit
     fewer for a caller that answers with that result at once (the gateway's allowed
     call of a retry-safe tool, agents/gateway/core.py). Yields the keys so marked; a
     call not among them (the ORM path, SQLite, a result committed by someone else) is
@@ -217,7 +217,7 @@ def commit_statement(
         )
     sql.append(" SELECT version, " + ("(SELECT id FROM cc)" if record is not None else "NULL")
                + (", (SELECT count(*) FROM dl)" if marking is not None else ", 0") + " FROM r")
-    # Prepared on the server (agents/runs/prepared.py): the text has a few shapes only
+    # Prepared on the server (agents/lib/prepared.py): the text has a few shapes only
     # (messages 1 or 2, with or without an intent...), each planned once per connection;
     # planning it afresh cost 4x its execution.
     found = prepared.fetchone("".join(sql), p)

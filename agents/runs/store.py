@@ -18,9 +18,10 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from agents import faults
 from agents.engine import patch, states
 from agents.engine.run import Move, RunState
+from agents.lib import faults, rows
+from agents.lib.sanitize import clean, clean_json
 from agents.models import (
     Approval,
     ApprovalClaim,
@@ -35,8 +36,7 @@ from agents.models import (
 from agents.models.runs import engine_message
 from agents.notifications import events as outbox
 from agents.ops import telemetry
-from agents.runs import history, rows, statement
-from agents.runs.sanitize import clean, clean_json
+from agents.runs import history, statement
 
 log = logging.getLogger("airlock.store")
 
@@ -229,7 +229,7 @@ def reserve_id(run: Run) -> int:
 def create(run: Run, state: RunState, *, actor: str, kind: str = "launch", detail: dict[str, Any] | None = None) -> Run:
     """Insert a new run (its id from `reserve_id`) with its launch transition (seq 1)
     and first messages. A fork's first transition is kind "fork", its `detail` the fork
-    point, its messages the transcript copied from the parent (agents/forks.py)."""
+    point, its messages the transcript copied from the parent (agents/actions/forks.py)."""
     with transaction.atomic():
         for name, value in cache_fields(state).items():
             setattr(run, name, value)

@@ -13,7 +13,9 @@ import time
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agents import actions, broker, claims
+from agents import broker
+from agents.actions import claims
+from agents.actions.approvals import approval_escalate, approval_expire
 from agents.engine import limits, states
 from agents.engine.run import Outcome, RunState, fail
 from agents.engine.step import step
@@ -33,9 +35,9 @@ def sweep() -> dict[str, int]:
     1. Fail runs past their deadline that no live worker holds, those waiting for a
        human included (their approval expires): take the lease, step through the store with the
        version check, release. A run a worker holds fails at that worker's next step.
-    2. Expire approvals past their `expires_at` (`actions.approval_expire`), warn of
+    2. Expire approvals past their `expires_at` (`approval_expire`), warn of
        those about to (`approval.expiring`), escalate those waiting longer than their
-       profile's `escalate_after_seconds` (`actions.approval_escalate`), and record the
+       profile's `escalate_after_seconds` (`approval_escalate`), and record the
        reviewers' claims whose time ran out as lapsed (`claims.claims_lapse`), and fold
        the calls closed since into the review statistics' tallies.
     3. Re-enqueue queued/planning/acting runs whose lease expired (a worker died), or
@@ -62,7 +64,7 @@ def sweep() -> dict[str, int]:
         .order_by("expires_at")
         .values_list("pk", flat=True)[:SWEEP_BATCH]
     )
-    expired = sum(1 for pk in due if actions.approval_expire(approval_id=pk, owner=owner))
+    expired = sum(1 for pk in due if approval_expire(approval_id=pk, owner=owner))
     expiring = _warn_expiring(now)
     lapsed = claims.claims_lapse(now=now)
     escalated = _escalate(now)
@@ -87,7 +89,7 @@ def sweep() -> dict[str, int]:
 
 def _escalate(now: dt.datetime) -> int:
     """Escalate the calls still pending `escalate_after_seconds` after they were asked
-    (`actions.approval_escalate`, once each however many sweepers find them). Per
+    (`approval_escalate`, once each however many sweepers find them). Per
     profile, as profiles are few and their waits differ: each query is a range of the
     pending calls by age, and a long wait on one profile never hides another's due calls."""
     profiles = AgentProfile.objects.filter(escalate_after_seconds__isnull=False).exclude(backup_group="")
@@ -100,7 +102,7 @@ def _escalate(now: dt.datetime) -> int:
             .order_by("created_at")
             .values_list("pk", flat=True)[:SWEEP_BATCH]
         )
-        count += sum(1 for pk in due if actions.approval_escalate(approval_id=pk, now=now))
+        count += sum(1 for pk in due if approval_escalate(approval_id=pk, now=now))
     return count
 
 

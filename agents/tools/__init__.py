@@ -10,13 +10,14 @@ from typing import Any
 from django.conf import settings
 
 from agents.engine.registry import PATTERN, Registry, ToolSpec
-from agents.tools.mcp.mapping import SEPARATOR
+from agents.lib.mcp_mapping import SEPARATOR
+from agents.models import McpServer, McpTool
+
+from . import demo, diagnostic, http, mail, mcp
 
 
 def built_in() -> list[ToolSpec]:
     """The tools every deployment offers, in the order models are shown them."""
-    from . import demo, http, mail
-
     kb_search, refund, export_customers = demo.TOOLS
     return [kb_search, *http.TOOLS, *mail.TOOLS, refund, export_customers]
 
@@ -24,8 +25,6 @@ def built_in() -> list[ToolSpec]:
 def _local() -> list[ToolSpec]:
     """The tools that need no database: the built-in ones, and with scripted runs
     allowed the diagnostic and extra ones."""
-    from . import diagnostic
-
     specs = built_in()
     if settings.AIRLOCK_ALLOW_SCRIPTED:
         specs += diagnostic.TOOLS
@@ -43,8 +42,6 @@ def unknown_names(names: Iterable[str]) -> list[str]:
     """The entries of a profile's tool list that name nothing here: neither a tool that
     needs no database, nor a pinned MCP tool (whatever its status: one waiting to be
     accepted again is still the profile's), nor `SERVER__*` of a registered server."""
-    from agents.models import McpServer, McpTool
-
     names = list(names)
     known = set(local_names())
     mcp = [n for n in names if SEPARATOR in n and n not in known]
@@ -61,8 +58,6 @@ def registry(tools: Collection[str] | None = None) -> Registry:
     """The tools on offer; with `tools` (a run's snapshotted names, or a profile's names
     and `NAME__*` patterns), the MCP tools among them only: the built-in ones cost
     nothing, an MCP tool costs a row and a spec."""
-    from . import mcp
-
     reg = Registry(_local())
     for spec in mcp.specs(tools):
         # `NAME__tool` cannot collide with a built-in name, which has no `__`.
@@ -96,8 +91,6 @@ class OnDemand(Registry):
         registered tool keeps the name."""
         if self._read:
             return
-        from . import mcp
-
         self._read = True
         for spec in mcp.specs(self._tools):
             self.add(spec)

@@ -15,6 +15,7 @@ from typing import Any
 
 from agents import demo
 from agents.engine.registry import ToolContext, ToolSpec
+from agents.models import LedgerEntry
 
 
 class UnknownOrder(Exception):
@@ -32,8 +33,6 @@ def kb_search(args: dict[str, Any], ctx: ToolContext) -> list[dict[str, str]]:
 
 
 def refund(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-    from agents.models import LedgerEntry
-
     order_id = args["order_id"].lstrip("#")
     order = demo.ORDERS.get(order_id)
     if order is None:

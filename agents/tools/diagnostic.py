@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from agents.engine.registry import ToolContext, ToolSpec
+from agents.models import LedgerEntry
 
 TEXT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"], "additionalProperties": False}
 ENTRY = {"type": "object", "properties": {"entry": {}}, "required": ["entry"], "additionalProperties": False}
@@ -26,8 +27,6 @@ def sleep(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def ledger_write(args: dict[str, Any], ctx: ToolContext) -> str:
-    from agents.models import LedgerEntry
-
     # Deduplicates on the idempotency key: a repeat of the same call records nothing.
     LedgerEntry.objects.bulk_create(
         [LedgerEntry(run_id=int(ctx.run_id), idempotency_key=ctx.idempotency_key, entry=args["entry"])],
@@ -37,8 +36,6 @@ def ledger_write(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 def ledger_write_unsafe(args: dict[str, Any], ctx: ToolContext) -> str:
-    from agents.models import LedgerEntry
-
     LedgerEntry.objects.create(run_id=int(ctx.run_id), idempotency_key=None, entry=args["entry"])
     return "recorded"
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.mail import EmailMessage
 from django.db import transaction
 
 from agents.engine.registry import ToolContext, ToolSpec
+from agents.models import LedgerEntry
 
 
 def send_email(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -25,10 +27,6 @@ def send_email(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     sends it again on resume: at least once, with the same Message-ID so a mail system
     can still drop the duplicate.
     """
-    from django.core.mail import EmailMessage
-
-    from agents.models import LedgerEntry
-
     recipients = args["to"] if isinstance(args["to"], list) else [args["to"]]
     message_id = f"<{ctx.idempotency_key}@airlock>"
     with transaction.atomic():

@@ -2,7 +2,7 @@
 
 The launch form only parses what the browser sends (numbers, JSON); every rule about a
 launch (known agent, non-empty task, limits no looser than the profile's, script shape)
-belongs to `agents.actions.run_launch`, whose errors the view puts back on the fields.
+belongs to `agents.actions.runs.run_launch`, whose errors the view puts back on the fields.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from django import forms
 from django.conf import settings
 from django.forms.fields import InvalidJSONInput, JSONString
 
-from agents import jsonsafe
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.limits import DEFAULTS
+from agents.lib import jsonsafe
 from agents.models import AgentProfile
 
 LIMIT_HELP = {
@@ -104,7 +104,7 @@ def _json_or_none(text: str) -> Any:
 
 
 class SafeJSONField(forms.JSONField):
-    """The admin's JSON boxes through `agents.jsonsafe`: NaN, 1e400, nesting past the
+    """The admin's JSON boxes through `agents.lib.jsonsafe`: NaN, 1e400, nesting past the
     limit or a lone surrogate is a field error naming it, not a 500 when the row is
     written (nor a RecursionError while the form is shown again)."""
 

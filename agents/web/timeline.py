@@ -16,9 +16,9 @@ from django.db.models import prefetch_related_objects
 from agents.engine import decisions
 from agents.engine.policy import rule_label
 from agents.engine.transcript import TRANSCRIPT_CAP
+from agents.lib.rows import Rows, fetch, placeholders
 from agents.models import Approval, Message, Run, ToolCall, Transition
 from agents.runs import verify
-from agents.runs.rows import Rows, fetch, placeholders
 from agents.web.formatting import pretty_json, usd
 
 PAGE = 50  # transitions per page; "Load more" fetches the next ones by seq
@@ -149,7 +149,7 @@ class Entry:
 
     @property
     def fork(self) -> dict[str, Any] | None:
-        """A fork's first entry: where its copied history came from (agents/forks.py)."""
+        """A fork's first entry: where its copied history came from (agents/actions/forks.py)."""
         fork = self.payload.get("fork") if self.t.kind == "fork" else None
         return fork if isinstance(fork, dict) else None
 

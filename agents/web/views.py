@@ -21,11 +21,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from agents import access, forks
-from agents.actions import ActionError, grant_revoke, run_launch
-from agents.actions import run_cancel as cancel_action
-from agents.actions import run_hold as hold_action
-from agents.actions import run_release as release_action
+from agents import access
+from agents.actions import forks
+from agents.actions.base import ActionError
+from agents.actions.runs import grant_revoke, run_launch
+from agents.actions.runs import run_cancel as cancel_action
+from agents.actions.runs import run_hold as hold_action
+from agents.actions.runs import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
 from agents.engine.limits import LimitError

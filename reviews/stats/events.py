@@ -29,7 +29,7 @@ def escalated_and_lapsed(
     For a viewer who sees every call, the whole days before yesterday are counted once
     (_past_events) and the window's two ends fresh: an escalation is stamped when the
     sweeper makes it, a claim lapses at its `until`, which is only ever moved forward
-    from the future (agents/claims.py), so no such day changes afterwards."""
+    from the future (agents/actions/claims.py), so no such day changes afterwards."""
     claims = ApprovalClaim.objects.all() if access.reads_all_runs(user) else ApprovalClaim.objects.filter(approval__in=approvals)
     first = since.astimezone(dt.UTC).date() + dt.timedelta(days=1)
     cutoff = min(now.astimezone(dt.UTC).date(), fresh_from())

@@ -16,9 +16,9 @@ from django.db.models.fields.json import KT
 
 from agents import access
 from agents.engine import decisions, drafts, streaks
+from agents.lib.rows import Rows, placeholders
 from agents.models import AgentProfile, Approval, ReviewStreak
 from agents.ops import review_tally
-from agents.runs.rows import Rows, placeholders
 
 from .figures import Streak
 from .windows import AGENT_ID, WINDOWS, written_out
@@ -96,7 +96,7 @@ def _streak_scope(user: Any) -> tuple[str, list[int]] | None:
 
 
 # The folded streaks and the reviewers' names, read on every load: written out
-# (agents/runs/rows.py), as querysets they cost more to build than to run.
+# (agents/lib/rows.py), as querysets they cost more to build than to run.
 _STREAK_FIELDS = (
     "profile_id", "tool", "origin", "index", "length", "irreversible", "votes", "broken_at", "broken_id", "last_at",
     "last_id",

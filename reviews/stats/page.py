@@ -15,10 +15,10 @@ from django.utils import timezone
 from agents import access
 from agents.engine import decisions
 from agents.engine import policy as engine_policy
+from agents.lib.rows import Joined
 from agents.models import AgentProfile, Approval
 from agents.ops import review_tally
 from agents.runs import backtest
-from agents.runs.rows import Joined
 
 from .events import escalated_and_lapsed
 from .fatigue import fatigue_streaks, untallied_calls
@@ -75,7 +75,7 @@ def _shadow(
     return out
 
 
-_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/runs/rows.py)
+_PROFILES = Joined(AgentProfile, (), "TRUE ORDER BY a.name")  # every profile, written out (agents/lib/rows.py)
 
 
 def stats(user: Any, *, days: int, now: dt.datetime | None = None, in_database: bool | None = None) -> Stats:

@@ -17,9 +17,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Trunc
 
 from agents.engine import decisions
+from agents.lib.rows import Rows, placeholders
 from agents.models import Approval, Run
 from agents.ops import review_tally
-from agents.runs.rows import Rows, placeholders
 
 from .figures import ReviewerRow, RuleRow
 from .timing import BucketOf, Seconds, Timing, timings

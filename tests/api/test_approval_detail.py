@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.tokens import token_create
+from agents.actions.tokens import token_create
 from tests.api.test_approvals import paused_run
 from tests.helpers import Api, tainted_write
 

@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import ApiToken, Run
-from agents.tokens import token_create
 from tests.helpers import Api, launch_body
 
 pytestmark = pytest.mark.django_db
@@ -180,8 +180,8 @@ def test_a_tokens_read_brings_its_users_roles_in_the_same_statement(users) -> No
     from django.test.utils import CaptureQueriesContext
 
     from agents import access
+    from agents.actions.tokens import token_user
     from agents.models import Project
-    from agents.tokens import token_user
     from tests.helpers import member
 
     finance = Project.objects.create(name="finance")

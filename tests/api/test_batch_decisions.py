@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 from agents.models import Approval, ApprovalVote, LedgerEntry, Run, Transition
 from agents.runs import driver
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from agents.actions import ActionError, approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.models import Approval, ApprovalVote, LedgerEntry, Run
 from agents.runs import driver
 from tests.helpers import at_once, requires_postgres

@@ -216,7 +216,7 @@ def test_a_doctored_case_fails(defaults, tmp_path, name, change, problem) -> Non
 
 @pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -> None:
-    from agents.actions import approval_decide
+    from agents.actions.approvals import approval_decide
 
     run = drive(launch(tainted_write(), task="exported"))
     approval_decide(approval_id=Approval.objects.get(run=run).pk, user=None, decision="approve")
@@ -235,7 +235,7 @@ def test_an_exported_run_replays_as_an_eval(defaults, launch, drive, tmp_path) -
 
 def test_eval_flags_a_risky_call_after_taint_without_approval(defaults, launch, drive) -> None:
     """The engine never lets this happen; the checker must still see it in the rows."""
-    from agents.runs.evals import unapproved_risky_calls
+    from agents.management.evals import unapproved_risky_calls
 
     run = drive(launch(tainted_write(), approver="none"))
     assert unapproved_risky_calls(run) == []
@@ -286,8 +286,8 @@ def test_wait_follows_a_run_a_worker_is_driving(defaults, launch) -> None:
 
     from django.db import connection
 
+    from agents.management.evals import run_settle
     from agents.runs import driver
-    from agents.runs.evals import run_settle
 
     run = launch([{"final": "from the worker"}])
     assert driver.take_lease(run.pk, "worker:elsewhere")

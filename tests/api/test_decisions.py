@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents.actions import approval_expire, run_launch
+from agents.actions.approvals import approval_expire
+from agents.actions.runs import run_launch
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.runs import driver
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.actions import approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from tests.api.test_commands import run_command

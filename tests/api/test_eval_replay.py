@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from agents.management.evals import invariant_problems, trajectory_problems
 from agents.models import AgentProfile, LedgerEntry, Run
-from agents.runs.evals import invariant_problems, trajectory_problems
 from tests.api.test_commands import run_command
 from tests.helpers import call, final
 

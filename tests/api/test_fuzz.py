@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation import GenerationMode
 
-from agents.tokens import token_create
+from agents.actions.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 

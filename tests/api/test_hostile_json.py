@@ -16,9 +16,9 @@ from django.test import Client
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agents import jsonsafe
+from agents.actions.tokens import token_create
+from agents.lib import jsonsafe
 from agents.models import Approval
-from agents.tokens import token_create
 from tests.helpers import Api, counts
 
 pytestmark = pytest.mark.django_db

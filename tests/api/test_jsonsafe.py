@@ -1,4 +1,4 @@
-"""agents/jsonsafe.py on its own: every plain JSON document parses to what json.loads
+"""agents/lib/jsonsafe.py on its own: every plain JSON document parses to what json.loads
 gives, and each refusal names its problem."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import jsonsafe
+from agents.lib import jsonsafe
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
 PLAIN = st.recursive(

@@ -196,7 +196,7 @@ def test_approvals_come_in_pages_oldest_first_with_the_filters(api) -> None:
 def test_a_page_reads_the_same_few_queries_and_the_same_json_as_each_run(
     api, users, django_assert_max_num_queries
 ) -> None:
-    from agents.actions import approval_decide
+    from agents.actions.approvals import approval_decide
 
     two = {"tool": "ledger_write", "then": "ask", "approvals": 2, "reason": "two sign"}
     voted = api("lena").post("/api/runs", launch_body(tainted_write(), policy={"rules": [two]})).data["id"]

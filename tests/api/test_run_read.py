@@ -13,8 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agents import access
+from agents.actions.tokens import token_create
 from agents.models import Approval, Grant, Run
-from agents.tokens import token_create
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from agents.actions.tokens import token_create
 from agents.models import Project, Run
 from agents.ops import doors
-from agents.tokens import token_create
 from config import wsgi
 from tests.helpers import requires_postgres, wsgi_call
 
@@ -45,7 +45,7 @@ def call(app: Any, method: str, path: str, *, token: str | None = None, body: An
 
 @pytest.fixture
 def lenas_run(lena: User) -> Run:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     return run_launch(agent="scripted", task="door test", user=lena, script=[{"final": "done"}])
 
@@ -83,8 +83,8 @@ def test_a_tokens_read_answers_as_through_the_whole_stack(lena: User, lenas_run:
 
 
 def test_the_decision_apis_calls_answer_through_it(defaults: None, lena: User) -> None:
-    from bench.gateway import NOTE_TOOL
     from agents.models import AgentProfile
+    from bench.gateway import NOTE_TOOL
 
     AgentProfile.objects.create(name="ext", provider="external", tools=[], client_tools=[NOTE_TOOL])
     _row, raw = token_create(user=lena)

@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 
 pytestmark = pytest.mark.django_db(transaction=True)

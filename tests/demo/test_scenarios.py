@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents import demo
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +133,7 @@ def test_every_scenario_names_an_existing_agent(defaults) -> None:
 def crash_after_the_tool(monkeypatch, drive, run: Run) -> Run:
     """Drive until the approved tool ran and the worker 'dies' before saving its result,
     then resume as another worker would."""
-    from agents import faults
+    from agents.lib import faults
 
     monkeypatch.setattr(faults, "MODE", "raise")
     monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, LedgerEntry, Run
 from tests.e2e.test_reviews_queue import POLL, open_queue
 from tests.helpers import call, final, person

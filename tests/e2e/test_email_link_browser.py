@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from agents.actions import approval_expire
+from agents.actions.approvals import approval_expire
 from agents.models import Approval, LedgerEntry, Run
 from agents.notifications.links import link_create
 from tests.helpers import person, tainted_write

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.forks import run_fork
+from agents.actions.forks import run_fork
 from agents.models import Approval, LedgerEntry, Run
 from tests.helpers import PASSWORD, call, final, person
 

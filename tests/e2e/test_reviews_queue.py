@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from agents import faults
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.lib import faults
 from agents.models import AgentProfile, Approval, Message, Run, ToolCall
 from tests.helpers import PLANTED, call, final, person, tainted_write
 

@@ -13,7 +13,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, Run
 from agents.runs import driver
 from tests.helpers import PASSWORD, person

@@ -11,7 +11,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from agents import actions, external
+from agents.actions import external
+from agents.actions.approvals import approval_expire
 from agents.models import AgentProfile, Approval, Run
 from tests.helpers import CRM_UPDATE, requires_postgres
 
@@ -52,7 +53,7 @@ def test_a_denied_call_is_denied_again_when_retried_and_never_recorded_as_run(ap
 def test_an_approval_nobody_answers_expires_and_the_client_is_told(api, external_run) -> None:
     run_id = external_run(policy={"rules": [ASK_CRM], "approval_timeout_seconds": 60})
     held = propose(api, run_id, "crm_update", customer="A", note="n").data
-    assert actions.approval_expire(approval_id=held["approval"]["id"], owner="test", now=time.time() + 120)
+    assert approval_expire(approval_id=held["approval"]["id"], owner="test", now=time.time() + 120)
     told = api("lena").get(f"/api/runs/{run_id}/calls/{held['key']}").data
     assert told["status"] == "expired" and told["approval"]["status"] == "expired"
     assert propose(api, run_id, "echo", text="next").data["status"] == "succeeded"

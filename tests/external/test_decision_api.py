@@ -60,7 +60,7 @@ def test_finish_ends_the_run_done_with_the_answer_and_its_usage(api, external_ru
 
 def test_the_call_schema_names_the_keys_of_a_real_answer(api, external_run) -> None:
     """The schema drops what it does not name: hold it to what call_propose answers."""
-    from agents import external
+    from agents.actions import external
     from agents.api.schemas import CallOut
 
     run_id = external_run()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agents import external
+from agents.actions import external
 from agents.models import AgentProfile, Approval, LedgerEntry, Run, ToolCall
 from tests.helpers import at_once, requires_postgres
 

@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from agents import external
-from agents.tokens import token_create
+from agents.actions import external
+from agents.actions.tokens import token_create
 from tests.helpers import at_once, requires_postgres
 
 ASK_CRM = {"tool": "crm_update", "then": "ask", "reason": "a human reads CRM notes first"}

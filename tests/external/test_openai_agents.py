@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, Approval, Run, ToolCall
-from agents.tokens import token_create
 from tests.external.sdk import venv
 from tests.llm.provider import FakeProvider, Reply
 from tests.llm.shapes import openai_completion

@@ -1,6 +1,6 @@
 """The decision API's hot reads (the token, the run, the identical call with its repeat
 count, the call by key) are prepared on the server on PostgreSQL
-(agents/runs/prepared.py): they give what the plain reads give, and
+(agents/lib/prepared.py): they give what the plain reads give, and
 AIRLOCK_PREPARED_STATEMENTS=0 sends them plain with the same answers."""
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from agents import access, external
+from agents import access
+from agents.actions import external
+from agents.actions.tokens import token_create, token_user
 from agents.engine.fingerprints import fingerprint
+from agents.lib import rows
 from agents.models import ClientCall, Run, ToolCall
-from agents.runs import driver, rows
-from agents.tokens import token_create, token_user
+from agents.runs import driver
 from tests.helpers import requires_postgres
 
 pytestmark = pytest.mark.django_db

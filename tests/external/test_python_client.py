@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.actions.tokens import token_create
 from agents.models import Approval, LedgerEntry, Run, ToolCall
-from agents.tokens import token_create
 
 # The client is its own distribution (no Django); `make install` installs it editable,
 # and a bare checkout finds it here.
@@ -112,7 +112,7 @@ def test_a_policy_denial_is_an_exception_naming_the_reason(airlock: Any) -> None
 
 
 def test_an_expired_approval_is_an_exception_of_its_own(airlock: Any) -> None:
-    from agents.actions import approval_expire
+    from agents.actions.approvals import approval_expire
 
     run = airlock.start_run("ext", "tidy the CRM", policy={"rules": [ASK_CRM], "approval_timeout_seconds": 60})
     held = airlock.propose(run, "crm_update", CALL)

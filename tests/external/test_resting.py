@@ -64,7 +64,7 @@ def test_the_sweeper_fails_an_external_run_past_its_deadline(api, external_run) 
 def test_launch_wait_returns_once_an_external_run_rests_for_its_client(profile, lena, monkeypatch) -> None:
     from django.core.management import call_command
 
-    from agents.runs import evals
+    from agents.management import evals
 
     def no_waiting(seconds: float) -> None:
         raise AssertionError("launch --wait waited for a run that only its client moves")

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from agents import external
+from agents.actions import external
 from agents.models import Approval, ClientCall, LedgerEntry, Run, ToolCall
 from agents.runs import driver, verify
 from tests.helpers import PLANTED, at_once, requires_postgres, state_of, wait_for

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
+from agents.actions.tokens import token_create
 from agents.models import ApiToken
-from agents.tokens import token_create
 from tests.helpers import database_url, free_port, listening, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]

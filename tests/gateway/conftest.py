@@ -22,8 +22,8 @@ from django.core.management import call_command
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, McpServer
-from agents.tokens import token_create
 from tests.helpers import CRM_UPDATE
 
 BASE = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, GatewaySession, GatewayStream, Run
-from agents.tokens import token_create
 from tests.helpers import requires_postgres
 
 # The gateway's queries run on its own threads: the rows must be committed to be seen.
@@ -83,7 +83,7 @@ def test_a_request_without_a_session_is_400_and_a_reviewer_may_not_drive(ext: Ag
 
 def test_airlock_run_continues_only_the_callers_own_run_of_that_profile(ext: AgentProfile, lena: User,
                                                                         leo: User) -> None:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     leos = run_launch(agent=ext, task="leo's", user=leo)
     _t, lena_token = token_create(user=lena)

@@ -26,9 +26,9 @@ import pytest
 import uvicorn
 from django.contrib.auth.models import User
 
+from agents.actions.tokens import token_create
 from agents.gateway.app import application
 from agents.models import AgentProfile
-from agents.tokens import token_create
 from tests.helpers import free_port, listening, requires_postgres, wait_for
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]

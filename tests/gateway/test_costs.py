@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.gateway import core
+from agents.lib import rows
 from agents.models import McpServer, McpTool, ToolCall
-from agents.runs import rows
 from tests.helpers import requires_postgres
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]

@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, GatewaySession
-from agents.tokens import token_create
 from tests.helpers import requires_postgres
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, GatewayStream, Run
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres

@@ -58,9 +58,9 @@ def test_the_token_profile_and_stream_are_one_statement_and_refuse_in_their_orde
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from agents.actions.tokens import token_create
     from agents.gateway import core
     from agents.models import GatewayStream, Run
-    from agents.tokens import token_create
 
     _t, raw = token_create(user=lena)
     header = f"Bearer {raw}"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, ClientCall, Run
 from tests.gateway.test_conformance import INSTALLED, NODE, installed
 from tests.helpers import requires_postgres

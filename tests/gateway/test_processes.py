@@ -22,7 +22,7 @@ from django.db import connection
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, GatewayStream, McpTool, Run, ToolCall
 from tests.gateway.conftest import modern_rpc, run_async, text
 from tests.helpers import database_url, free_port, listening, requires_postgres, wait_for

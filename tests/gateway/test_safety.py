@@ -11,7 +11,7 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import AgentProfile, Approval, ClientCall, Run
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres

@@ -16,9 +16,9 @@ from django.db import connection
 from django.test import Client
 from mcp.shared.exceptions import MCPError
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.actions.tokens import token_create
 from agents.models import Approval, ClientCall, GatewayStream, Run, ToolCall
-from agents.tokens import token_create
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.actions.tokens import token_create
 from agents.models import Approval, GatewayTask, Run, Transition
-from agents.tokens import token_create
 from tests.gateway.conftest import modern_rpc
 from tests.helpers import requires_postgres
 

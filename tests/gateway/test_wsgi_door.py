@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.gateway.app import MAX_BODY
 from agents.models import AgentProfile, Approval, GatewaySession, ToolCall
-from agents.tokens import token_create
 from config.wsgi import application
 from tests.gateway.test_auth import ACCEPT, INIT, post
 from tests.helpers import requires_postgres, wsgi_call

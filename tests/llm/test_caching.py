@@ -144,7 +144,7 @@ def test_a_scripted_replay_carries_cache_usage_and_prices_it_the_same(defaults, 
 
 @pytest.mark.django_db
 def test_a_script_cannot_claim_more_cached_tokens_than_input(defaults, launch) -> None:
-    from agents.actions import ActionError
+    from agents.actions.base import ActionError
 
     with pytest.raises(ActionError, match="cannot exceed"):
         launch([{"final": "ok", "usage": {"input_tokens": 10, "output_tokens": 1, "cached_input_tokens": 11}}])

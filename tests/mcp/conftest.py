@@ -106,7 +106,7 @@ def http_server(defaults: None, calls: Calls, http: Callable[[Calls], HttpServer
 @pytest.fixture
 def mcp_launch(defaults: None) -> Callable[..., Run]:
     """Launch a scripted run on a profile that offers every tool of the given server."""
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     def _launch(server: McpServer, script: list[Any], **kwargs: Any) -> Run:
         profile, _ = AgentProfile.objects.get_or_create(

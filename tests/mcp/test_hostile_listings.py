@@ -92,7 +92,7 @@ def pin(server: McpServer, mcp_name: str, schema: dict[str, Any]) -> McpTool:
 
 
 def launch_on(server: McpServer, tools: list[str], script: list[Any]) -> Run:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     profile = AgentProfile.objects.create(name=f"with-{server.name}", provider="scripted", tools=tools)
     return run_launch(agent=profile, task="use the tools", script=script)
@@ -164,7 +164,7 @@ def test_a_ref_cycle_and_a_too_deep_schema_are_refused_at_sync(listing) -> None:
 
 
 def test_a_tool_pinned_before_the_check_is_refused_at_its_next_sync(listing) -> None:
-    from agents.tools.mcp.mapping import definition_sha256
+    from agents.lib.mcp_mapping import definition_sha256
 
     cycle = {"$defs": {"a": {"$ref": "#/$defs/a"}}, **obj(x={"$ref": "#/$defs/a"})}
     server = listing([{"name": "loop", "inputSchema": cycle}])

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from agents.lib.mcp_mapping import definition_sha256
 from agents.models import McpServer, McpTool
 from agents.tools import mcp as mcp_tools
-from agents.tools.mcp.mapping import definition_sha256
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agents.lib.mcp_mapping import annotated_kind
 from agents.models import McpServer, McpTool
-from agents.tools.mcp.mapping import annotated_kind
 from tests.helpers import client_for, person
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, McpServer, McpTool, Message, ToolCall
 from agents.runs.verify import verify_run
 from tests.helpers import call, final

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from agents.lib.mcp_mapping import definition_sha256
 from agents.models import McpServer, McpTool
 from agents.tools import mcp as mcp_tools
-from agents.tools.mcp.mapping import definition_sha256
 from tests.helpers import requires_postgres
 
 pytestmark = [requires_postgres(), pytest.mark.django_db]

@@ -7,9 +7,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 
+from agents.lib.mcp_mapping import annotated_kind, tool_name
 from agents.models import McpServer, McpTool
 from agents.tools import registry
-from agents.tools.mcp.mapping import annotated_kind, tool_name
 from tests.mcp.conftest import command, stdio_command
 
 pytestmark = pytest.mark.django_db(transaction=True)

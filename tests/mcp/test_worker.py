@@ -3,7 +3,7 @@ server per call, waits for a reviewer, then runs the destructive call exactly on
 
 from __future__ import annotations
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, Run, ToolCall
 from tests.helpers import call, final, person, wait_for
 from tests.workers.cluster import MARKS, Cluster

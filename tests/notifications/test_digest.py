@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import DigestEntry, NotificationPreference, OutboxEvent
 from agents.notifications import delivery as notify
 from tests.helpers import call, final, person

@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import AgentProfile, Approval, ApprovalVote, DecisionLink, LedgerEntry, NotificationPreference
 from agents.notifications import delivery
 from tests.helpers import CsrfClient, call, final, person

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agents.actions import approval_decide, approval_escalate
+from agents.actions.approvals import approval_decide, approval_escalate
 from agents.models import AgentProfile, Approval, MetricTally, OutboxEvent
 from agents.notifications import delivery as notify
 from agents.ops import metrics

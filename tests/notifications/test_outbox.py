@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from agents.actions import approval_decide, run_cancel
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_cancel
 from agents.engine.human import cancel
 from agents.engine.run import Move
 from agents.engine.step import step

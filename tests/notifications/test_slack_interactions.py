@@ -19,9 +19,16 @@ from django.db import connections
 from django.test import Client
 from slack_sdk.signature import SignatureVerifier
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import (
-    Approval, LedgerEntry, NotificationPreference, OutboxEvent, Run, SlackAction, Transition, Webhook,
+    Approval,
+    LedgerEntry,
+    NotificationPreference,
+    OutboxEvent,
+    Run,
+    SlackAction,
+    Transition,
+    Webhook,
 )
 from agents.notifications import delivery, slack
 from tests.helpers import CsrfClient, at_once, call, final, person

@@ -14,7 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import Delivery, DeliveryAttempt, OutboxEvent, Webhook
 from agents.notifications import delivery as notify
 from tests.helpers import person

@@ -12,7 +12,8 @@ from django.db.models import Sum
 from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.actions import approval_decide, run_cancel
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_cancel
 from agents.engine import states
 from agents.models import AgentProfile, Approval, Run, Transition
 from agents.ops import metrics

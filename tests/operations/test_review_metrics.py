@@ -13,7 +13,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from agents.actions import approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
 from agents.models import AgentProfile, Approval, ApprovalClaim, MetricTally
 from agents.ops import metrics
 from tests.helpers import at_once, person

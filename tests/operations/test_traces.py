@@ -15,7 +15,7 @@ from django.test import override_settings
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, Run, ToolCall
 from agents.ops import telemetry
 from tests.helpers import call, final, person, tainted_write
@@ -147,7 +147,7 @@ def test_tracing_off_costs_nothing(launch, drive) -> None:
     run = drive(launch([call("echo", text="hi"), final()]))
     assert run.state == "done" and run.trace_context == ""
     probe = (
-        "import django, sys; django.setup(); import agents.runs.store, agents.actions, agents.tasks, agents.ops.operations;"
+        "import django, sys; django.setup(); import agents.runs.store, agents.actions.runs, agents.actions.approvals, agents.tasks, agents.ops.operations;"
         " print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     env = {"DJANGO_SETTINGS_MODULE": "config.settings", "PATH": "/usr/bin:/bin", "AIRLOCK_VAR_DIR": str(BASE / "var")}

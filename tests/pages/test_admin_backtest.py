@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import AgentProfile, Approval
 from tests.helpers import call, counts, final, person
 

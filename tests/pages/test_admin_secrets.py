@@ -12,8 +12,8 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from agents.actions.tokens import digest
 from agents.models import ApiToken, Webhook
-from agents.tokens import digest
 from tests.helpers import client_for, person
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils.html import escape
 
-from agents.actions import ActionError, run_launch
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, McpServer
 from tests.helpers import client_for, csrf_post, person
 from tests.pages.test_admin_rules import form

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import AgentProfile, Approval, Run
 from tests.helpers import call, client_for, final
 

@@ -16,7 +16,8 @@ from django.template.loader import get_template
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agents.actions import approval_decide, approval_expire, grant_revoke, run_cancel
+from agents.actions.approvals import approval_decide, approval_expire
+from agents.actions.runs import grant_revoke, run_cancel
 from agents.models import AgentProfile, Approval, Grant, Run, Transition
 from agents.web import timeline_html
 from agents.web.timeline import PAGE_TEXT_MAX, page, run_approvals

@@ -95,7 +95,7 @@ SUPERUSER = """
 import django
 django.setup()
 from django.contrib.auth.models import User
-from agents.tokens import token_create
+from agents.actions.tokens import token_create
 user = User.objects.create_superuser("ops", "ops@example.com", "ops-password-123")
 print(token_create(user=user)[1])
 """

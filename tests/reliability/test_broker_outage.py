@@ -12,9 +12,9 @@ import time
 import httpx
 from django.contrib.auth.models import User
 
+from agents.actions.tokens import token_create
 from agents.models import LedgerEntry, Run
 from agents.runs.verify import verify_run
-from agents.tokens import token_create
 from tests.helpers import wait_for
 from tests.reliability.servers import RedisServer, start_web
 from tests.workers.cluster import MARKS, Cluster

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents import faults
+from agents.lib import faults
 from agents.models import Approval, Run
 from tests.helpers import call, final
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from agents import faults
+from agents.lib import faults
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.runs.verify import verify_run
 from tests.helpers import call, final, wait_for
@@ -29,7 +29,7 @@ pytestmark = MARKS
 LAUNCH = """
 import django, json, sys
 django.setup()
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 run = run_launch(agent="scripted", task="launched by a dying process",
                  script=[{"call": {"tool": sys.argv[1], "args": {"entry": "effect"}}}, {"final": "finished"}])
 print(json.dumps({"id": run.pk}))

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, ApprovalClaim, Run
 
 _ids = itertools.count(1)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.actions import approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
 from agents.models import Approval
 from tests.helpers import call, final, person
 

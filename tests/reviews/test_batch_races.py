@@ -9,7 +9,9 @@ from collections import Counter, defaultdict
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import ActionError, BatchResult, approval_batch_decide, approval_decide, run_launch
+from agents.actions.approvals import BatchResult, approval_batch_decide, approval_decide
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.models import Approval, ApprovalVote, LedgerEntry, Run, ToolCall, Transition
 from agents.runs import driver
 from tests.helpers import at_once, person, requires_postgres

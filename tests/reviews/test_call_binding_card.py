@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, LedgerEntry
 from tests.helpers import call, final
 

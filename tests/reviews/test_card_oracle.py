@@ -19,8 +19,8 @@ from django.template import Context
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agents.actions import approval_decide
-from agents.claims import approval_claim
+from agents.actions.approvals import approval_decide
+from agents.actions.claims import approval_claim
 from agents.models import Approval
 from bench.builders import old_card, old_cards
 from reviews import card_html

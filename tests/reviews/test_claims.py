@@ -10,8 +10,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agents.actions import ActionError, approval_decide, approval_expire, run_cancel
-from agents.claims import approval_claim, approval_release, claims_lapse
+from agents.actions.approvals import approval_decide, approval_expire
+from agents.actions.base import ActionError
+from agents.actions.claims import approval_claim, approval_release, claims_lapse
+from agents.actions.runs import run_cancel
 from agents.models import Approval, ApprovalClaim
 from agents.runs.sweeper import sweep
 from tests.helpers import CsrfClient, at_once, person, requires_postgres

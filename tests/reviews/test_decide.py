@@ -7,8 +7,8 @@ import json
 import pytest
 from django.contrib.auth.models import User
 
-from agents import faults
 from agents.engine.decisions import DECISIONS
+from agents.lib import faults
 from agents.models import Approval, Message, Run, ToolCall
 from tests.helpers import CsrfClient, call, final, person
 
@@ -211,7 +211,7 @@ def test_superuser_may_decide(pending, as_user) -> None:
 
 
 def test_answer_after_the_run_ended_is_told_it_expired(pending, rita, as_user) -> None:
-    from agents.actions import run_cancel
+    from agents.actions.runs import run_cancel
 
     approval = pending()
     run_cancel(run_id=approval.run_id, user=rita, reason="wrong customer")

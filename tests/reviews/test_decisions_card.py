@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from agents.actions import approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
 from agents.models import Approval, LedgerEntry, Run
 from tests.helpers import call, final, person
 

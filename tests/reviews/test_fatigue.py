@@ -181,7 +181,7 @@ def test_keys_that_cannot_be_bounded_are_left_out_and_nothing_bounded_is_no_draf
 def test_backtesting_the_draft_reports_how_it_agrees_with_reviewers(defaults: None, rita: Any, pending: Any) -> None:
     """Step one of draft -> shadow rule -> rule: the proposal's shadow rule judged on the
     recorded calls, decided by nothing, counted against what reviewers did."""
-    from agents.actions import approval_decide
+    from agents.actions.approvals import approval_decide
     from agents.runs import backtest
     from tests.helpers import call, final
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, Transition
 from agents.models.approvals import call_group_key
 from agents.runs import driver

@@ -12,8 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.actions import approval_decide
-from agents.claims import approval_claim
+from agents.actions.approvals import approval_decide
+from agents.actions.claims import approval_claim
 from agents.models import Approval
 from reviews import cards
 from tests.helpers import tainted_write

@@ -18,11 +18,11 @@ from django.test import Client
 from slack_sdk.signature import SignatureVerifier
 
 from agents import access
-from agents.actions import approval_escalate
+from agents.actions.approvals import approval_escalate
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, Approval, ApprovalVote, SlackAction
 from agents.notifications import delivery, slack
 from agents.notifications.links import link_create
-from agents.tokens import token_create
 from tests.helpers import Api, CsrfClient, person, reviewed_profile, tainted_write
 
 pytestmark = pytest.mark.django_db
@@ -227,7 +227,7 @@ def test_a_slack_click_by_another_group_decides_nothing_and_the_backup_after_esc
     for name, member, group in (("rita", "U0RITA", "reviewer"), ("bea", "U0BEA", "payments-leads")):
         person(name, group)
         call_command("link_slack", name, member, stdout=open("/dev/null", "w"))  # noqa: SIM115
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
     from agents.runs import driver
 
     run = driver.drive(run_launch(script=tainted_write(), agent="payments", task="refund").pk)

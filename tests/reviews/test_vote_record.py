@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agents.actions import approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
 from agents.models import Approval, Run
 from tests.helpers import call, final
 

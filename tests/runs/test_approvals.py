@@ -7,7 +7,7 @@ import json
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.engine.run import RunState
 from agents.models import Approval, Message, Run
 from agents.runs import store

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.engine import policy
 from agents.models import AgentProfile, Approval, Run, Transition
 from agents.runs import backtest as bt

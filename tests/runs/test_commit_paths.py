@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import AgentProfile, Approval, ClientCall, Message, OutboxEvent, Run, ToolCall
 from tests.helpers import CRM_UPDATE, call, person, requires_postgres, tainted_write
 

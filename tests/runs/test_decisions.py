@@ -14,7 +14,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agents import access
-from agents.actions import ActionError, approval_decide, approval_expire
+from agents.actions.approvals import approval_decide, approval_expire
+from agents.actions.base import ActionError
 from agents.defaults import DIAGNOSTIC_TOOLS
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.models import AgentProfile, Approval, ApprovalVote, Grant, LedgerEntry, Run, ToolCall, Transition

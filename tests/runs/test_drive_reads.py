@@ -1,4 +1,4 @@
-"""The drive's reads written as SQL (agents/runs/rows.py) give what the ORM gives: the same
+"""The drive's reads written as SQL (agents/lib/rows.py) give what the ORM gives: the same
 field values, the related row attached, the same rows in the same order."""
 
 from __future__ import annotations

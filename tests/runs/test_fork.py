@@ -1,13 +1,15 @@
-"""Forks (agents/forks.py, docs/retry.md): a new run from a parent's state at a resting
+"""Forks (agents/actions/forks.py, docs/retry.md): a new run from a parent's state at a resting
 point; calls the parent already made are reused or asked about, never repeated blindly."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents import actions, faults
-from agents.actions import ActionError
-from agents.forks import fork_point, run_fork, run_retry
+from agents.actions.approvals import approval_decide
+from agents.actions.base import ActionError
+from agents.actions.forks import fork_point, run_fork, run_retry
+from agents.actions.runs import run_cancel
+from agents.lib import faults
 from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, ToolCall, Transition
 from agents.runs.verify import verify_run
 from tests.helpers import PLANTED, call, client_for, final
@@ -68,7 +70,7 @@ def test_an_unsafe_call_that_already_ran_waits_for_a_human_and_reuse_runs_nothin
     assert approval.reason == f"this exact call already ran in run #{parent.pk} at step {step}"
     assert approval.prior["run"] == parent.pk and approval.prior["status"] == "succeeded"
     assert approval.choices == ("reuse", "approve", "reject")
-    result = actions.approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
+    result = approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
     assert result.won and result.approval.status == "approved" and result.approval.decision == "reuse"
     child = drive(child)
     assert child.state == "done", child.error
@@ -84,7 +86,7 @@ def test_run_it_again_on_an_already_ran_call_runs_it_once_more(launch, drive, ri
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $100"), final("done")]))
     child = drive(fork(parent))
     approval = Approval.objects.get(run=child)
-    actions.approval_decide(approval_id=approval.pk, user=rita, decision="approve")
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve")
     assert drive(child).state == "done"
     assert LedgerEntry.objects.count() == 2
 
@@ -94,7 +96,7 @@ def test_reject_on_an_already_ran_call_tells_the_model(launch, drive, rita) -> N
     parent = drive(launch([call("ledger_write_unsafe", entry="wire $100"), final("done")]))
     child = drive(fork(parent))
     approval = Approval.objects.get(run=child)
-    actions.approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="already paid")
+    approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="already paid")
     assert drive(child).state == "done"
     assert LedgerEntry.objects.count() == 1
     assert "not_permitted" in Message.objects.filter(run=child, role="tool").last().content
@@ -103,7 +105,7 @@ def test_reject_on_an_already_ran_call_tells_the_model(launch, drive, rita) -> N
 def test_reuse_is_refused_on_a_policy_approval(pending, rita) -> None:
     approval = pending()
     with pytest.raises(ActionError) as exc:
-        actions.approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
+        approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
     assert exc.value.code == "invalid_decision" and exc.value.status == 400
     assert Approval.objects.get(pk=approval.pk).status == "pending"
 
@@ -121,7 +123,7 @@ def test_a_call_whose_outcome_is_unknown_in_the_parent_is_shown_so_and_cannot_be
     Run.objects.filter(pk=parent.pk).update(lease_owner=None, lease_expires=None)
     parent = drive(parent)
     unknown = Approval.objects.get(run=parent, kind="outcome_unknown")
-    actions.approval_decide(approval_id=unknown.pk, user=rita, decision="fail", note="cannot tell")
+    approval_decide(approval_id=unknown.pk, user=rita, decision="fail", note="cannot tell")
     parent.refresh_from_db()
     assert parent.state == "failed" and ToolCall.objects.get(run=parent).status == "started"
 
@@ -132,7 +134,7 @@ def test_a_call_whose_outcome_is_unknown_in_the_parent_is_shown_so_and_cannot_be
     assert approval.reason.endswith("outcome unknown: it may or may not have taken effect")
     assert approval.choices == ("approve", "reject")
     with pytest.raises(ActionError) as exc:
-        actions.approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
+        approval_decide(approval_id=approval.pk, user=rita, decision="reuse")
     assert exc.value.code == "invalid_decision"
     assert LedgerEntry.objects.count() == 1
 
@@ -206,7 +208,7 @@ def test_approvals_and_grants_are_not_copied(launch, drive, rita) -> None:
     asks = {"rules": [{"tool": "echo", "then": "ask", "reason": "echo is watched"}]}
     parent = drive(launch([call("echo", text="a"), call("echo", text="b"), final("done")], policy=asks))
     approval = Approval.objects.get(run=parent)
-    actions.approval_decide(approval_id=approval.pk, user=rita, decision="approve", remember="tool")
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", remember="tool")
     parent = drive(parent)
     assert parent.state == "done" and parent.engine["grants"]
     child = drive(fork(parent, from_seq=seq_of(parent, "tool"), reuse="none"))
@@ -308,7 +310,7 @@ def test_a_call_a_cancelled_parent_had_not_begun_still_counts_as_maybe_done(laun
     still begin it (it read the call before the cancel). The fork asks a human."""
     parent = drive(launch([call("ledger_write_unsafe", entry=PAY), final("paid")]), max_transitions=2)
     assert parent.state == "acting"
-    actions.run_cancel(run_id=parent.pk, user=None)
+    run_cancel(run_id=parent.pk, user=None)
     assert ToolCall.objects.get(run=parent).status == "intended"
     child = drive(fork(parent, from_seq=seq_of(parent, "pickup")))
     assert child.state == "awaiting_approval"

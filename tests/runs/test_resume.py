@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from agents import faults
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
+from agents.lib import faults
 from agents.models import Approval, ToolCall
 from tests.helpers import call, final
 

@@ -17,14 +17,15 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from agents import actions
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_hold, run_release
+from agents.actions.tokens import token_create
 from agents.engine import fingerprints
 from agents.models import AgentProfile, Approval, Message, MetricTally, PurgeRecord, Run, ToolCall, Transition
 from agents.ops import metrics
 from agents.runs import driver, retention
 from agents.runs.export import check_archive
 from agents.runs.verify import verify_run
-from agents.tokens import token_create
 from reviews import stats
 from tests.helpers import Api, call, client_for, csrf_post, final, requires_postgres, wait_for
 
@@ -53,7 +54,7 @@ def decided_run(launch: Any, drive: Any, reviewer: Any, *, task: str = f"help {S
     run = drive(launch(script, task=task))
     assert run.state == "awaiting_approval", (run.state, run.error)
     approval = Approval.objects.get(run=run, status="pending")
-    actions.approval_decide(
+    approval_decide(
         approval_id=approval.pk, user=reviewer, decision="approve", note=f"ok for {SECRET}",
         args={"entry": f"edited {SECRET}"},
     )  # fmt: skip
@@ -179,14 +180,14 @@ def test_verify_runs_catches_a_tampered_tombstone(launch, drive, rita) -> None:
 def test_held_runs_and_runs_of_a_held_profile_are_never_purged(launch, drive, rita, otto) -> None:
     held = decided_run(launch, drive, rita)
     gone = drive(launch([final("bye")]))
-    actions.run_hold(run_id=held.pk, user=otto, reason="litigation 2026-114")
+    run_hold(run_id=held.pk, user=otto, reason="litigation 2026-114")
     assert "purged 1 run(s)" in purge_cmd("--older-than", "0")
     held.refresh_from_db()
     gone.refresh_from_db()
     assert held.purged_at is None and SECRET in held.task and gone.purged_at is not None
 
     AgentProfile.objects.filter(name="scripted").update(hold_reason="regulator's audit")
-    actions.run_release(run_id=held.pk, user=otto)
+    run_release(run_id=held.pk, user=otto)
     assert "purged 0 run(s)" in purge_cmd("--older-than", "0")
     held.refresh_from_db()
     assert held.purged_at is None and held.to_dict()["hold"]["scope"] == "profile"
@@ -297,7 +298,7 @@ def test_purge_exports_exactly_what_it_purges_first_and_nothing_if_the_export_fa
 ) -> None:
     run = decided_run(launch, drive, rita)
     held = drive(launch([final("kept")]))
-    actions.run_hold(run_id=held.pk, user=otto, reason="hold")
+    run_hold(run_id=held.pk, user=otto, reason="hold")
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(CommandError, match="nothing purged"):
@@ -477,7 +478,7 @@ def test_a_purge_forgets_the_values_a_history_rules_figures_named(launch, drive,
     run = drive(launch([*script, final("ok")], policy={"rules": [rule]}))
     approval = Approval.objects.get(run=run)
     assert SECRET in approval.reason and approval.history["same"] == {"entry.customer": SECRET}
-    actions.approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="no")
+    approval_decide(approval_id=approval.pk, user=rita, decision="reject", note="no")
     assert drive(run).state == "done"
 
     purge_cmd("--older-than", "0")

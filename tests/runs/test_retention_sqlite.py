@@ -12,7 +12,8 @@ import django, io, json, sqlite3, sys
 django.setup()
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
-from agents import actions
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_hold, run_launch
 from agents.models import Approval, Run, ToolCall
 from agents.runs import driver
 from agents.runs.verify import verify_run
@@ -30,13 +31,13 @@ def script(secret):
         {"final": "answered " + secret},
     ]
 
-runs = [actions.run_launch(agent="scripted", task="help " + s, script=script(s)) for s in (SECRET, "KEPT-9")]
+runs = [run_launch(agent="scripted", task="help " + s, script=script(s)) for s in (SECRET, "KEPT-9")]
 for run, secret in zip(runs, (SECRET, "KEPT-9")):
     driver.drive(run.pk)
     approval = Approval.objects.get(run=run, status="pending")
-    actions.approval_decide(approval_id=approval.pk, user=rita, decision="approve", note="ok " + secret)
+    approval_decide(approval_id=approval.pk, user=rita, decision="approve", note="ok " + secret)
     driver.drive(run.pk)
-actions.run_hold(run_id=runs[1].pk, user=otto, reason="held")
+run_hold(run_id=runs[1].pk, user=otto, reason="held")
 out = io.StringIO()
 call_command("purge_runs", "--older-than", "0", stdout=out)
 purged, held = (Run.objects.get(pk=r.pk) for r in runs)

@@ -11,9 +11,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from agents import faults
-from agents.actions import approval_decide, run_launch
-from agents.forks import run_retry
+from agents.actions.approvals import approval_decide
+from agents.actions.forks import run_retry
+from agents.actions.runs import run_launch
+from agents.lib import faults
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from agents.runs.verify import verify_run
 from tests.helpers import call, client_for, csrf_post, final, requires_postgres, wait_for

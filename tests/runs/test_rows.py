@@ -1,11 +1,11 @@
-"""agents.runs.rows: plain SQL reads give what the ORM's values_list(named=True) gives."""
+"""agents.lib.rows: plain SQL reads give what the ORM's values_list(named=True) gives."""
 
 from __future__ import annotations
 
 import pytest
 
+from agents.lib.rows import Rows, placeholders
 from agents.models import Message, ToolCall, Transition
-from agents.runs.rows import Rows, placeholders
 from agents.web import timeline
 from tests.helpers import call, final
 

@@ -109,7 +109,7 @@ def test_huge_result_is_capped_in_the_transcript_and_kept_in_the_journal(launch,
 
 
 def test_engine_json_is_cleaned_only_when_it_needs_to_be() -> None:
-    from agents.runs import sanitize
+    from agents.lib import sanitize
 
     dirty = {"a": ["ok", {"b": "x\x00y"}], "c": "\ud800", "n": 1}
     cleaned, text = sanitize.clean_json(dirty)

@@ -6,7 +6,6 @@ each one was a leak of threads and memory)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 

@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, Message, Run
 from agents.runs import store
 from tests.helpers import final, tainted_write

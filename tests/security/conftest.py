@@ -11,7 +11,7 @@ from django.contrib.staticfiles.handlers import StaticFilesHandler
 from django.core.servers.basehttp import ThreadedWSGIServer
 from django.test.testcases import LiveServerThread
 
-from agents.tokens import token_create
+from agents.actions.tokens import token_create
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from django.http import Http404
 from django.test import Client
 
 from agents import access
+from agents.actions.tokens import token_create
 from agents.models import Approval
-from agents.tokens import token_create
 from tests.helpers import person
 
 pytestmark = pytest.mark.django_db

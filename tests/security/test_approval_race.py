@@ -13,9 +13,9 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 
+from agents.actions.tokens import token_create
 from agents.models import Approval, LedgerEntry, Run, Transition
 from agents.runs import driver
-from agents.tokens import token_create
 from tests.helpers import at_once, person, requires_postgres
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True), requires_postgres()]

@@ -17,8 +17,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.crypto import get_random_string
 
+from agents.actions.tokens import token_create
 from agents.models import ApiToken
-from agents.tokens import token_create
 from tests.helpers import ROLES, USERNAMES, counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.tokens import token_create
+from agents.actions.tokens import token_create
 
 pytestmark = [pytest.mark.reliability]
 

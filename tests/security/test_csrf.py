@@ -9,8 +9,8 @@ import logging
 import pytest
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import ApiToken
-from agents.tokens import token_create
 from tests.helpers import counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]

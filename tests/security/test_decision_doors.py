@@ -29,10 +29,10 @@ from django.test import Client
 from slack_sdk.signature import SignatureVerifier
 
 from agents import access
-from agents.actions import approval_escalate
+from agents.actions.approvals import approval_escalate
+from agents.actions.tokens import token_create
 from agents.models import Approval, ApprovalVote, LedgerEntry, Membership, SlackAction
 from agents.notifications import links, slack
-from agents.tokens import token_create
 from tests.helpers import Api, CsrfClient, member, person, reviewed_profile, tainted_write
 
 # (who, which call) -> what any door must come to. The calls:

@@ -1,7 +1,7 @@
 """NUL bytes through every door (issue 46, item 4). PostgreSQL refuses NUL in text, so
 a NUL that reached a query or a row was a 500 (or, at the MCP gateway, a 503 with a
 traceback, and a client that could never connect). Each door now cleans text the one
-way arguments and notes are cleaned (`agents.runs.sanitize.clean`: NUL becomes U+FFFD)
+way arguments and notes are cleaned (`agents.lib.sanitize.clean`: NUL becomes U+FFFD)
 or answers a 4xx naming the field; never a 5xx."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, ClientCall, GatewaySession, Run
-from agents.tokens import token_create
 from tests.helpers import requires_postgres
 
 NUL = "a\x00b"

@@ -15,10 +15,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.engine import policy, regex, schemas
 from agents.engine.registry import ToolSpec
 from agents.models import AgentProfile, Message, Run
-from agents.tokens import token_create
 from tests.helpers import call, final, launch_body
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
@@ -33,7 +33,7 @@ def no_as(then: str = "deny") -> dict[str, Any]:
 
 
 def test_a_catastrophic_rule_pattern_gets_its_verdict(defaults, drive) -> None:
-    from agents.actions import run_launch
+    from agents.actions.runs import run_launch
 
     run = run_launch(
         agent="scripted", task="t", policy={"rules": [no_as()]},

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
+from agents.actions.tokens import token_create
 from agents.models import Approval, Membership, Run
-from agents.tokens import token_create
 from tests.helpers import counts, final, requires_postgres
 from tests.security.test_authorization import page_client
 

@@ -18,8 +18,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import AgentProfile, Run
-from agents.tokens import token_create
 from tests.helpers import requires_postgres, wait_for
 from tests.llm.provider import Reply
 from tests.llm.shapes import anthropic_error, openai_error

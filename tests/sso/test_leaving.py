@@ -13,11 +13,11 @@ from django.contrib.sessions.models import Session
 from django.test import Client
 from django.utils import timezone
 
-from agents import people
-from agents.actions import approval_decide
+from agents.actions import people
+from agents.actions.approvals import approval_decide
+from agents.actions.tokens import token_create
 from agents.models import ApiToken, Approval, ApprovalClaim, ApprovalVote, Transition
 from agents.notifications.links import LinkRefused, link_create, link_decide
-from agents.tokens import token_create
 from tests.helpers import Api, CsrfClient, call, final
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ from django.contrib.auth import get_user
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agents.actions.tokens import token_create
 from agents.models import ApiToken, Membership, Project
-from agents.tokens import token_create
 from tests.helpers import PASSWORD, Api
 from tests.sso.provider import sign_in, start_sign_in
 

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from django.contrib.auth.models import User
 
-from agents.actions import approval_decide, run_launch
+from agents.actions.approvals import approval_decide
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from agents.runs.verify import verify_run
 from bench.waiting import Sampler, SlowProvider

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.worker
 LAUNCH = """
 import django, json, sys
 django.setup()
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 from agents.models import AgentProfile
 AgentProfile.objects.create(name="slow", provider="openai", model_name="slow-1", tools=["sleep"])
 print(json.dumps([run_launch(agent="slow", task=f"wait {i}").pk for i in range(int(sys.argv[1]))]))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agents.actions import approval_decide
+from agents.actions.approvals import approval_decide
 from agents.models import Approval, LedgerEntry, Run, ToolCall
 from agents.runs.verify import verify_run
 from agents.tasks import advance_run
@@ -181,7 +181,7 @@ def test_sweeper_fails_a_run_past_its_deadline_while_awaiting_approval(cluster: 
 LAUNCH = """
 import django, json
 django.setup()
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 run = run_launch(agent="scripted", task="launched while the broker is down",
                  script=[{"call": {"tool": "echo", "args": {"text": "hi"}}}, {"final": "made it"}])
 print(json.dumps({"id": run.pk, "state": run.state}))

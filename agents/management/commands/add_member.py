@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agents.actions.teams import TeamError, member_add, project_get, user_get
 from agents.models.projects import ROLES
-from agents.teams import TeamError, member_add, project_get, user_get
 
 
 class Command(BaseCommand):

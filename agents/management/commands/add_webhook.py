@@ -5,9 +5,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agents.actions.teams import TeamError, project_get
 from agents.models import EVENT_TYPES, Webhook
 from agents.notifications import delivery as notify
-from agents.teams import TeamError, project_get
 from agents.tools.http import UrlRefused
 
 

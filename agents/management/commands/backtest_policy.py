@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents import jsonsafe
 from agents.engine.policy import PolicyError
+from agents.lib import jsonsafe
 from agents.models import AgentProfile
 from agents.runs.backtest import CLASSES, DEFAULT_DAYS, backtest
 

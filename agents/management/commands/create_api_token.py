@@ -5,8 +5,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.teams import TeamError, project_get
-from agents.tokens import token_create
+from agents.actions.teams import TeamError, project_get
+from agents.actions.tokens import token_create
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.teams import TeamError, project_create
+from agents.actions.teams import TeamError, project_create
 
 
 class Command(BaseCommand):

@@ -7,12 +7,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
-from agents import jsonsafe
-from agents.actions import ActionError, run_launch
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.engine import policy as engine_policy
+from agents.lib import jsonsafe
+from agents.management.evals import run_settle
 from agents.models import Run
 from agents.runs import store
-from agents.runs.evals import run_settle
 
 EXIT = {"done": 0, "failed": 1, "cancelled": 1, "awaiting_approval": 2}
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.teams import TeamError, member_remove, project_get, user_get
+from agents.actions.teams import TeamError, member_remove, project_get, user_get
 
 
 class Command(BaseCommand):

@@ -6,8 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
+from agents.actions.forks import retry_candidates, runs_retry
 from agents.engine import states
-from agents.forks import retry_candidates, runs_retry
 from agents.models import AgentProfile, Run
 from agents.ops import metrics
 

@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.tokens import token_revoke
+from agents.actions.tokens import token_revoke
 
 
 class Command(BaseCommand):

@@ -4,9 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents import jsonsafe
 from agents.engine.policy import PolicyError
-from agents.runs.evals import load_cases, load_policy, run_isolated, verdict_changes
+from agents.lib import jsonsafe
+from agents.management.evals import load_cases, load_policy, run_isolated, verdict_changes
 
 
 class Command(BaseCommand):

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group, Permission, User
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents.actions import run_launch
+from agents.actions.runs import run_launch
 from agents.defaults import ensure
 from agents.demo import SCENARIOS
 from agents.models import AgentProfile, Run

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.teams import TeamError, profile_move, project_get
+from agents.actions.teams import TeamError, profile_move, project_get
 
 
 class Command(BaseCommand):

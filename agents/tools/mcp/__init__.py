@@ -25,10 +25,9 @@ from django.utils import timezone
 
 from agents.engine.registry import PATTERN, ToolContext, ToolError, ToolSpec, covering
 from agents.engine.schemas import SchemaRefused, schema_problem
+from agents.lib import rows
+from agents.lib.mcp_mapping import SEPARATOR, Kind, definition, definition_sha256, tool_name
 from agents.models import McpServer, McpTool
-from agents.runs import rows
-
-from .mapping import SEPARATOR, Kind, definition, definition_sha256, tool_name
 
 if TYPE_CHECKING:
     from . import client
@@ -157,7 +156,7 @@ def mcp_server_sync(*, server: McpServer) -> list[SyncLine]:
     (a pinned tool past the limit becomes `removed`), descriptions are cut to
     `AIRLOCK_MCP_MAX_DESCRIPTION_CHARS`; `SyncLines.notes` says what was left out.
     """
-    from . import client
+    from . import client  # late, as in connection(): the SDK's import cost
 
     try:
         listed = client.list_tools(connection(server), timeout=server.timeout_seconds)
@@ -271,7 +270,7 @@ def _changed_under(tool_id: int, pinned: str) -> Any:
 
 
 def _spec(tool: McpTool) -> ToolSpec:
-    from . import client
+    from . import client  # late, as in connection(): the SDK's import cost
 
     kind = tool.effective()
     call = client.Call(
@@ -339,7 +338,7 @@ def _read(where: str, fingerprinted: bool = False) -> rows.Joined:
 def offered_tools(names: Collection[str] | None = None) -> list[McpTool]:
     """The MCP tools on offer, each with its server: those whose `McpTool.offered()` is
     true, only those `names` when given. Every drive asks, so the query is written out
-    (agents/runs/rows.py)."""
+    (agents/lib/rows.py)."""
     found = _offered(names)
     return [] if found is None else _read(found[0]).fetch(found[1])
 

@@ -47,12 +47,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, ToolListChangedNotification
 
-from agents import jsonsafe
 from agents.engine import schemas
 from agents.engine.registry import ToolError, WithContent
+from agents.lib import jsonsafe
+from agents.lib.mcp_mapping import definition_sha256
 
 from .content import kept as kept_content
-from .mapping import definition_sha256
 
 IDEMPOTENCY_META_KEY = "airlock/idempotency_key"
 # Who hears the server's progress notifications for a call (progress, total, message),

@@ -35,14 +35,16 @@ from typing import Any, cast
 from django.db import transaction
 from django.test.utils import override_settings
 
-from agents import jsonsafe
-from agents.actions import ActionError, approval_decide, approval_expire, run_launch
+from agents.actions.approvals import approval_decide, approval_expire
+from agents.actions.base import ActionError
+from agents.actions.runs import run_launch
 from agents.engine import decisions as names
 from agents.engine import policy as engine_policy
 from agents.engine import states
 from agents.engine.fingerprints import canonical_json
 from agents.engine.protocols import Deps, ThreadRunner, ToolOutcome
 from agents.engine.registry import ToolContext, ToolSpec
+from agents.lib import jsonsafe
 from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, ToolCall
 from agents.runs import driver, store
 from agents.runs.backtest import validate_proposal

@@ -16,7 +16,7 @@ Two checks allauth 65 leaves out, added here with its own pieces:
   `SsoAccountAdapter.pre_social_login`).
 
 Who a person is and what they may do come from the verified ID token alone (userinfo is
-not fetched), once per sign-in: `admission()` decides, `people.person_roles_sync` and
+not fetched), once per sign-in: `admission()` decides, `members.person_roles_sync` and
 `people.person_leave` act.
 """
 
@@ -48,7 +48,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from agents import people
+from agents.accounts import members
+from agents.actions import people
 from agents.models import Project
 from agents.models.projects import ROLES
 
@@ -142,8 +143,8 @@ class Admission:
     groups: set[str] = field(default_factory=set)
 
     @property
-    def roles(self) -> people.Roles:
-        return people.Roles(memberships=frozenset(self.memberships), groups=frozenset(self.groups))
+    def roles(self) -> members.Roles:
+        return members.Roles(memberships=frozenset(self.memberships), groups=frozenset(self.groups))
 
 
 def _entries(claims: dict[str, Any]) -> list[str]:
@@ -279,7 +280,7 @@ class SsoAccountAdapter(DefaultSocialAccountAdapter):
         if verdict.refusal:
             log.warning("sso: refused %s: %s", claims.get("preferred_username") or claims.get("sub"), verdict.refusal)
             if user is not None:
-                people.person_roles_sync(user=user, roles=people.Roles())
+                members.person_roles_sync(user=user, roles=members.Roles())
                 people.person_leave(user=user, reason=f"refused by the identity provider: {verdict.refusal}")
             raise refused(request, f"Single sign-on refused: {verdict.refusal}.")
         if user is not None and not user.is_active:
@@ -290,7 +291,7 @@ class SsoAccountAdapter(DefaultSocialAccountAdapter):
             self.populate_user(request, sociallogin, sociallogin.provider.extract_common_fields(sociallogin.account.extra_data))
             user.username = user.username or sociallogin.account.uid
             user.save()
-            people.person_roles_sync(user=user, roles=verdict.roles)
+            members.person_roles_sync(user=user, roles=verdict.roles)
 
     def populate_user(self, request: HttpRequest, sociallogin: SocialLogin, data: dict[str, Any]) -> Any:
         user = sociallogin.user
@@ -302,6 +303,6 @@ class SsoAccountAdapter(DefaultSocialAccountAdapter):
 
     def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form: Any = None) -> Any:
         user = super().save_user(request, sociallogin, form)
-        people.person_roles_sync(user=user, roles=getattr(sociallogin, "airlock_roles", people.Roles()))
+        members.person_roles_sync(user=user, roles=getattr(sociallogin, "airlock_roles", members.Roles()))
         return user
 

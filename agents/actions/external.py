@@ -24,17 +24,19 @@ from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from agents import access, broker
-from agents.actions import ActionError, actor_name
+from agents.actions.base import ActionError, actor_name
 from agents.engine import states
 from agents.engine.acting import report
 from agents.engine.fingerprints import fingerprint, idempotency_key
 from agents.engine.protocols import Deps, ModelReply, ProposedCall, ToolOutcome, Usage
 from agents.engine.run import Move, RunState
 from agents.engine.step import step
+from agents.lib import rows, sanitize
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
-from agents.runs import driver, rows, sanitize, statement, store
+from agents.runs import driver, statement, store
 from agents.runs.history import StoreHistory
+from agents.tools import OnDemand
 
 # What a call can be, as `call_status` answers:
 PENDING = "pending"  # waiting for a human (policy asked, or "outcome unknown")
@@ -169,8 +171,6 @@ def _deps(
 ) -> tuple[Deps, ExternalClient]:
     """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
     run's lock, so the journal does not read them again."""
-    from agents.tools import OnDemand
-
     client = ExternalClient(reply)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.
@@ -357,7 +357,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
     return _answer(proposed, run)
 
 
-# The reads every proposal, report and answer makes, written out (agents/runs/rows.py);
+# The reads every proposal, report and answer makes, written out (agents/lib/rows.py);
 # the two on every allowed call's path are prepared too.
 _BY_KEY = rows.Joined(ClientCall, [], "a.run_id = %s AND a.key = %s ORDER BY a.id LIMIT 1", prepared=True)
 _APPROVAL = rows.Joined(Approval, ["decided_by"], "a.run_id = %s AND a.call_id = %s ORDER BY a.id DESC LIMIT 1")

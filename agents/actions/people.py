@@ -1,5 +1,5 @@
-"""People joining and leaving (docs/teams.md): roles set from the identity provider at
-each sign-in, and what a person loses at once when they leave."""
+"""A person leaving (docs/teams.md): what they lose at once, whether the identity
+provider refused them or an administrator deactivated them."""
 
 from __future__ import annotations
 
@@ -7,63 +7,21 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import Group
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from agents import access, teams
-from agents.actions import actor_name
+from agents.actions.base import actor_name
 from agents.engine import decisions
 from agents.engine.human import withdraw_votes
-from agents.models import ApiToken, Approval, ApprovalClaim, ApprovalVote, Membership, Run
+from agents.models import ApiToken, Approval, ApprovalClaim, ApprovalVote, Run
 from agents.notifications.links import links_revoke
 from agents.runs import store
 
 log = logging.getLogger("airlock.people")
 
-# The global groups single sign-on manages ("this role in every project"); any other
-# group an administrator made is left alone.
-MANAGED_GROUPS = ("reviewer", "operator", "launcher")
 # Sessions read per query while looking for a person's: bounded memory, whatever the count.
 SESSION_BATCH = 2000
-
-
-@dataclass(frozen=True)
-class Roles:
-    """What a person may be: (project id, role) memberships and global groups."""
-
-    memberships: frozenset[tuple[int, str]] = frozenset()
-    groups: frozenset[str] = frozenset()
-
-
-def person_roles_sync(*, user: Any, roles: Roles) -> None:
-    """Make `user`'s memberships and managed global groups exactly `roles`: what the
-    claim gives is added, what it no longer gives is removed. One transaction, so a
-    page never sees half of a sign-in's roles."""
-    with transaction.atomic():
-        have = set(Membership.objects.filter(user=user).values_list("project_id", "role"))
-        was_admin = any(role == "admin" for _p, role in have)
-        gone = have - roles.memberships
-        if gone:
-            q = Q()
-            for project_id, role in gone:
-                q |= Q(project_id=project_id, role=role)
-            Membership.objects.filter(q, user=user).delete()
-        Membership.objects.bulk_create(
-            [Membership(user=user, project_id=p, role=r) for p, r in roles.memberships - have], ignore_conflicts=True
-        )
-        for name in MANAGED_GROUPS:
-            group, _ = Group.objects.get_or_create(name=name)
-            if name in roles.groups:
-                user.groups.add(group)
-            else:
-                user.groups.remove(group)
-        # Staff status follows the admin role, exactly as add_member and remove_member set it.
-        teams.admin_staff_sync(user, was_admin=was_admin)
-    # access caches a user's groups and roles on the object: this one is stale now.
-    access.forget_roles(user)
 
 
 @dataclass
@@ -163,11 +121,3 @@ def _votes_withdraw(approval_id: int, *, user: Any, reason: str) -> int:
         )
         store.commit(run, state, after, t, actor=actor_name(None), user=None)
     return withdrawn
-
-
-def on_user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
-    """post_save of a user (connected in agents/apps.py): a person saved inactive (the
-    admin's "Active" box unticked) leaves at once. Each step is idempotent, so saving an
-    inactive person again only finds nothing left to take."""
-    if not created and not instance.is_active:
-        person_leave(user=instance, reason="deactivated")

@@ -1,12 +1,12 @@
 """The login page: Django's password login, and the single sign-on button when an
-identity provider is configured (agents/sso.py, docs/teams.md)."""
+identity provider is configured (agents/accounts/sso.py, docs/teams.md)."""
 
 from __future__ import annotations
 
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 
-from agents import sso
+from agents.accounts import sso
 
 
 def login(request: HttpRequest) -> HttpResponse:

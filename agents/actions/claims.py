@@ -19,7 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import access
-from agents.actions import ActionError
+from agents.actions.base import ActionError
 from agents.models import Approval, ApprovalClaim
 
 SWEEP_BATCH = 500

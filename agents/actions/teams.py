@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
 from django.db import transaction
 
 from agents.models import AgentProfile, Membership, Project
@@ -40,9 +42,6 @@ def _role(role: str) -> str:
 
 
 def project_create(*, slug: str, name: str = "") -> Project:
-    from django.core.exceptions import ValidationError
-    from django.core.validators import validate_slug
-
     try:
         validate_slug(slug)
     except ValidationError:

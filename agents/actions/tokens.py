@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from agents import access
+from agents.lib import rows
 from agents.models import ApiToken
-from agents.runs import rows
 
 PREFIX = "airlock_"
 
@@ -22,7 +22,7 @@ PREFIX = "airlock_"
 def _active(beside: str = "", join: str = "") -> tuple[str, rows.Columns, rows.Columns]:
     """Every API request and gateway call reads its token, the token's user and the
     user's roles (which every access rule asks next): one statement, a row per role (or
-    one of NULLs), written out (agents/runs/rows.py) so no queryset is built each time,
+    one of NULLs), written out (agents/lib/rows.py) so no queryset is built each time,
     and prepared on the server so it is not planned each time either. `beside` and
     `join`: more columns, after those, from the tables `join` adds (`token_read`)."""
     token, user = rows.Columns(ApiToken, "a"), rows.Columns(get_user_model(), "b0")

@@ -17,15 +17,17 @@ from typing import Any, TypedDict
 from django.conf import settings
 from django.db import transaction
 
-from agents import access, actions, broker
-from agents.actions import ActionError
+from agents import access, broker
+from agents.actions.base import ActionError, actor_name
+from agents.actions.runs import run_tools
 from agents.engine import patch, states
 from agents.engine import policy as engine_policy
 from agents.engine.limits import DEFAULTS, TASK_MAX_CHARS, LimitError
 from agents.engine.run import RunState
+from agents.lib import sanitize
 from agents.models import Message, Run, ToolCall
 from agents.models.runs import engine_message
-from agents.runs import sanitize, store
+from agents.runs import store
 from agents.tools import registry_for
 
 # Where a fork may start: before a model call or after a tool result, never inside a
@@ -253,7 +255,7 @@ def run_fork(
     state.answer = state.error = None
     state.current_call = state.approval = None
     state.grants = []
-    state.tools = actions.run_tools(profile, expand=any(r.get("origin") == "launch" for r in run_policy["rules"]))
+    state.tools = run_tools(profile, expand=any(r.get("origin") == "launch" for r in run_policy["rules"]))
     state.denied_tools = list(profile.denied_tools or [])
     state.always_ask_tools = list(profile.always_ask_tools or [])
     state.prices = profile.prices()
@@ -286,7 +288,7 @@ def run_fork(
             script=parent.script, forked_from=parent, fork_seq=point.used,
         )
         state.run_id = str(store.reserve_id(run))
-        store.create(run, state, actor=actions.actor_name(user), kind="fork", detail=detail)
+        store.create(run, state, actor=actor_name(user), kind="fork", detail=detail)
         fork_id = run.pk
         # Wake a worker once the rows are visible; the sweeper covers a lost wake-up.
         transaction.on_commit(lambda: broker.wake_run(fork_id))

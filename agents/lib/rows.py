@@ -9,7 +9,7 @@ written once, and each value goes through the converters the ORM applies (a
 JSONField's decoding, SQLite's datetimes), so a row or an instance holds what a
 queryset would have given, on PostgreSQL and SQLite alike. Writes never come through
 here. A read made on most API requests, whose text is fixed, is also prepared on the
-server (`prepared=True`, agents/runs/prepared.py), so PostgreSQL plans it once per
+server (`prepared=True`, agents/lib/prepared.py), so PostgreSQL plans it once per
 connection instead of on every request.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from django.db import connection, models
 
-from agents.runs import prepared as server
+from agents.lib import prepared as server
 
 
 class Columns:
@@ -64,7 +64,7 @@ class Columns:
 
 def fetch(sql: str, params: Sequence[Any], *, prepared: bool = False) -> list[tuple[Any, ...]]:
     """The rows of `sql`; with `prepared`, a statement of fixed text, prepared on the
-    server (agents/runs/prepared.py)."""
+    server (agents/lib/prepared.py)."""
     if prepared:
         return server.fetchall(sql, params)
     with connection.cursor() as cursor:

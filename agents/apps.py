@@ -27,11 +27,9 @@ class AgentsConfig(AppConfig):
         # A profile's clean() checks its tool names against these (agents/models/runs.py
         # says why they are handed over here, not imported there).
         runs.unknown_tools, runs.local_tool_names = tools.unknown_names, tools.local_names
-        # `manage.py check` lists profile rows that no longer validate.
-        # The pool checks a connection it hands out without a round trip (agents/ops/pool.py).
-        from agents.ops import (
-            checks,  # noqa: F401  (registers the check)
-            pool,
-        )
+        # `manage.py check` lists profile rows that no longer validate (importing
+        # agents.ops.checks registers it); the pool checks a connection it hands out
+        # without a round trip (agents/ops/pool.py).
+        from agents.ops import checks, pool  # noqa: F401
 
         pool.install()

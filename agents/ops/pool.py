@@ -23,6 +23,7 @@ from django.db.backends.signals import connection_created
 
 def check(conn: Any) -> None:
     """psycopg_pool's `check`: raise for a connection the pool must not hand out."""
+    # Late: psycopg, which a SQLite deployment may lack (only a PostgreSQL pool calls this).
     from psycopg import OperationalError
     from psycopg_pool import ConnectionPool
 

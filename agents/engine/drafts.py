@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import policy
+from .conditions import holds
 
 MAX_CHOICES = 10  # more distinct texts than this and a key is not bounded by `in`
 MAX_CONDITIONS = 8
@@ -73,5 +74,5 @@ def narrower_allow(tool: str, calls: Sequence[Any], *, reason: str) -> dict[str,
     draft = {"tool": tool, "when": when, "then": "allow", "reason": reason, "mode": policy.SHADOW}
     # The one validator: a draft the admin would refuse is never offered.
     clean = policy.validate_rule(draft, field="draft")
-    assert all(policy.holds(when, args) for args in objects), "a draft must allow the calls it came from"
+    assert all(holds(when, args) for args in objects), "a draft must allow the calls it came from"
     return clean

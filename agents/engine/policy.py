@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import history as history_mod
-from . import regex
+from .conditions import (
+    PolicyError as PolicyError,  # the policy's error, defined where conditions (below the policy) raise it too
+)
+from .conditions import Unevaluable, holds, validate_condition
 from .registry import ToolSpec
 from .text import ONE_LINE_MAX, one_line
 
 Action = Literal["allow", "ask", "deny"]
 
-OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "contains", "matches", "exists")
 THEN = ("allow", "ask", "deny")
 ON_EXPIRY = ("reject", "fail")
 # Who may approve a run's asks: a human reviewer, or nobody (every "ask" becomes a
@@ -36,8 +38,6 @@ ENFORCE = "enforce"
 SHADOW = "shadow"
 MODES = (ENFORCE, SHADOW)
 MAX_APPROVALS = 10
-MAX_DEPTH = 8
-MAX_PATTERN = 500
 
 # What a run's policy holds when nothing says otherwise (also a run launched before
 # policies were snapshotted: it had no rules then, so it has none now).
@@ -48,15 +48,6 @@ DEFAULT_POLICY: dict[str, Any] = {
     "approval_timeout_seconds": None,
     "on_expiry": "reject",
 }
-
-
-class PolicyError(ValueError):
-    """A rule or policy that cannot be used; `field` names where (e.g. `rules[2].when.op`)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -166,50 +157,6 @@ def check_rule_tools(rules: list[dict[str, Any]], offered: Iterable[str], *, fie
 
 def _either(choices: tuple[str, ...]) -> str:
     return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
-
-
-def validate_condition(cond: Any, *, field: str, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise PolicyError(field, f"conditions nest at most {MAX_DEPTH} deep")
-    if not isinstance(cond, dict):
-        raise PolicyError(field, 'a condition is {"arg", "op", "value"}, {"all": [...]} or {"any": [...]}')
-    for group in ("all", "any"):
-        if group in cond:
-            if set(cond) != {group}:
-                raise PolicyError(field, f'"{group}" stands alone in its condition')
-            items = cond[group]
-            if not isinstance(items, list) or not items:
-                raise PolicyError(f"{field}.{group}", "must be a non-empty list of conditions")
-            for i, item in enumerate(items, 1):
-                validate_condition(item, field=f"{field}.{group}[{i}]", depth=depth + 1)
-            return
-    unknown = sorted(set(cond) - {"arg", "op", "value"})
-    if unknown:
-        raise PolicyError(f"{field}.{unknown[0]}", 'unknown key (a condition takes arg, op and value)')
-    path = cond.get("arg")
-    if not isinstance(path, str) or not path or any(not part for part in path.split(".")):
-        raise PolicyError(f"{field}.arg", "must be a dotted path into the arguments, e.g. order.total or items.0.sku")
-    op = cond.get("op")
-    if op not in OPS:
-        raise PolicyError(f"{field}.op", f"must be one of {', '.join(OPS)}, not {op!r}")
-    if op == "exists":
-        if "value" in cond and not isinstance(cond["value"], bool):
-            raise PolicyError(f"{field}.value", "exists takes true or false (default true)")
-        return
-    if "value" not in cond:
-        raise PolicyError(f"{field}.value", f"{op} needs a value")
-    value = cond["value"]
-    if op in ("gt", "gte", "lt", "lte") and not (_number(value) or isinstance(value, str)):
-        raise PolicyError(f"{field}.value", f"{op} compares with a number or a text")
-    if op in ("in", "not_in") and not isinstance(value, list):
-        raise PolicyError(f"{field}.value", f"{op} takes a list")
-    if op == "matches":
-        if not isinstance(value, str) or len(value) > MAX_PATTERN:
-            raise PolicyError(f"{field}.value", f"matches takes a regular expression of at most {MAX_PATTERN} characters")
-        try:
-            regex.compile(value)
-        except regex.RegexError as exc:
-            raise PolicyError(f"{field}.value", f"not a valid regular expression: {exc}") from None
 
 
 def validate_settings(data: dict[str, Any], *, field: str = "") -> None:
@@ -535,122 +482,6 @@ def _first(
             continue
         return rule
     return None
-
-
-class Unevaluable(Exception):
-    """A condition that cannot be evaluated on these arguments (type mismatch, bad regex)."""
-
-
-def holds(cond: dict[str, Any], args: Any) -> bool:
-    """Three-valued: True, False, or Unevaluable when the answer depends on a part that
-    cannot be evaluated (so `any` with one true part is true, `all` with one false part
-    is false, whatever the rest)."""
-    if "all" in cond or "any" in cond:
-        is_all = "all" in cond
-        unknown = False
-        for part in cond["all" if is_all else "any"]:
-            try:
-                value = holds(part, args)
-            except Unevaluable:
-                unknown = True
-                continue
-            if value != is_all:
-                return value
-        if unknown:
-            raise Unevaluable("part of the condition cannot be evaluated")
-        return is_all
-    op = cond["op"]
-    found = resolve(args, cond["arg"].split("."))
-    if op == "exists":
-        return bool(found) is bool(cond.get("value", True))
-    # .get: a run's snapshot drops nulls, so `"value": null` arrives as no value.
-    return _any(found, lambda actual: _test(op, actual, cond.get("value")), fan_out=op != "contains")
-
-
-def resolve(value: Any, parts: list[str]) -> list[Any]:
-    """Every value the dotted path reaches; a list met on the way fans out over its
-    elements unless the next part is an index into it. Empty when the path is absent."""
-    if not parts:
-        return [value]
-    head, rest = parts[0], parts[1:]
-    if isinstance(value, dict):
-        return resolve(value[head], rest) if head in value else []
-    if isinstance(value, list):
-        if head.isdigit():
-            i = int(head)
-            return resolve(value[i], rest) if i < len(value) else []
-        return [found for element in value for found in resolve(element, parts)]
-    return []
-
-
-def _any(found: list[Any], test: Callable[[Any], bool], *, fan_out: bool) -> bool:
-    """True if the test holds for any value (or any element of a list value)."""
-    candidates: list[Any] = []
-    for value in found:
-        if fan_out and isinstance(value, list):
-            candidates.extend(value)
-        else:
-            candidates.append(value)
-    unknown = False
-    for actual in candidates:
-        try:
-            if test(actual):
-                return True
-        except Unevaluable:
-            unknown = True
-    if unknown:
-        raise Unevaluable("cannot be evaluated on these arguments")
-    return False
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _same(a: Any, b: Any) -> bool:
-    # JSON true is not 1: a rule on a flag must not match a count.
-    if isinstance(a, bool) != isinstance(b, bool):
-        return False
-    return bool(a == b)
-
-
-def _test(op: str, actual: Any, value: Any) -> bool:
-    if op == "eq":
-        return _same(actual, value)
-    if op == "ne":
-        return not _same(actual, value)
-    if op in ("in", "not_in"):
-        if not isinstance(value, list):
-            raise Unevaluable(f"{op} needs a list")
-        inside = any(_same(actual, v) for v in value)
-        return inside if op == "in" else not inside
-    if op in ("gt", "gte", "lt", "lte"):
-        if not ((_number(actual) and _number(value)) or (isinstance(actual, str) and isinstance(value, str))):
-            raise Unevaluable(f"cannot compare {type(actual).__name__} with {type(value).__name__}")
-        if op == "gt":
-            return bool(actual > value)
-        if op == "gte":
-            return bool(actual >= value)
-        if op == "lt":
-            return bool(actual < value)
-        return bool(actual <= value)
-    if op == "contains":
-        if isinstance(actual, str) and isinstance(value, str):
-            return value in actual
-        if isinstance(actual, list):
-            return any(_same(element, value) for element in actual)
-        if isinstance(actual, dict) and isinstance(value, str):
-            return value in actual
-        raise Unevaluable(f"{type(actual).__name__} cannot contain {type(value).__name__}")
-    if op == "matches":
-        if not isinstance(actual, str) or not isinstance(value, str):
-            raise Unevaluable("matches needs text")
-        try:
-            # RE2, linear time: a rule's pattern cannot stall the worker (engine/regex.py).
-            return regex.search(value, actual)
-        except regex.RegexError as exc:
-            raise Unevaluable(str(exc)) from None
-    raise Unevaluable(f"unknown op {op!r}")
 
 
 def not_permitted(reason: str) -> dict[str, Any]:

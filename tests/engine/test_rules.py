@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from agents.engine import policy
+from agents.engine.conditions import Unevaluable, holds
 from agents.engine.fingerprints import fingerprint
 from agents.engine.human import apply_decision, revoke_grant
 from agents.engine.limits import Limits
-from agents.engine.policy import PolicyError, first_match, holds, snapshot, validate_rules
+from agents.engine.policy import PolicyError, first_match, snapshot, validate_rules
 from agents.engine.policy import verdict as policy_verdict
 from agents.engine.protocols import Deps, JournalEntry, ModelReply, ModelRequest, ProposedCall, ToolOutcome
 from agents.engine.registry import Registry, ToolContext, ToolSpec
@@ -100,11 +101,11 @@ def test_all_and_any_combine_and_nest() -> None:
 
 def test_a_part_that_cannot_be_evaluated_decides_only_when_it_matters() -> None:
     broken = c("currency", "gt", 5)  # text against a number
-    with pytest.raises(policy.Unevaluable):
+    with pytest.raises(Unevaluable):
         holds(broken, ARGS)
     assert holds({"any": [broken, c("amount", "gt", 1)]}, ARGS)
     assert not holds({"all": [broken, c("amount", "gt", 1000)]}, ARGS)
-    with pytest.raises(policy.Unevaluable):
+    with pytest.raises(Unevaluable):
         holds({"all": [broken, c("amount", "gt", 1)]}, ARGS)
 
 

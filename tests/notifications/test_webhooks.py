@@ -39,6 +39,7 @@ def api_get(user: Any, path: str) -> Any:
     return response.json()
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_every_event_arrives_signed_with_the_apis_json_and_a_link(
     loopback_allowed, receiver: Receiver, waiting, drive, rita
 ) -> None:
@@ -192,6 +193,7 @@ def test_add_webhook_prints_the_secret_once_as_its_last_line(db) -> None:
     assert hook.secret.startswith("whsec_") and (hook.format, hook.events) == ("slack", ["run.done"])
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_the_demo_produces_verifiable_events_with_working_links(
     loopback_allowed, receiver: Receiver, drive, rita
 ) -> None:

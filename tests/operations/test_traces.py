@@ -161,6 +161,7 @@ def receiver() -> Iterator[otlp.Receiver]:
     yield from otlp.serve()
 
 
+@pytest.mark.django_db(transaction=True)  # its tools write from the tool thread
 def test_spans_reach_a_collector_through_the_real_otlp_http_exporter(receiver, launch, drive, monkeypatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "airlock-test")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_process_init
 
 from .fsbroker import register as register_fsbroker
 
@@ -72,3 +72,25 @@ def _django_connection_rules(task: Any = None, **kwargs: Any) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+# -- the solo pool and Celery's Django fixup ---------------------------------------------
+# Celery 5.7's solo pool sends worker_process_init in the worker's own process, and the
+# Django fixup answers it as it would in a forked child: it closes each open
+# connection's socket with os.close, under psycopg's feet. The pooled connection then
+# looked alive, its file descriptor went to a Redis socket, and the worker's next task
+# waited forever on it (tests/workers/test_connections.py). Closing the connections the
+# proper way first leaves the fixup nothing to close. A forked child (prefork) is left
+# to the fixup: there the sockets are the parent's and must not be talked to.
+_MAIN_PID = os.getpid()
+
+
+@worker_process_init.connect
+def _close_connections_before_the_fixup(**kwargs: Any) -> None:
+    if os.getpid() != _MAIN_PID:
+        return
+    # Late: config/__init__ loads this module before Django's settings are set up.
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close()

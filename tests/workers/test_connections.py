@@ -52,3 +52,13 @@ def test_a_dropped_connection_is_replaced_at_the_next_use(cluster: Cluster, laun
     # The pool checks a connection before handing it out, finds it dead and opens a
     # new one, so the run still finishes.
     finish(launch, "after")
+
+
+def test_a_solo_worker_keeps_its_connection_usable_from_task_to_task(cluster: Cluster, launch) -> None:
+    # Celery's solo pool sends worker_process_init in the worker's own process, and
+    # Celery's Django fixup answers that signal as if it were a forked child: it closes
+    # each open connection's socket under psycopg's feet. The next task then waited
+    # forever on a file descriptor that Redis had been given meanwhile.
+    cluster.start_worker("w1", pool="solo", PGAPPNAME=APP)
+    for text in ("first", "second", "third"):
+        finish(launch, text)

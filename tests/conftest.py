@@ -22,10 +22,10 @@ from agents.actions.tokens import token_create
 from agents.defaults import ensure
 from agents.models import AgentProfile, Approval, Run
 from agents.runs import driver
-from tests.helpers import Api, member, person, tainted_write
+from tests.helpers import Api, CsrfClient, member, person, tainted_write
 
 pytest_plugins = [
-    "tests.skips", "tests.processes", "tests.transactions", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.sso.provider",
+    "tests.skips", "tests.processes", "tests.transactions", "tests.e2e.browser", "tests.workers.cluster", "tests.llm.provider", "tests.accounts.provider",
 ]
 
 
@@ -200,3 +200,16 @@ def api(users: dict[str, User]) -> Callable[[str | None], Api]:
         return Api(raw)
 
     return _api
+
+
+@pytest.fixture
+def as_user() -> Callable[[User], CsrfClient]:
+    """as_user(rita) -> a CSRF-enforcing browser stand-in logged in as rita (the review
+    queue's tests and tests/actions/test_claims.py)."""
+
+    def _as(user: User) -> CsrfClient:
+        client = CsrfClient()
+        client.force_login(user)
+        return client
+
+    return _as

@@ -33,7 +33,7 @@ PROCESS_FIXTURES = frozenset({
     "smtp",  # tests/notifications/test_email_links.py: aiosmtpd on loopback
     "live_server",  # pytest-django's threaded server
     "provider",  # tests/llm/provider.py: the fake model provider on loopback
-    "oidc_provider", "sso",  # tests/sso/provider.py: an OpenID Provider on loopback
+    "oidc_provider", "sso",  # tests/accounts/provider.py: an OpenID Provider on loopback
     "peers",  # tests/security/test_slow_peers.py: servers that trickle their answers
     "wide_server",  # tests/security/conftest.py: the app on a loopback port
     "upstream", "suite_upstream",  # tests/gateway/conftest.py: an MCP upstream, web processes

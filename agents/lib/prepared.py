@@ -15,9 +15,10 @@ connection (psycopg keeps at most 100 and deallocates the oldest beyond that).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -30,24 +31,23 @@ _cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """The rows of `sql` (`%s` or `%(name)s` placeholders), prepared on PostgreSQL
     unless AIRLOCK_PREPARED_STATEMENTS is off; plain elsewhere."""
-    if not preparing():
-        with connection.cursor() as plain:
-            plain.execute(sql, params)
-            return list(plain.fetchall())
-    wrapped = _cursor()
-    wrapped.execute(sql, params)
-    return list(wrapped.fetchall())
+    with _executed(sql, params) as cursor:
+        return list(cursor.fetchall())
 
 
 def fetchone(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The first row of `sql`, as `fetchall` runs it (for a statement that writes)."""
-    if not preparing():
-        with connection.cursor() as plain:
-            plain.execute(sql, params)
-            return plain.fetchone()  # type: ignore[no-any-return]
-    wrapped = _cursor()
-    wrapped.execute(sql, params)
-    return wrapped.fetchone()  # type: ignore[no-any-return]
+    with _executed(sql, params) as cursor:
+        return cursor.fetchone()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _executed(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Iterator[Any]:
+    """A cursor that has run `sql`: the connection's prepared-statement cursor (left
+    open: it lives as long as its connection), or a plain one closed after."""
+    with contextlib.nullcontext(_cursor()) if preparing() else connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        yield cursor
 
 
 def preparing() -> bool:

@@ -1,5 +1,5 @@
 """Single sign-on end to end in Chromium: Airlock's button, the loopback OpenID
-Provider's own sign-in form (tests/sso/provider.py), and back to the dashboard with the
+Provider's own sign-in form (tests/accounts/provider.py), and back to the dashboard with the
 roles the groups claim gives."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Single sign-on against a real OpenID Provider on loopback (tests/sso/provider.py),
+"""Single sign-on against a real OpenID Provider on loopback (tests/accounts/provider.py),
 driven with Django's test client (CSRF enforced) and httpx: the code flow, each check
 that must refuse a forged or replayed answer, roles from the groups claim, the domain
 restriction, and password login turned off."""
@@ -15,7 +15,7 @@ from django.test import Client
 from agents.actions.tokens import token_create
 from agents.models import ApiToken, Membership, Project
 from tests.helpers import PASSWORD, Api
-from tests.sso.provider import sign_in, start_sign_in
+from tests.accounts.provider import sign_in, start_sign_in
 
 pytestmark = pytest.mark.django_db
 

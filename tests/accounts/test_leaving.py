@@ -1,5 +1,5 @@
 """Leaving (docs/teams.md#leaving): a person deactivated in the admin, or refused by the
-identity provider (tests/sso/test_oidc.py), loses at once their sessions, API tokens,
+identity provider (tests/accounts/test_oidc.py), loses at once their sessions, API tokens,
 claims, votes on calls still waiting, and emailed links; what they decided stays."""
 
 from __future__ import annotations

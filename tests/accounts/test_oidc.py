@@ -14,8 +14,8 @@ from django.test import Client
 
 from agents.actions.tokens import token_create
 from agents.models import ApiToken, Membership, Project
-from tests.helpers import PASSWORD, Api
 from tests.accounts.provider import sign_in, start_sign_in
+from tests.helpers import PASSWORD, Api
 
 pytestmark = pytest.mark.django_db
 

@@ -162,6 +162,23 @@ def seqs(run: Run) -> list[int]:
     return list(run.transitions.order_by("seq").values_list("seq", flat=True))
 
 
+def lose_an_unsafe_writes_outcome(launch: Any, drive: Any, monkeypatch: Any, entry: str) -> Run:
+    """A run whose unsafe write crashed after the tool ran and before its result was
+    committed, resumed: it now waits on a reviewer's "outcome unknown" question."""
+    # Late, as the module's other model imports: this module loads before Django is set up.
+    from agents.lib import faults
+    from agents.models import Run
+
+    monkeypatch.setattr(faults, "MODE", "raise")
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))
+    run = launch([call("ledger_write_unsafe", entry=entry), final("done")])
+    with pytest.raises(faults.SimulatedCrash):
+        drive(run)
+    monkeypatch.setattr(faults, "CRASH_AT", frozenset())
+    Run.objects.filter(pk=run.pk).update(lease_owner=None, lease_expires=None)
+    return drive(run)
+
+
 def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 120) -> list[Any]:
     """fn(arg) for every arg, each in its own thread, all released together by a
     barrier; the results in the order of args. Each thread closes its database

@@ -9,10 +9,9 @@ from agents.actions.approvals import approval_decide
 from agents.actions.base import ActionError
 from agents.actions.forks import fork_point, run_fork, run_retry
 from agents.actions.runs import run_cancel
-from agents.lib import faults
 from agents.models import AgentProfile, Approval, LedgerEntry, Message, Run, ToolCall, Transition
 from agents.runs.verify import verify_run
-from tests.helpers import PLANTED, call, client_for, final
+from tests.helpers import PLANTED, call, client_for, final, lose_an_unsafe_writes_outcome
 
 pytestmark = pytest.mark.django_db
 
@@ -114,14 +113,7 @@ def test_reuse_is_refused_on_a_policy_approval(pending, rita) -> None:
 def test_a_call_whose_outcome_is_unknown_in_the_parent_is_shown_so_and_cannot_be_reused(
     launch, drive, monkeypatch, rita
 ) -> None:
-    monkeypatch.setattr(faults, "MODE", "raise")
-    monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))
-    parent = launch([call("ledger_write_unsafe", entry="wire $100"), final("done")])
-    with pytest.raises(faults.SimulatedCrash):
-        drive(parent)
-    monkeypatch.setattr(faults, "CRASH_AT", frozenset())
-    Run.objects.filter(pk=parent.pk).update(lease_owner=None, lease_expires=None)
-    parent = drive(parent)
+    parent = lose_an_unsafe_writes_outcome(launch, drive, monkeypatch, "wire $100")
     unknown = Approval.objects.get(run=parent, kind="outcome_unknown")
     approval_decide(approval_id=unknown.pk, user=rita, decision="fail", note="cannot tell")
     parent.refresh_from_db()

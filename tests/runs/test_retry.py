@@ -14,10 +14,17 @@ from django.utils import timezone
 from agents.actions.approvals import approval_decide
 from agents.actions.forks import run_retry
 from agents.actions.runs import run_launch
-from agents.lib import faults
 from agents.models import AgentProfile, Approval, LedgerEntry, Run
 from agents.runs.verify import verify_run
-from tests.helpers import call, client_for, csrf_post, final, requires_postgres, wait_for
+from tests.helpers import (
+    call,
+    client_for,
+    csrf_post,
+    final,
+    lose_an_unsafe_writes_outcome,
+    requires_postgres,
+    wait_for,
+)
 from tests.llm.provider import OPENAI_KEY, FakeProvider, Reply
 from tests.llm.shapes import openai_completion
 from tests.workers.cluster import Cluster
@@ -118,14 +125,7 @@ def test_retry_runs_dry_run_lists_runs_and_their_effects_and_changes_nothing(lau
     budget = drive(launch([call("echo", text="a"), call("echo", text="b")], limits={"max_steps": 2}))
     # A run failed by its reviewer after an unsafe write's outcome became unknown: its
     # retry starts before that write, which it would ask about if proposed again.
-    monkeypatch.setattr(faults, "MODE", "raise")
-    monkeypatch.setattr(faults, "CRASH_AT", frozenset({"after_tool_before_result_commit"}))
-    unknown = launch([call("ledger_write_unsafe", entry="wire"), final("done")])
-    with pytest.raises(faults.SimulatedCrash):
-        drive(unknown)
-    monkeypatch.setattr(faults, "CRASH_AT", frozenset())
-    Run.objects.filter(pk=unknown.pk).update(lease_owner=None, lease_expires=None)
-    drive(unknown)
+    unknown = lose_an_unsafe_writes_outcome(launch, drive, monkeypatch, "wire")
     question = Approval.objects.get(run=unknown, kind="outcome_unknown")
     approval_decide(approval_id=question.pk, user=rita, decision="fail", note="cannot tell")
     assert exhausted.state == budget.state == Run.objects.get(pk=unknown.pk).state == "failed"

@@ -303,6 +303,11 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             return _call_changed(request, approval_id, exc)
         if exc.code in ("invalid_arguments", "denied_by_policy"):
             return _refused_edit(request, approval_id, _edit_refusal(exc))
+        if not request.htmx and exc.status in errors.TITLES:
+            # A form posted without htmx (the approval's page without JS) gets the error
+            # page, in the layout with a way back, not a bare line of text.
+            return errors.error_page(request, exc.status, str(exc.detail))
+        # htmx: reviews.js shows the text in the card's form.
         return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")
     late = result.outcome == "late"
     card = cards.card(request.user, result.approval.pk, late=late)

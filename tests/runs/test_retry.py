@@ -237,6 +237,9 @@ def test_fork_from_here_opens_the_forks_page_with_the_retrys_limits_field(launch
 def test_a_fork_launched_with_a_raised_step_budget_gets_it(launch, drive, otto) -> None:
     parent = drive(launch([call("echo", text="a"), final("ok")], limits={"max_steps": 4}))
     seq = parent.transitions.filter(to_state="planning").first().seq
+    # Without the CSRF token the POST is refused, and nothing is forked.
+    assert client_for(otto).post(f"/runs/{parent.pk}/fork/", {"from_seq": seq, "max_steps": "15"}).status_code == 403
+    assert not Run.objects.filter(forked_from=parent).exists()
     response = csrf_post(client_for(otto), f"/runs/{parent.pk}/fork/", {"from_seq": seq, "max_steps": "15"})
     child = Run.objects.get(forked_from=parent)
     assert response.status_code == 302 and response["Location"] == f"/runs/{child.pk}/"

@@ -531,7 +531,7 @@ def queue(
     if after is not None:
         anchor = visible.filter(pk=after).only("pk", "created_at", "expires_at").first()
         if anchor is None:
-            raise BadCursor(f"no approval {after} to continue after")
+            raise BadCursor(f"“after={after}” in the link names no call you can see in the queue")
         beyond = _beyond(anchor, filters.sort)
     order = SORTS.get(filters.sort, SORTS[""])[1]
     limit = min(max(PAGE, len(shown)), LOADED_MAX)

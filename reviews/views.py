@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -30,9 +30,12 @@ from .forms import BatchForm, DecisionForm, FilterForm, claim_tokens, keep_ids, 
 
 def _cursor(request: HttpRequest) -> int | None:
     value = request.GET.get("after", "")
-    if value and not value.isdigit():
-        raise cards.BadCursor(f"the cursor {value[:20]!r} is not an approval id")
-    return int(value) if value else None
+    if not value:
+        return None
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses (a 500).
+    if not (value.isascii() and value.isdigit()) or int(value) > access.MAX_ID:
+        raise cards.BadCursor(f"“after={value[:20]}” in the link is not the number of a call")
+    return int(value)
 
 
 def _page_number(request: HttpRequest) -> int:
@@ -106,8 +109,8 @@ def _queue_context(
     }
 
 
-def _bad_cursor(exc: cards.BadCursor) -> HttpResponse:
-    return HttpResponseBadRequest(f"invalid cursor: {exc}", content_type="text/plain")
+def _refusal(exc: cards.BadCursor) -> str:
+    return f"{exc}, so this is the first page of the queue instead."
 
 
 @login_required
@@ -115,6 +118,12 @@ def _bad_cursor(exc: cards.BadCursor) -> HttpResponse:
 def queue(request: HttpRequest) -> HttpResponse:
     """The queue page; `?after=<id>` is the page after that card (the "more" form
     without htmx)."""
+    return _queue_page(request)
+
+
+def _queue_page(request: HttpRequest) -> HttpResponse:
+    """The whole queue page. A cursor that names no call the viewer can see is said
+    inside the page, above its first cards, with a 400, as /runs/ says a wrong filter."""
     # One statement counts the pending calls and names their tools for the filter.
     project = projects.current_id(request)
     total, tools = cards.pending_summary(request.user, project)
@@ -122,9 +131,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     try:
         context = _queue_context(request, pending_total=total)
     except cards.BadCursor as exc:
-        # Said inside the page, above its first cards, rather than as a bare text answer.
         context = _queue_context(request, pending_total=total, use_cursor=False)
-        context["refused"] = f"{exc}: this is the first page of the queue instead."
+        context["refused"] = _refusal(exc)
         status = 400
     context["choices"] = cards.filter_choices(tools, request.user, project)
     return render(request, "reviews/queue.html", context, status=status)
@@ -135,11 +143,22 @@ def queue(request: HttpRequest) -> HttpResponse:
 def queue_list(request: HttpRequest) -> HttpResponse:
     """The list alone, polled by the open queue page (`shown`/`keep`: the cards it has);
     with `more`, the next cards after `after` and the next "more" form, to append."""
+    more = bool(request.GET.get("more"))
     try:
         context = _queue_context(request, grouped=False)
     except cards.BadCursor as exc:
-        return _bad_cursor(exc)
-    return render(request, "reviews/queue.html#" + ("page" if request.GET.get("more") else "list"), context)
+        if not request.htmx:
+            # The fragment's URL opened as a page (a copied link): the whole queue page,
+            # which says what was wrong inside itself.
+            return _queue_page(request)
+        # htmx swaps only a 2xx answer: the refusal is the fragment, swapped in where
+        # the "more" form was (it replaces no cards), or above the first page (a poll).
+        context = _queue_context(request, grouped=False, use_cursor=False)
+        context["refused"] = _refusal(exc)
+        if more:
+            return render(request, "reviews/queue.html#refused", context)
+        context["list_refused"] = True
+    return render(request, "reviews/queue.html#" + ("page" if more else "list"), context)
 
 
 @access.login_required_htmx
@@ -284,6 +303,11 @@ def decide(request: HttpRequest, approval_id: int, decision: str) -> HttpRespons
             return _call_changed(request, approval_id, exc)
         if exc.code in ("invalid_arguments", "denied_by_policy"):
             return _refused_edit(request, approval_id, _edit_refusal(exc))
+        if not request.htmx and exc.status in errors.TITLES:
+            # A form posted without htmx (the approval's page without JS) gets the error
+            # page, in the layout with a way back, not a bare line of text.
+            return errors.error_page(request, exc.status, str(exc.detail))
+        # htmx: reviews.js shows the text in the card's form.
         return HttpResponse(str(exc.detail), status=exc.status, content_type="text/plain")
     late = result.outcome == "late"
     card = cards.card(request.user, result.approval.pk, late=late)

@@ -43,11 +43,19 @@ def _back(request: HttpRequest) -> str:
     return "/"
 
 
-def error_page(request: HttpRequest, status: int, reason: str) -> HttpResponse:
-    title, code, fallback = TITLES[status]
+def error_page(
+    request: HttpRequest, status: int, reason: str, *, title: str = "", code: str = "", detail: str = ""
+) -> HttpResponse:
+    """The error page in the site's layout (JSON under /api/). `reason` is said in plain
+    words; `title` and `code` default to the status's; `detail` is small print (and the
+    API's detail when given)."""
+    default_title, default_code, fallback = TITLES[status]
     if request.path.startswith("/api/"):
-        return JsonResponse({"error": code, "detail": reason or fallback}, status=status)
-    context = {"status": status, "title": title, "reason": reason or fallback, "back": _back(request)}
+        return JsonResponse({"error": code or default_code, "detail": detail or reason or fallback}, status=status)
+    context = {
+        "status": status, "title": title or default_title, "reason": reason or fallback, "detail": detail,
+        "back": _back(request),
+    }
     return render(request, "error.html", context, status=status)
 
 
@@ -66,7 +74,4 @@ def page_not_found(request: HttpRequest, exception: BaseException | None = None)
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: Django's reason ("CSRF token missing.") is for developers; the
     page says what happened in words, and keeps Django's reason in small print."""
-    if request.path.startswith("/api/"):
-        return JsonResponse({"error": "csrf_failed", "detail": reason or CSRF_REASON}, status=403)
-    context = {"status": 403, "title": "Form expired", "reason": CSRF_REASON, "detail": reason, "back": _back(request)}
-    return render(request, "error.html", context, status=403)
+    return error_page(request, 403, CSRF_REASON, title="Form expired", code="csrf_failed", detail=reason)

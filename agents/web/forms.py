@@ -8,7 +8,7 @@ belongs to `agents.actions.runs.run_launch`, whose errors the view puts back on 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, NamedTuple
 
 from django import forms
 from django.conf import settings
@@ -16,18 +16,72 @@ from django.forms.fields import InvalidJSONInput, JSONString
 
 from agents.engine import policy as engine_policy
 from agents.engine import states
-from agents.engine.limits import DEFAULTS
+from agents.engine.limits import LimitError
 from agents.lib import jsonsafe
-from agents.models import AgentProfile
+from agents.models import AgentProfile, Run
 
-LIMIT_HELP = {
-    "max_steps": "model calls and tool calls each count one",
-    "max_cost_micros": "micro-dollars (1,000,000 = $1)",
-    "max_tokens": "input + output, over the whole run",
-    "deadline_seconds": "wall clock from launch",
-    "max_consecutive_errors": "tool errors in a row",
-    "max_identical_calls": "times the same call may run",
+
+class LimitText(NamedTuple):
+    label: str
+    help: str
+
+
+# Each limit's words, wherever a page names it: the launch form, the run page's table,
+# the retry's and the fork's fields. One entry per key of agents.engine.limits.DEFAULTS.
+LIMITS = {
+    "max_steps": LimitText("Steps", "model calls and tool calls each count one"),
+    "max_cost_micros": LimitText("Cost (micro-dollars)", "1,000,000 = $1"),
+    "max_tokens": LimitText("Tokens", "input + output, over the whole run"),
+    "deadline_seconds": LimitText("Deadline (seconds from launch or fork)", "wall clock from the start"),
+    "max_consecutive_errors": LimitText("Consecutive tool errors", "tool errors in a row"),
+    "max_identical_calls": LimitText("Identical calls", "times the same call may run"),
 }
+
+
+def limit_rows(run: Run) -> list[dict[str, Any]]:
+    """The run's effective limits beside what its profile allows now (the most a retry
+    or a fork may raise them to, docs/retry.md); a broken profile row allows nothing."""
+    mine = (run.engine or {}).get("limits") or {}
+    try:
+        ceiling: dict[str, Any] = run.profile.base_limits().to_dict()
+    except LimitError:
+        ceiling = {}
+    return [
+        {"name": name, "label": text.label, "value": mine.get(name), "ceiling": ceiling.get(name)}
+        for name, text in LIMITS.items()
+    ]
+
+
+class LimitFields(forms.Form):
+    """A number field per limit (blank: not given), and a limit the action refused put
+    back on its field: the one code of the launch form and the retry's and fork's form."""
+
+    # The action's error codes (agents.actions), and the field each one belongs to.
+    ERROR_FIELDS: dict[str, str] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, text in LIMITS.items():
+            self.fields[name] = forms.IntegerField(required=False, label=text.label, help_text=text.help)
+        # What agents/limit_fields.html shows per field; a retry or a fork adds the run's
+        # value and the profile's ceiling.
+        self.limit_rows: list[dict[str, Any]] = [{"field": f, "value": None, "ceiling": None} for f in self.limit_fields()]
+
+    def limit_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in LIMITS]
+
+    def limits(self) -> dict[str, int] | None:
+        chosen = {name: self.cleaned_data[name] for name in LIMITS if self.cleaned_data.get(name) is not None}
+        return chosen or None
+
+    def add_action_error(self, code: str, detail: Any) -> None:
+        field: str | None = self.ERROR_FIELDS.get(code)
+        if code == "invalid_limits":
+            # LimitError names the limit it refused first ("max_steps may only ...").
+            field = next((name for name in LIMITS if str(detail).startswith(name)), None)
+        if field is not None and field not in self.fields:
+            field = None
+        self.add_error(field, str(detail))
 
 
 class RunFilterForm(forms.Form):
@@ -132,7 +186,7 @@ class SafeJSONField(forms.JSONField):
             return True
 
 
-class LaunchForm(forms.Form):
+class LaunchForm(LimitFields):
     agent = forms.ChoiceField(label="Agent profile", widget=forms.RadioSelect)
     # Neither `required` nor `max_length`: run_launch owns those rules and their wording.
     task = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
@@ -166,15 +220,8 @@ class LaunchForm(forms.Form):
         available = [p for p in profiles if not getattr(p, "unavailable", None)]
         if available:
             self.fields["agent"].initial = available[0].name
-        for name in DEFAULTS:
-            self.fields[name] = forms.IntegerField(
-                required=False, label=name.replace("_", " "), help_text=LIMIT_HELP.get(name, "")
-            )
         if not settings.AIRLOCK_ALLOW_SCRIPTED:
             del self.fields["script"]
-
-    def limit_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in DEFAULTS]
 
     def clean_script(self) -> Any:
         return _json_or_none(self.cleaned_data.get("script", ""))
@@ -185,7 +232,6 @@ class LaunchForm(forms.Form):
     def launch_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         profile = self.profiles[data["agent"]]
-        limits = {name: data[name] for name in DEFAULTS if data.get(name) is not None}
         script = data.get("script")
         if profile.provider == "scripted" and script is None:
             script = []
@@ -196,7 +242,7 @@ class LaunchForm(forms.Form):
             "agent": profile,
             "task": data.get("task", ""),
             "approver": data["approver"],
-            "limits": limits or None,
+            "limits": self.limits(),
             "script": script,
             "policy": data.get("policy"),
         }
@@ -212,28 +258,20 @@ class LaunchForm(forms.Form):
         "invalid_profile": "agent",
     }
 
-    def add_action_error(self, code: str, detail: Any) -> None:
-        field: str | None = self.ERROR_FIELDS.get(code)
-        if code == "invalid_limits":
-            # LimitError names the limit it refused first ("max_steps may only ...").
-            field = next((name for name in DEFAULTS if str(detail).startswith(name)), None)
-        if field is not None and field not in self.fields:
-            field = None
-        self.add_error(field, str(detail))
 
-
-class RetryForm(forms.Form):
+class ForkForm(LimitFields):
     """A retry's or a fork's `limits` (docs/retry.md: the parent's, each may rise to the
-    profile's): a field per limit, blank keeps the parent's. run_fork checks the values
-    against the profile, with the API's words; `from_seq` only for "Fork from here"."""
+    profile's): blank keeps the parent's. run_fork checks the values against the
+    profile, with the API's words; `from_seq` (the step) only for "Fork from here"."""
 
-    from_seq = forms.IntegerField(required=False, min_value=0)
+    from_seq = forms.IntegerField(min_value=0, error_messages={"required": "name the step to fork from"})
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    ERROR_FIELDS = {"invalid_fork_point": "from_seq"}
+
+    def __init__(self, *args: Any, run: Run, retry: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for name in DEFAULTS:
-            self.fields[name] = forms.IntegerField(required=False, label=name.replace("_", " "))
-
-    def limits(self) -> dict[str, int] | None:
-        chosen = {name: self.cleaned_data[name] for name in DEFAULTS if self.cleaned_data.get(name) is not None}
-        return chosen or None
+        if retry:
+            del self.fields["from_seq"]
+        rows = {row["name"]: row for row in limit_rows(run)}
+        # Each field with this run's value and the profile's ceiling (the template's hints).
+        self.limit_rows = [{**rows[f.name], "field": f} for f in self.limit_fields()]

@@ -25,8 +25,8 @@ FOLD_OVER = 600  # characters: a longer result or argument list is folded into <
 
 def entries(items: list[Entry], fork: Any = None) -> SafeString:
     """The entries of a page, a live answer or a "load more", in order. `fork`
-    (`{"url", "csrf"}`, from the run page when the viewer may fork this ended run): each
-    resting point gets a "Fork from here" form posting to that URL."""
+    (`{"url"}`, from the run page when the viewer may fork this ended run): each resting
+    point gets a "Fork from here" link to that URL, the fork's page."""
     return fragment(
         "agents/timeline_entries.html",
         {

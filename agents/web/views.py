@@ -15,7 +15,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse
-from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -30,12 +29,11 @@ from agents.actions.runs import run_hold as hold_action
 from agents.actions.runs import run_release as release_action
 from agents.demo import SCENARIOS
 from agents.engine import states
-from agents.engine.limits import LimitError
 from agents.models import NotificationPreference, Run
 from agents.notifications import slack
 from agents.runs.export import CaseRefused, export_run, save_eval_case
 from agents.web import projects, timeline
-from agents.web.forms import LaunchForm, RetryForm, RunFilterForm
+from agents.web.forms import ForkForm, LaunchForm, RunFilterForm, limit_rows
 
 LIST_PAGE = 50
 LIVE_POLL = "every 1s"
@@ -224,45 +222,24 @@ def _header(request: HttpRequest, run: Run, *, cache: dict[str, int] | None = No
         "forks": list(run.forks.order_by("pk").only("pk", "state", "fork_seq")),
         # A gateway stream's runs (docs/gateway.md): the partial index answers most runs' "none".
         "continued_by": list(run.continued_by.order_by("pk").only("pk")),
-        "limit_rows": _limit_rows(run),
+        "limit_rows": limit_rows(run),
         "launch_policy": run.policy(),
         "fork_form": _fork_form(request, run),
+        # The retry's limits: the same form (and template) as a fork's.
+        "retry_form": ForkForm(run=run, retry=True) if run.state == states.FAILED else None,
     }
-
-
-LIMIT_LABELS = {
-    "max_steps": "Steps",
-    "max_cost_micros": "Cost (micro-dollars)",
-    "max_tokens": "Tokens",
-    "deadline_seconds": "Deadline (seconds from launch or fork)",
-    "max_consecutive_errors": "Consecutive tool errors",
-    "max_identical_calls": "Identical calls",
-}
-
-
-def _limit_rows(run: Run) -> list[dict[str, Any]]:
-    """The run's effective limits beside what its profile allows now (the most a retry
-    or a fork may raise them to, docs/retry.md); a broken profile row allows nothing."""
-    mine = (run.engine or {}).get("limits") or {}
-    try:
-        ceiling: dict[str, Any] = run.profile.base_limits().to_dict()
-    except LimitError:
-        ceiling = {}
-    return [
-        {"name": name, "label": label, "value": mine.get(name), "ceiling": ceiling.get(name)}
-        for name, label in LIMIT_LABELS.items()
-    ]
 
 
 def _fork_form(request: HttpRequest, run: Run) -> dict[str, str] | None:
     """"Fork from here" on the timeline's resting points: an ended run the viewer may
     fork, with its content (a purged run has no transcript to fork) and its own driver
-    (an external agent's client drives its runs, which cannot be forked)."""
+    (an external agent's client drives its runs, which cannot be forked). Each links to
+    the fork's page (its limits, then the button that forks)."""
     if not (run.is_terminal and not run.purged_at and run.profile.provider != "external"):
         return None
     if not access.can_fork(request.user, run):
         return None
-    return {"url": reverse("run_fork", args=[run.pk]), "csrf": get_token(request)}
+    return {"url": reverse("run_fork", args=[run.pk])}
 
 
 def _live(request: HttpRequest, run: Run, after: int) -> HttpResponse:
@@ -323,52 +300,52 @@ def run_cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     return redirect("run_detail", run_id=run.pk)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 def run_retry(request: HttpRequest, run_id: int) -> HttpResponse:
-    """"Retry from the last good step": a fork of the failed run; goes to the new run."""
-    run = access.readable_run(request.user, run_id)
-    if not access.can_fork(request.user, run):
-        raise PermissionDenied("only operators, or the run's launcher, retry runs")
-    form = RetryForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, f"Not retried: {_form_errors(form)}")
-        return redirect("run_detail", run_id=run.pk)
-    try:
-        fork, point = forks.run_retry(run_id=run.pk, user=request.user, limits=form.limits())
-    except ActionError as exc:
-        messages.error(request, str(exc.detail))
-        return redirect("run_detail", run_id=run.pk)
-    messages.success(request, f"Run {run.pk} retried as run {fork.pk}, from after step {point.used}.")
-    return redirect("run_detail", run_id=fork.pk)
+    """"Retry from the last good step": a fork of the failed run from its last resting
+    point (the button on the run's page posts here); goes to the new run."""
+    return _fork_page(request, run_id, retry=True)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @login_required
 def run_fork(request: HttpRequest, run_id: int) -> HttpResponse:
-    """"Fork from here" on a timeline step: a fork after that step (or the nearest earlier
-    resting point, which the message names); goes to the new run."""
+    """"Fork from here" on a timeline step (`?from_seq=`): GET shows the fork's limits,
+    POST forks after that step (or the nearest earlier resting point, which the message
+    names); goes to the new run."""
+    return _fork_page(request, run_id, retry=False)
+
+
+def _fork_page(request: HttpRequest, run_id: int, *, retry: bool) -> HttpResponse:
+    """A retry's and a fork's one flow: the access check, the limits form, one call of
+    `run_retry` or `run_fork` (the API's), then the new run; a refused value, or a run
+    that cannot be forked, is answered on this page, on the field it names."""
     run = access.readable_run(request.user, run_id)
+    verb = "retry" if retry else "fork"
     if not access.can_fork(request.user, run):
-        raise PermissionDenied("only operators, or the run's launcher, fork runs")
-    form = RetryForm(request.POST)
-    if not form.is_valid() or form.cleaned_data.get("from_seq") is None:
-        messages.error(request, f"Not forked: {_form_errors(form) or 'name the step to fork from'}")
-        return redirect("run_detail", run_id=run.pk)
-    try:
-        fork, point = forks.run_fork(
-            run_id=run.pk, user=request.user, from_seq=form.cleaned_data["from_seq"], limits=form.limits()
-        )
-    except ActionError as exc:
-        messages.error(request, f"Not forked: {exc.detail}")
-        return redirect("run_detail", run_id=run.pk)
-    moved = f" ({point.why})" if point.used != point.requested else ""
-    messages.success(request, f"Run {run.pk} forked as run {fork.pk}, from after step {point.used}{moved}.")
-    return redirect("run_detail", run_id=fork.pk)
-
-
-def _form_errors(form: Any) -> str:
-    return "; ".join(f"{name.replace('_', ' ')}: {' '.join(errs)}" for name, errs in form.errors.items())
+        raise PermissionDenied(f"only operators, or the run's launcher, {verb} runs")
+    form = ForkForm(request.POST if request.method == "POST" else request.GET, run=run, retry=retry)
+    status = 200 if form.is_valid() else 400
+    if request.method == "POST" and status == 200:
+        try:
+            if retry:
+                fork, point = forks.run_retry(run_id=run.pk, user=request.user, limits=form.limits())
+            else:
+                fork, point = forks.run_fork(
+                    run_id=run.pk, user=request.user, from_seq=form.cleaned_data["from_seq"], limits=form.limits()
+                )
+        except ActionError as exc:
+            form.add_action_error(exc.code, exc.detail)
+            status = exc.status
+        else:
+            moved = f" ({point.why})" if point.used != point.requested and not retry else ""
+            done = "retried" if retry else "forked"
+            messages.success(request, f"Run {run.pk} {done} as run {fork.pk}, from after step {point.used}{moved}.")
+            return redirect("run_detail", run_id=fork.pk)
+    # The step as a number, or none: what the visitor typed is not shown back in the heading.
+    context = {"run": run, "form": form, "retry": retry, "from_seq": form.cleaned_data.get("from_seq")}
+    return render(request, "agents/run_fork.html", context, status=status)
 
 
 @require_POST

@@ -25,4 +25,12 @@ def test_a_reviewer_sent_to_the_launch_form_reads_why_and_goes_back(new_page, lo
     page.goto("/reviews/?after=zzz")
     expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
     expect(page.get_by_role("alert")).to_contain_text("first page of the queue")
+    # The list's own URL, opened as a page (a copied "Show more" link): the same page.
+    page.goto("/reviews/list/?more=1&after=zzz")
+    expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("“after=zzz” in the link is not the number of a call")
+    page.get_by_role("link", name="Back to the first cards").click()
+    page.wait_for_url("**/reviews/")
+    expect(page.get_by_role("alert")).to_have_count(0)
     assert not [e for e in watch.console_errors if "status of 40" not in e], watch.console_errors

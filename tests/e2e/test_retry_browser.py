@@ -112,7 +112,10 @@ def test_a_retry_above_the_profiles_limit_is_refused_with_the_reason(new_page, l
     page.get_by_label("Steps").evaluate("i => i.removeAttribute('max')")  # as a stale form would send it
     page.get_by_label("Steps").fill("500")
     page.get_by_role("button", name="Retry from the last good step").click()
-    expect(page.locator(".messages")).to_contain_text("max_steps")
+    # Answered on the retry's page, on the field, with the API's words.
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"Retry run #{parent.pk}")
+    expect(page.locator("#max_steps-error")).to_have_text("max_steps may only tighten the profile's 20, not 500")
+    expect(page.get_by_label("Steps")).to_have_value("500")
     assert not Run.objects.filter(forked_from=parent).exists()
 
 
@@ -125,13 +128,24 @@ def test_an_operator_forks_a_finished_run_from_a_timeline_step(new_page, login, 
     login(page, "otto", PASSWORD)
     page.goto(f"/runs/{parent.pk}/")
     step = page.locator(f"#t{resting.seq}")
-    step.get_by_role("button", name="Fork from here").click()
+    step.get_by_role("link", name="Fork from here").click()
+    # The fork's page: the same limits field as the retry's, then the button that forks.
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Fork run #{parent.pk} after step {resting.seq}")
+    page.get_by_label("Steps").evaluate("i => i.removeAttribute('max')")  # as a stale form would send it
+    page.get_by_label("Steps").fill("500")
+    page.get_by_role("button", name="Fork", exact=True).click()
+    expect(page.locator("#max_steps-error")).to_have_text("max_steps may only tighten the profile's 20, not 500")
+    assert not Run.objects.filter(forked_from=parent).exists()
+    page.get_by_label("Steps").fill("12")
+    page.get_by_role("button", name="Fork", exact=True).click()
     page.wait_for_url(re.compile(r"/runs/\d+/$"))
     child = Run.objects.get(forked_from=parent)
     assert child.fork_seq == resting.seq and page.url.endswith(f"/runs/{child.pk}/")
+    assert child.engine["limits"]["max_steps"] == 12
     expect(page.locator(".messages")).to_contain_text(f"forked as run {child.pk}, from after step {resting.seq}")
     # A step that is not a resting point (a tool call under way) offers no fork.
     acting = parent.transitions.filter(to_state="acting").order_by("seq").first()
     page.goto(f"/runs/{parent.pk}/")
-    expect(page.locator(f"#t{acting.seq}").get_by_role("button", name="Fork from here")).to_have_count(0)
-    assert not watch.console_errors, watch.console_errors
+    expect(page.locator(f"#t{acting.seq}").get_by_role("link", name="Fork from here")).to_have_count(0)
+    # The refused value's page is a 400, which the browser logs; nothing else may be.
+    assert not [e for e in watch.console_errors if "status of 400" not in e], watch.console_errors

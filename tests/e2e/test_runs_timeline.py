@@ -89,7 +89,7 @@ def test_launch_form_keeps_input_and_shows_errors_inline(defaults, new_page, log
     page.get_by_label("Task").fill("Try a looser budget")
     page.get_by_label("Script (JSON)").fill('[{"final": "ok"}]')
     page.get_by_text("Tighter limits").click()
-    page.get_by_label("max steps").fill("99")
+    page.get_by_label("Steps", exact=True).fill("99")
     page.get_by_role("button", name="Launch", exact=True).click()
     expect(page.locator("#max_steps-error")).to_have_text("max_steps may only tighten the profile's 20, not 99")
     expect(page.get_by_label("Task")).to_have_value("Try a looser budget")

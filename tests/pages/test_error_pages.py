@@ -49,7 +49,18 @@ def test_a_bad_queue_cursor_is_said_inside_the_queue_page(rita: User) -> None:
     assert response.status_code == 400
     page = response.content.decode()
     assert "Review queue" in page
-    assert "is not an approval id" in page and "first page of the queue" in page
+    assert "“after=zzz” in the link is not the number of a call" in page and "first page of the queue" in page
+    assert '<a href="/reviews/">Back to the first cards</a>' in page
+
+
+def test_a_bad_cursor_in_the_queue_lists_url_is_the_queue_page_not_bare_text(rita: User) -> None:
+    response = client_for(rita).get("/reviews/list/?after=zzz")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    assert "<h1>Review queue</h1>" in page and 'class="topnav"' in page
+    assert "“after=zzz” in the link is not the number of a call, so this is the first page of the queue instead." in page
+    assert '<a href="/reviews/">Back to the first cards</a>' in page
 
 
 def test_a_bad_stats_window_is_an_error_page(otto: User) -> None:

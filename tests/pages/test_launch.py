@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.test import override_settings
 
-from agents.engine.limits import TASK_MAX_CHARS
+from agents.engine.limits import DEFAULTS, TASK_MAX_CHARS
 from agents.models import Run, Transition
+from agents.web.forms import LIMITS
 from tests.helpers import client_for, csrf_post, person
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +44,8 @@ def test_looser_limits_are_refused_on_the_field(lena) -> None:
     html = response.content.decode()
     assert response.status_code == 400 and not Run.objects.exists()
     assert '<p class="error" id="max_steps-error">max_steps may only tighten the profile&#x27;s 20, not 500</p>' in html
-    assert 'id="id_max_steps" value="500" aria-invalid="true"' in html
+    field = re.search(r'<input[^>]*id="id_max_steps"[^>]*>', html).group(0)
+    assert 'value="500"' in field and 'aria-invalid="true"' in field and 'aria-describedby="max_steps-help max_steps-error"' in field
     assert "say hi" in html  # what was typed stays
 
 
@@ -190,3 +193,7 @@ def test_a_launch_history_rule_is_refused_on_the_field_the_form_names(lena) -> N
     response = csrf_post(client_for(lena), "/runs/new/", form(policy=json.dumps({"rules": [rule]})))
     assert response.status_code == 302
     assert Run.objects.get().policy()["rules"][0]["history"] == {"scope": "caller", "within": "1h", "calls_over": 3}
+
+
+def test_every_limit_has_its_words_once_for_every_form_and_page() -> None:
+    assert list(LIMITS) == list(DEFAULTS)

@@ -149,6 +149,13 @@ def test_the_launcher_sees_no_buttons_and_why(pending, rob, as_user) -> None:
     assert "<button" not in html
     response = as_user(boss).decide(approval.pk, "approve")
     assert response.status_code == 403 and Approval.objects.get(pk=approval.pk).status == "pending"
+    # Posted without htmx (the approval's page without JS): the error page, not bare text.
+    page = response.content.decode()
+    assert response["Content-Type"].startswith("text/html") and 'class="topnav"' in page
+    assert "another reviewer must decide" in page and "Go back" in page
+    # With htmx, the line reviews.js puts into the card's form.
+    response = as_user(boss).decide(approval.pk, "approve", htmx=True)
+    assert response.status_code == 403 and response["Content-Type"].startswith("text/plain")
     assert ">Approve</button>" in card_html(as_user(rob), approval)
 
 

@@ -121,14 +121,42 @@ def test_past_the_loaded_limit_more_is_a_new_page(five, rita, as_user, monkeypat
 
 def test_a_bad_cursor_is_a_clear_400(five, rita, as_user, lena) -> None:
     client = as_user(rita)
-    # The polled fragment answers its script in a line; the page says it inside itself.
-    response = client.get("/reviews/list/?more=1&after=999999", headers=HTMX)
-    assert response.status_code == 400 and response.content.decode().startswith("invalid cursor:")
     response = client.get("/reviews/?after=abc")
-    assert response.status_code == 400 and "is not an approval id" in response.content.decode()
+    assert response.status_code == 400 and "“after=abc” in the link is not the number of a call" in response.content.decode()
     assert ids(response.content.decode())[:1] == [five[0].pk]  # the first page, instead
     # A launcher sees only their own runs' approvals: another's id is no cursor for them.
-    assert as_user(lena).get(f"/reviews/?after={five[0].pk}").status_code == 400
+    response = as_user(lena).get(f"/reviews/?after={five[0].pk}")
+    assert response.status_code == 400 and "names no call you can see in the queue" in response.content.decode()
+
+
+@pytest.mark.parametrize("after", ["zzz", "²", "99999999999999999999999", "-1", "999999"])
+def test_a_bad_cursor_in_the_lists_fragment_opened_as_a_page_is_the_queue_page_saying_so(five, rita, as_user, after) -> None:
+    # A copied "more" link, or one typed: the fragment's URL opened without htmx.
+    for url in (f"/reviews/list/?after={after}", f"/reviews/list/?more=1&loaded=2&after={after}", f"/reviews/?after={after}"):
+        response = as_user(rita).get(url)
+        page = response.content.decode()
+        assert response.status_code == 400, (url, response.status_code)
+        assert 'class="topnav"' in page and "<h1>Review queue</h1>" in page  # the site layout
+        assert 'role="alert" id="queue-refused"' in page and "this is the first page of the queue instead" in page
+        assert '<a href="/reviews/">Back to the first cards</a>' in page
+        assert ids(page) == [five[0].pk, five[1].pk]
+        assert "invalid cursor" not in page
+
+
+def test_a_bad_cursor_in_an_htmx_answer_is_said_where_it_is_swapped_in(five, rita, as_user) -> None:
+    client = as_user(rita)
+    # "Show more": the answer replaces the more form; it says why and adds no cards.
+    response = client.get("/reviews/list/?more=1&loaded=2&after=zzz&tool=echo", headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 200  # htmx swaps only a 2xx answer
+    assert 'role="alert" id="queue-refused"' in html and "“after=zzz” in the link is not the number of a call" in html
+    assert '<a href="/reviews/?tool=echo">Back to the first cards</a>' in html
+    assert ids(html) == [] and "<html" not in html
+    # A poll: the first page, with the same words above it.
+    response = client.get("/reviews/list/?after=zzz", headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 200 and "this is the first page of the queue instead" in html
+    assert ids(html) == [five[0].pk, five[1].pk] and "<html" not in html
 
 
 def test_every_page_of_the_queue_runs_the_same_queries_however_many_cards(pending, rita, as_user, monkeypatch) -> None:

@@ -46,9 +46,13 @@ def test_approve_and_allow_records_a_tool_grant_that_lets_the_next_call_through(
 
 def test_a_refused_grant_is_told_and_decides_nothing(pending, rita, as_user) -> None:
     approval = pending(tainted_write())
-    response = as_user(rita).decide(approval.pk, "approve", remember="tool")
+    response = as_user(rita).decide(approval.pk, "approve", remember="tool", htmx=True)
     assert response.status_code == 400
     assert response.content.decode() == "the run has read external content, so every write asks"
+    # Without htmx, the same words on the error page, in the site's layout.
+    response = as_user(rita).decide(approval.pk, "approve", remember="tool")
+    assert response.status_code == 400 and 'class="topnav"' in response.content.decode()
+    assert "the run has read external content, so every write asks" in response.content.decode()
     assert approval.run.approvals.get().status == "pending"
 
 

@@ -197,9 +197,9 @@ def test_who_may_fork_from_a_step_and_where_the_button_is(launch, drive, lena, l
     assert csrf_post(client_for(rita), url, {"from_seq": seq}).status_code == 403
     assert "Fork from here" not in client_for(rita).get(f"/runs/{parent.pk}/").content.decode()
     assert "Fork from here" in client_for(otto).get(f"/runs/{parent.pk}/").content.decode()
-    # No step named: nothing forked, and the page says why.
-    response = csrf_post(client_for(otto), url, {}, follow=True)
-    assert "Not forked: name the step to fork from" in response.content.decode()
+    # No step named: nothing forked, and the fork's page says why.
+    response = csrf_post(client_for(otto), url, {})
+    assert response.status_code == 400 and "name the step to fork from" in response.content.decode()
     assert not Run.objects.filter(forked_from=parent).exists()
     response = csrf_post(client_for(leo), url, {"from_seq": seq, "max_steps": "8"})
     child = Run.objects.get(forked_from=parent)
@@ -213,3 +213,66 @@ def test_a_live_run_has_no_fork_buttons(launch, drive, otto, pending) -> None:
     page = client_for(otto).get(f"/runs/{waiting.run_id}/").content.decode()
     assert "Fork from here" not in page
     assert 'id="run-limits"' in page and 'data-limit="max_steps"' in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fork_from_here_opens_the_forks_page_with_the_retrys_limits_field(launch, drive, otto) -> None:
+    parent = drive(launch([call("echo", text="a"), final("ok")], limits={"max_steps": 4}))
+    seq = parent.transitions.filter(to_state="planning").first().seq
+    client = client_for(otto)
+    run_page = client.get(f"/runs/{parent.pk}/").content.decode()
+    assert f'<a href="/runs/{parent.pk}/fork/?from_seq={seq}">Fork from here' in run_page
+    page = client.get(f"/runs/{parent.pk}/fork/?from_seq={seq}")
+    html = page.content.decode()
+    assert page.status_code == 200 and f"Fork run #{parent.pk} after step {seq}" in html
+    assert 'class="topnav"' in html and f'<input type="hidden" name="from_seq" value="{seq}">' in html
+    assert 'name="csrfmiddlewaretoken"' in html
+    # The same fields as the retry's: this run's value and what the profile allows.
+    assert '<label for="id_max_steps">Steps</label>' in html and "(this run 4, at most 20)" in html
+    assert 'max="20" placeholder="4"' in html
+    assert not Run.objects.filter(forked_from=parent).exists()  # a GET forks nothing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_launched_with_a_raised_step_budget_gets_it(launch, drive, otto) -> None:
+    parent = drive(launch([call("echo", text="a"), final("ok")], limits={"max_steps": 4}))
+    seq = parent.transitions.filter(to_state="planning").first().seq
+    # Without the CSRF token the POST is refused, and nothing is forked.
+    assert client_for(otto).post(f"/runs/{parent.pk}/fork/", {"from_seq": seq, "max_steps": "15"}).status_code == 403
+    assert not Run.objects.filter(forked_from=parent).exists()
+    response = csrf_post(client_for(otto), f"/runs/{parent.pk}/fork/", {"from_seq": seq, "max_steps": "15"})
+    child = Run.objects.get(forked_from=parent)
+    assert response.status_code == 302 and response["Location"] == f"/runs/{child.pk}/"
+    assert child.engine["limits"]["max_steps"] == 15 and child.fork_seq == seq
+    # A limit left blank keeps the parent's.
+    assert child.engine["limits"]["max_tokens"] == parent.engine["limits"]["max_tokens"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("500", "max_steps may only tighten the profile&#x27;s 20, not 500"), ("many", "Enter a whole number.")],
+)
+def test_a_fork_with_a_bad_limit_answers_on_the_forks_page_with_the_fields_message(
+    launch, drive, otto, value, message
+) -> None:
+    parent = drive(launch([call("echo", text="a"), final("ok")]))
+    seq = parent.transitions.filter(to_state="planning").first().seq
+    response = csrf_post(client_for(otto), f"/runs/{parent.pk}/fork/", {"from_seq": seq, "max_steps": value})
+    html = response.content.decode()
+    assert response.status_code == 400 and not Run.objects.filter(forked_from=parent).exists()
+    assert 'class="topnav"' in html and f"Fork run #{parent.pk} after step {seq}" in html
+    assert f'<p class="error" id="max_steps-error">{message}</p>' in html
+    assert f'value="{value}"' in html  # what was typed stays, to correct
+    assert f'<a href="/runs/{parent.pk}/#t{seq}">Back to run #{parent.pk}</a>' in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_with_a_bad_limit_answers_on_its_page_with_the_fields_message(launch, drive, otto) -> None:
+    parent = drive(launch([call("echo", text="x")] * 3, limits={"max_steps": 2}))
+    assert parent.state == "failed"
+    response = csrf_post(client_for(otto), f"/runs/{parent.pk}/retry/", {"max_steps": "500"})
+    html = response.content.decode()
+    assert response.status_code == 400 and not Run.objects.filter(forked_from=parent).exists()
+    assert f"Retry run #{parent.pk} from the last good step" in html
+    assert '<p class="error" id="max_steps-error">max_steps may only tighten the profile&#x27;s 20, not 500</p>' in html

@@ -50,6 +50,24 @@ def _executed(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Iterator[A
         yield cursor
 
 
+def together(
+    before: Sequence[tuple[str, Sequence[Any]]], sql: str, params: Sequence[Any], after: Sequence[str] = ()
+) -> tuple[Any, ...] | None:
+    """The first row of `sql`, prepared, sent in one round trip with the statements
+    `before` and `after` it (psycopg's pipeline; PostgreSQL with preparing on). Each is
+    a statement of its own, with its own snapshot: one `before` that waits for a lock
+    lets `sql` read what the lock's last holder committed. The others are bound on the
+    client (they are not kept prepared)."""
+    main = _cursor()
+    with connection.cursor() as other, connection.wrap_database_errors, connection.connection.pipeline():
+        for statement, values in before:
+            other.execute(statement, values)
+        main.execute(sql, params)
+        for statement in after:
+            other.execute(statement)
+    return main.fetchone()  # type: ignore[no-any-return]
+
+
 def preparing() -> bool:
     """Whether statements are prepared here (PostgreSQL, AIRLOCK_PREPARED_STATEMENTS)."""
     return bool(settings.AIRLOCK_PREPARED_STATEMENTS) and connection.vendor == "postgresql"

@@ -19,10 +19,7 @@ whose figures moved (`HistoryMoved`): the worker judges that call again.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,37 +69,30 @@ class StoreHistory:
         which SQLite uses); the tests run on both.
 
         Inside a transaction (the decision API's; a worker's commit) the statement is
-        prepared on the server (`PREPARE`, once per connection and rule set: its text is
-        the rules' shapes, every value a parameter) and run on its generic plan: planning
-        the nine-odd subqueries of five rules cost 4-5 ms a call, running them 0.2-0.5
-        ms. `_where` writes each query so that its index is the one a generic plan
-        takes (docs/performance.md, "History rules"). The advisory locks (`lock_first`),
-        the plan settings, the `EXECUTE` and the settings' reset go in one query string,
-        one round trip: each is a statement of its own with its own snapshot, so the
-        figures are read once the locks are held. Elsewhere (a backtest's replay;
-        preparing off): one statement, planned with its values."""
+        prepared on the server (`agents.lib.prepared`, once per connection and rule set:
+        its text is the rules' shapes, every value a parameter) and run on its generic
+        plan: planning the nine-odd subqueries of five rules cost 4-5 ms a call, running
+        them 0.1-0.5 ms. `_where` writes each query so that its index is the one a
+        generic plan takes (docs/performance.md, "History rules"). The advisory locks
+        (`lock_first`), the plan settings, the statement and the settings' reset go in
+        one round trip (`prepared.together`): each is a statement of its own with its
+        own snapshot, so the figures are read once the locks are held. Elsewhere (a
+        backtest's replay; preparing off): the locks and one statement, planned with
+        its values, in one query string."""
         if not queries:
             return []
         sql, params = self._select(queries)
-        # The statements before the figures', each answering a result of its own.
-        before: list[str] = []
-        values: list[Any] = []
         locking = _lock_statement(queries) if lock_first and connection.in_atomic_block else None
-        if locking is not None:
-            before.append(locking[0])
-            values += locking[1]
-        after: list[str] = []
         if connection.in_atomic_block and prepared.preparing():
-            # For this statement only: SET LOCAL, undone right after it.
-            before += ["SET LOCAL plan_cache_mode = force_generic_plan", "SET LOCAL enable_seqscan = off"]
-            guard, sql = _prepared(sql, len(params))
-            before.append(guard)
-            after = ["SET LOCAL plan_cache_mode TO DEFAULT", "SET LOCAL enable_seqscan TO DEFAULT"]
-        with connection.cursor() as cursor:
-            cursor.execute("; ".join([*before, sql, *after]), [*values, *params])
-            for _ in before:
-                cursor.nextset()
-            row = cursor.fetchone()
+            row = prepared.together([_generic_plan(locking)], sql, params, [_PUT_BACK])
+        else:
+            with connection.cursor() as cursor:
+                if locking is None:
+                    cursor.execute(sql, params)
+                else:
+                    cursor.execute(f"{locking[0]}; {sql}", [*locking[1], *params])
+                    cursor.nextset()
+                row = cursor.fetchone()
         assert row is not None
         return [_figures(q, value) for q, value in zip(queries, row, strict=True)]
 
@@ -270,36 +260,21 @@ class StoreHistory:
         return qs
 
 
-# The history statements this process has asked each connection to keep, oldest first.
-_kept: weakref.WeakKeyDictionary[Any, OrderedDict[str, None]] = weakref.WeakKeyDictionary()
-KEPT_MAX = 32
+# The figures' statement runs on a generic plan, the one whose indexes `_where` chose:
+# the settings are changed for that statement only, in the statement before it (which
+# keeps their values in placeholder settings and takes the advisory locks, when it is
+# given them), and put back by the statement after it, all transaction-local.
+_SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
+_KEEP = ", ".join(f"set_config('airlock.{name}', current_setting('{name}'), true)" for name in _SETTINGS)
+_SET = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in _SETTINGS.items())
+_PUT_BACK = "SELECT " + ", ".join(f"set_config('{name}', current_setting('airlock.{name}'), true)" for name in _SETTINGS)
 
 
-def _prepared(sql: str, count: int) -> tuple[str, str]:
-    """(guard, execute): `EXECUTE` of `sql` (`count` parameters) PREPAREd on the server
-    under a name of its text, and the statement before it that prepares it where this
-    connection lacks it. The server is asked, not remembered: psycopg sends `DEALLOCATE
-    ALL` after a rollback (for its own prepared statements), which takes ours too.
-    Beyond KEPT_MAX rule sets on one connection the oldest is let go. SQL statements,
-    not psycopg's protocol-level preparing (`runs/prepared`), so they share one query
-    string (one round trip) with the locks and settings around them: psycopg's
-    pipeline for the same five statements cost twice the round trip."""
-    connection.ensure_connection()
-    kept = _kept.setdefault(connection.connection, OrderedDict())
-    name = "airlock_history_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
-    parts = sql.split("%s")
-    text = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], 1))
-    steps = [f"IF NOT EXISTS (SELECT FROM pg_prepared_statements WHERE name = '{name}') THEN "
-             f"EXECUTE $q$PREPARE {name} AS {text}$q$; END IF;"]
-    kept[name] = None
-    kept.move_to_end(name)
-    if len(kept) > KEPT_MAX:
-        oldest, _ = kept.popitem(last=False)
-        steps.append(f"IF EXISTS (SELECT FROM pg_prepared_statements WHERE name = '{oldest}') THEN "
-                     f"DEALLOCATE {oldest}; END IF;")
-    # `%` doubled: the query string goes through the driver's parameter formatting.
-    guard = ("DO $airlock$ BEGIN " + " ".join(steps) + " END $airlock$").replace("%", "%%")
-    return guard, f"EXECUTE {name}({', '.join(['%s'] * count)})" if count else f"EXECUTE {name}"
+def _generic_plan(locking: tuple[str, list[Any]] | None) -> tuple[str, list[Any]]:
+    """The statement before the figures': keep the plan settings, set them, and take
+    the advisory locks of `locking` (`_lock_statement`) if given."""
+    locks = "" if locking is None else f", (SELECT count(*) FROM ({locking[0]}) locked)"
+    return f"WITH was AS MATERIALIZED (SELECT {_KEEP}) SELECT {_SET}{locks} FROM was", [] if locking is None else locking[1]
 
 
 def _gin(q: Query) -> bool:

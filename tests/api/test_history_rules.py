@@ -308,7 +308,7 @@ def test_the_figures_read_on_a_generic_plan_leave_the_transaction_as_they_found_
 
 @requires_postgres()
 def test_the_figures_are_read_again_after_a_rollback_took_the_prepared_statement(api) -> None:
-    """The figures' statement is PREPAREd on the server under its text's name. psycopg
+    """The figures' statement is prepared on the server (psycopg's, by its text). psycopg
     sends DEALLOCATE ALL after a rollback, which takes it too: the next judgement
     prepares it again instead of failing on a name the server forgot."""
     from django.db import connection, transaction
@@ -323,7 +323,8 @@ def test_the_figures_are_read_again_after_a_rollback_took_the_prepared_statement
 
     def prepared_here() -> int:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'airlock\\_history\\_%%'")
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                           ["%FROM agents_toolcall t JOIN agents_run r ON r.id = t.run_id%"])
             return int(cursor.fetchone()[0])
 
     with transaction.atomic():

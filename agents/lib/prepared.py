@@ -16,6 +16,7 @@ connection (psycopg keeps at most 100 and deallocates the oldest beyond that).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+
+# Texts whose conversion a cursor keeps (psycopg keeps at most 100 prepared statements).
+CONVERTED_MAX = 100
 
 # One prepared-statement cursor per database connection, reused by every statement.
 _cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -90,9 +94,32 @@ def _cursor_class() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor
 
     class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._converted: dict[Any, Any] = {}
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", True)
             return super().execute(query, params, **kwargs)
+
+        def _convert_query(self, query: Any, params: Any = None) -> Any:
+            # psycopg remembers how it turned a text's %s into $1... only for texts up
+            # to 4 kB and 50 values (ORMs' INSERTs of many rows would crowd its cache);
+            # a history rule set's figures run longer (0.2 ms a call to parse again).
+            # Every text here is fixed and few (see the module's note): each is parsed
+            # once per connection and its values bound afresh (`dump`, as executemany
+            # does for each set of values).
+            if params is None:
+                return super()._convert_query(query, params)
+            done = self._converted.get(query)
+            if done is None:
+                done = super()._convert_query(query, params)
+                if len(self._converted) < CONVERTED_MAX:
+                    self._converted[query] = done
+                return done
+            again = copy.copy(done)
+            again.dump(params)
+            return again
 
         def _send_query_prepared(self, name: bytes, pgq: Any, **kwargs: Any) -> None:
             # psycopg keeps the query it sent only when it sends one unprepared; Django's

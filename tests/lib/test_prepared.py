@@ -31,3 +31,18 @@ def test_a_failing_statement_is_djangos_error_and_the_transaction_rolls_back() -
         prepared.together([("SELECT 1 / %s", [0])], "SELECT %s::int", [1])
     with transaction.atomic():
         assert prepared.together([], "SELECT %s::int", [7]) == (7,)
+
+
+def test_a_long_text_is_parsed_once_per_connection_and_bound_afresh_each_time() -> None:
+    """psycopg remembers a text's conversion only up to 4 kB and 50 values; the
+    prepared cursor keeps longer fixed texts' (a history rule set's figures). The
+    override hooks psycopg's `_convert_query`: it must still be psycopg's name."""
+    from psycopg._cursor_base import BaseCursor
+
+    assert "_convert_query" in vars(BaseCursor)
+    values = 60
+    sql = "SELECT " + ", ".join(["%s::int"] * values) + " -- " + "x" * 4096
+    first = prepared.fetchone(sql, list(range(values)))
+    second = prepared.fetchone(sql, list(range(100, 100 + values)))
+    assert first == tuple(range(values)) and second == tuple(range(100, 100 + values))
+    assert sql in prepared._cursor().cursor._converted

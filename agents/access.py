@@ -506,18 +506,29 @@ _READABLE_FOR_DICT = rows.Joined(
 )
 
 
-def readable_run(user: Any, run_id: int, *, for_dict: bool = False) -> Run:
+def readable_run(user: Any, run_id: int, *, for_dict: bool = False, read: list[Any] | None = None) -> Run:
     """The run if `user` may read it, for pages and API alike; otherwise Http404.
-    `for_dict`: read what its `to_dict()` needs in the same statement."""
+    `for_dict`: read what its `to_dict()` needs in the same statement. `read`: the rows
+    `run_read_for_dict`'s statement already read (beside the token), instead of reading."""
     run = None
     if 0 < run_id <= MAX_ID:
-        found = (_READABLE_FOR_DICT if for_dict else _READABLE).fetch([run_id])
+        if read is not None:
+            found = _READABLE_FOR_DICT.instances(read)
+        else:
+            found = (_READABLE_FOR_DICT if for_dict else _READABLE).fetch([run_id])
         run = found[0] if found else None
     if run is None:
         raise Http404(f"no run {run_id}")
     if not can_read_run(user, run):
         raise RunHidden(f"no run {run_id}")
     return run
+
+
+def run_read_for_dict(run_id: int) -> tuple[str, list[Any]] | None:
+    """The statement `readable_run(..., for_dict=True)` reads the run with, to send in
+    another read's round trip (the token's: agents/api/runs.py); None for an id no run
+    can have. The rows it reads are whoever asks: `readable_run` decides who sees them."""
+    return (_READABLE_FOR_DICT.sql, [run_id]) if 0 < run_id <= MAX_ID else None
 
 
 def visible_approvals(user: Any, *, project: int | None = None) -> QuerySet[Approval]:

@@ -6,13 +6,14 @@ imports comes from here or from such a module, never from a conftest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,6 +222,39 @@ def wsgi_call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[int, di
         getattr(parts, "close", lambda: None)()
     status, head = started[0]
     return int(status.split()[0]), {k.lower(): v for k, v in head}, content
+
+
+class RoundTrips:
+    """Within `with round_trips() as trips:`, how many round trips the test's PostgreSQL
+    connection made: the Sync messages it sent (each statement sent on its own ends in
+    one; a pipeline's statements share one), read off libpq's protocol trace."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    @property
+    def count(self) -> int:
+        return sum(1 for m in self.messages if m.split("\t")[:1] == ["F"] and "\tSync" in m)
+
+
+@contextlib.contextmanager
+def round_trips() -> Iterator[RoundTrips]:
+    import tempfile
+
+    from psycopg import pq
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    trips = RoundTrips()
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield trips
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            trips.messages = trace.read().decode(errors="replace").splitlines()
 
 
 def database_url() -> str:

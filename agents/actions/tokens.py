@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from agents import access
+from agents.lib import prepared as server
 from agents.lib import rows
 from agents.models import ApiToken
 
@@ -73,8 +74,28 @@ def token_read(
     whether there is a row). (None, []) for no user: nothing beside it is read then."""
     if not raw or len(raw) > 200:
         return None, []
-    sql, token_columns, user_columns = _active(beside, join)
-    found = rows.fetch(sql, [*params, digest(raw), True], prepared=True)
+    sql, *columns = _active(beside, join)
+    return _user_of(rows.fetch(sql, [*params, digest(raw), True], prepared=True), *columns)
+
+
+def token_user_and(raw: str, read: tuple[str, Sequence[Any]]) -> tuple[Any, list[tuple[Any, ...]]]:
+    """`token_user`'s user and the rows of `read` (a fixed text and its values), a read
+    the token does not decide, sent in the token's round trip (`prepared.fetch_together`):
+    a request that reads the same thing whoever asks reads it beside the token. (None,
+    []) for no user: what `read` found is dropped then, unseen."""
+    if not raw or len(raw) > 200:
+        return None, []
+    sql, *columns = _active()
+    found, also = server.fetch_together([(sql, [digest(raw), True]), read])
+    user, _beside = _user_of(found, *columns)
+    return user, (also if user is not None else [])
+
+
+def _user_of(
+    found: list[tuple[Any, ...]], token_columns: rows.Columns, user_columns: rows.Columns
+) -> tuple[Any, list[tuple[Any, ...]]]:
+    """The user (with the token's project and the roles) of the rows `_active` read,
+    and what each row read beside them."""
     if not found:
         return None, []
     roles_at = token_columns.width + user_columns.width

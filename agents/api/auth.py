@@ -24,7 +24,16 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
 class TokenAuth(HttpBearer):
     """`Authorization: Bearer <token>`. A present but wrong header is a 401 at once: it
-    never falls back to the session, so a script with a revoked token fails loudly."""
+    never falls back to the session, so a script with a revoked token fails loudly.
+
+    `ahead`: for an operation whose first read does not depend on who asks (a run by
+    its id), that read's statement for this request (None: none); it is sent in the
+    token's round trip and its rows are left on the request as `airlock_read`, for the
+    view to judge (the token's user is not yet known when it is read)."""
+
+    def __init__(self, ahead: Callable[[HttpRequest], tuple[str, list[Any]] | None] | None = None) -> None:
+        super().__init__()
+        self.ahead = ahead
 
     def __call__(self, request: HttpRequest) -> Any:
         header = request.headers.get("Authorization")
@@ -40,7 +49,11 @@ class TokenAuth(HttpBearer):
         return user
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return tokens.token_user(token)
+        read = self.ahead(request) if self.ahead is not None else None
+        if read is None:
+            return tokens.token_user(token)
+        user, request.airlock_read = tokens.token_user_and(token, read)  # type: ignore[attr-defined]
+        return user
 
 
 class SessionAuth(APIKeyCookie):

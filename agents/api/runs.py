@@ -14,6 +14,7 @@ from agents import access
 from agents.actions import forks
 from agents.actions.base import ActionError
 from agents.actions.runs import grant_revoke, run_cancel, run_hold, run_launch, run_release
+from agents.api.auth import SessionAuth, TokenAuth
 from agents.api.errors import ERRORS, forbidden
 from agents.api.listing import NEWEST_FIRST, RunExportQuery, RunPageQuery, page, run_filters, stream, wants_transitions
 from agents.api.schemas import (
@@ -118,9 +119,18 @@ def runs_export(request: HttpRequest, filters: Query[RunExportQuery]) -> Streami
     return response
 
 
-@router.get("/runs/{int:run_id}", response={200: RunOut, ERRORS: Error}, summary="A run")
+def _run_ahead(request: HttpRequest) -> tuple[str, list[Any]] | None:
+    return access.run_read_for_dict(request.resolver_match.kwargs["run_id"])  # type: ignore[union-attr]
+
+
+# A token's request reads the run in the token's round trip (the hot path, issue #48).
+@router.get(
+    "/runs/{int:run_id}", response={200: RunOut, ERRORS: Error}, summary="A run",
+    auth=[TokenAuth(ahead=_run_ahead), SessionAuth()],
+)
 def runs_detail(request: HttpRequest, run_id: int) -> dict[str, Any]:
-    return dict(access.readable_run(request.auth, run_id, for_dict=True).to_dict())  # type: ignore[attr-defined]
+    read = getattr(request, "airlock_read", None)
+    return dict(access.readable_run(request.auth, run_id, for_dict=True, read=read).to_dict())  # type: ignore[attr-defined]
 
 
 @router.get(

@@ -28,8 +28,9 @@ from django.db import connection
 # Texts whose conversion a cursor keeps (psycopg keeps at most 100 prepared statements).
 CONVERTED_MAX = 100
 
-# One prepared-statement cursor per database connection, reused by every statement.
-_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# The prepared-statement cursors of each database connection, reused by every statement
+# (the first by all; more only for `fetch_together`'s pipeline).
+_cursors: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
 def fetchall(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -72,20 +73,39 @@ def together(
     return main.fetchone()  # type: ignore[no-any-return]
 
 
+def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each statement (fixed texts, as `fetchall` takes), every one prepared
+    and all sent in one round trip (psycopg's pipeline), each on a cursor of its own.
+    Independent reads only: each statement is its own, with its own snapshot, and a
+    failing one fails the lot. Without preparing (SQLite, AIRLOCK_PREPARED_STATEMENTS
+    off) they run one after another."""
+    if not preparing():
+        return [fetchall(sql, params) for sql, params in statements]
+    cursors = [_cursor(i) for i in range(len(statements))]
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        for cursor, (sql, params) in zip(cursors, statements, strict=True):
+            cursor.execute(sql, params)
+    return [list(cursor.fetchall()) for cursor in cursors]
+
+
 def preparing() -> bool:
     """Whether statements are prepared here (PostgreSQL, AIRLOCK_PREPARED_STATEMENTS)."""
     return bool(settings.AIRLOCK_PREPARED_STATEMENTS) and connection.vendor == "postgresql"
 
 
-def _cursor() -> Any:
+def _cursor(n: int = 0) -> Any:
+    """The connection's `n`th prepared-statement cursor (a pipeline's statements each
+    need their own: a cursor holds one result)."""
     connection.ensure_connection()
     raw = connection.connection
-    cursor = _cursors.get(raw)
-    if cursor is None:
-        cursor = _cursors[raw] = _cursor_class()(raw)
+    kept = _cursors.get(raw)
+    if kept is None:
+        kept = _cursors[raw] = []
+    while len(kept) <= n:
+        kept.append(_cursor_class()(raw))
     # Django's wrapper keeps its error translation, execute wrappers and query log; it
     # is not closed, so the cursor lives as long as its connection.
-    return connection._prepare_cursor(cursor)
+    return connection._prepare_cursor(kept[n])
 
 
 @functools.cache

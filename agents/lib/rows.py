@@ -120,10 +120,18 @@ class Joined:
         sql = f"SELECT {', '.join(select)} FROM {qn(self.model._meta.db_table)} a{''.join(joins)} WHERE {self.where}"
         return sql, own, joined
 
+    @property
+    def sql(self) -> str:
+        return self._parts[0]
+
     def fetch(self, params: Sequence[Any]) -> list[Any]:
-        sql, own, joined = self._parts
+        return self.instances(fetch(self.sql, params, prepared=self.prepared))
+
+    def instances(self, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """The instances of rows this statement (`sql`) read, as `fetch` makes them."""
+        _sql, own, joined = self._parts
         found = []
-        for row in fetch(sql, params, prepared=self.prepared):
+        for row in rows:
             instance = own.instance(row)
             at = own.width
             for field, other in joined:

@@ -4,10 +4,12 @@ ORM's `to_dict()`, field by field, and a run with no grants costs no grants quer
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -15,12 +17,18 @@ from django.test.utils import CaptureQueriesContext
 from agents import access
 from agents.actions.tokens import token_create
 from agents.models import Approval, Grant, Run
+from tests.helpers import client_for, requires_postgres, round_trips
 
 pytestmark = pytest.mark.django_db
 
 
 def orm_dict(run_id: int) -> dict[str, Any]:
     return dict(Run.objects.select_related("profile", "created_by").get(pk=run_id).to_dict())
+
+
+def orm_json(run_id: int) -> Any:
+    """`orm_dict` as the API's JSON carries it."""
+    return json.loads(json.dumps(orm_dict(run_id), cls=DjangoJSONEncoder))
 
 
 def test_a_waiting_runs_read_is_the_orms(pending: Any, lena: User, rita: User) -> None:
@@ -48,8 +56,41 @@ def test_a_runs_read_is_two_statements_the_token_and_the_run(launch: Any, lena: 
     with CaptureQueriesContext(connection) as queries:
         answer = api.get(f"/api/runs/{run.pk}")
     assert answer.status_code == 200
-    assert answer.json()["id"] == run.pk
+    assert answer.json() == orm_json(run.pk)
     assert len(queries.captured_queries) == 2, [q["sql"][:80] for q in queries.captured_queries]
+
+
+@requires_postgres()
+def test_a_tokens_run_read_rides_the_tokens_round_trip(pending: Any, lena: User) -> None:
+    """The run (with its pending approval and grant count) is read in the token's round
+    trip; the answer is the ORM's all the same."""
+    run_id = pending(user=lena).run_id
+    _row, raw = token_create(user=lena)
+    api = Client(headers={"Authorization": f"Bearer {raw}"})
+    api.get(f"/api/runs/{run_id}")  # prepares the statements; marks the token used
+    with round_trips() as trips:
+        answer = api.get(f"/api/runs/{run_id}")
+    assert answer.status_code == 200
+    assert answer.json() == orm_json(run_id) and answer.json()["pending_approval"] is not None
+    assert trips.count == 1, trips.messages
+    # The session's read (no token) reads the run on its own, as before.
+    session = client_for(lena)
+    assert session.get(f"/api/runs/{run_id}").json() == answer.json()
+
+
+def test_what_the_token_read_beside_it_is_judged_after_it(launch: Any, lena: User, leo: User) -> None:
+    """Read before the token's user is known, the run still answers only whoever may
+    read it: another's run 404 as a missing one, a bad token 401 with nothing of the run."""
+    run = launch([{"final": "done"}], user=lena)
+    _row, raw = token_create(user=leo)
+    hidden = Client(headers={"Authorization": f"Bearer {raw}"}).get(f"/api/runs/{run.pk}")
+    missing = Client(headers={"Authorization": f"Bearer {raw}"}).get("/api/runs/99999999")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["detail"].replace(str(run.pk), "N") == missing.json()["detail"].replace("99999999", "N")
+    refused = Client(headers={"Authorization": "Bearer airlock_nope"}).get(f"/api/runs/{run.pk}")
+    assert refused.status_code == 401 and "door test" not in refused.content.decode() and "task" not in refused.json()
+    too_big = Client(headers={"Authorization": f"Bearer {raw}"}).get(f"/api/runs/{2**63}")
+    assert too_big.status_code == 404
 
 
 def test_another_users_run_is_still_hidden(launch: Any, lena: User, leo: User) -> None:

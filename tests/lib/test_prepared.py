@@ -1,5 +1,6 @@
-"""agents.lib.prepared.together: a prepared statement and the statements around it in
-one round trip, each with its own effects in order."""
+"""agents.lib.prepared: a prepared statement and the statements around it in one round
+trip, each with its own effects in order; independent reads sent together; long fixed
+texts parsed once."""
 
 from __future__ import annotations
 
@@ -46,3 +47,30 @@ def test_a_long_text_is_parsed_once_per_connection_and_bound_afresh_each_time() 
     second = prepared.fetchone(sql, list(range(100, 100 + values)))
     assert first == tuple(range(values)) and second == tuple(range(100, 100 + values))
     assert sql in prepared._cursor().cursor._converted
+
+
+def test_reads_sent_together_each_answer_prepared_in_one_round_trip() -> None:
+    from tests.helpers import round_trips
+
+    first, second = "SELECT %s::int * 2 -- fetch_together 1", "SELECT g FROM generate_series(1, %s) g -- fetch_together 2"
+    with connection.cursor() as cursor:  # the test's transaction begins (its BEGIN is a round trip of its own)
+        cursor.execute("SELECT 1")
+    with round_trips() as trips:
+        found = prepared.fetch_together([(first, [21]), (second, [3])])
+    assert found == [[(42,)], [(1,), (2,), (3,)]]
+    assert trips.count == 1, trips.messages
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        kept = {row[0] for row in cursor.fetchall()}
+    assert any("fetch_together 1" in s for s in kept) and any("fetch_together 2" in s for s in kept)
+    # Sent one by one, the same two reads are two round trips.
+    with round_trips() as trips:
+        prepared.fetchall(first, [1])
+        prepared.fetchall(second, [1])
+    assert trips.count == 2, trips.messages
+
+
+def test_a_failing_read_sent_together_is_djangos_error() -> None:
+    with pytest.raises(DatabaseError), transaction.atomic():
+        prepared.fetch_together([("SELECT %s::int", [1]), ("SELECT 1 / %s", [0])])
+    assert prepared.fetch_together([("SELECT %s::int", [5])]) == [[(5,)]]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -25,9 +25,10 @@ from django.utils import timezone
 
 from agents import access, broker
 from agents.actions.base import ActionError, actor_name
-from agents.engine import states
+from agents.engine import policy, states
 from agents.engine.acting import report
 from agents.engine.fingerprints import fingerprint, idempotency_key
+from agents.engine.history import Query
 from agents.engine.protocols import Deps, ModelReply, ProposedCall, ToolOutcome, Usage
 from agents.engine.run import Move, RunState
 from agents.engine.step import step
@@ -167,26 +168,27 @@ def _ended(run: Run) -> ActionError:
 
 
 def _deps(
-    run: Run, state: RunState, reply: ModelReply | None, counts: dict[str, int] | None = None
+    run: Run, state: RunState, reply: ModelReply | None, counts: dict[str, int] | None = None,
+    history: StoreHistory | None = None,
 ) -> tuple[Deps, ExternalClient]:
     """`counts`: repeat counts (fingerprint -> times run) the caller has read under the
-    run's lock, so the journal does not read them again."""
+    run's lock, so the journal does not read them again; `history`: the run's history
+    (with the figures the caller read ahead), or a new one."""
     client = ExternalClient(reply)
     # The run's own tool names, read only if the call is of an MCP tool (or an unknown
     # tool's refusal lists them): a client or built-in tool's proposal reads none.
     registry = OnDemand(run.profile, state.tools)
     journal = driver.StoreJournal(run)
     journal.counts.update(counts or {})
-    # Judged inside the run's locked transaction: the history rules' figures are read
-    # under their advisory locks, held until this proposal commits (runs/history.py).
-    history = StoreHistory(run, lock=True)
+    # Judged inside the run's locked transaction (see `_propose`).
+    history = history or StoreHistory(run, lock=True)
     return Deps(model=client, registry=registry, journal=journal, history=history), client
 
 
 def _step_reply(
     run: Run, state: RunState, user: Any, reply: ModelReply, owner: str | None = None,
     record: Callable[[RunState, Move], ClientCall | None] | None = None,
-    counts: dict[str, int] | None = None,
+    counts: dict[str, int] | None = None, history: StoreHistory | None = None,
 ) -> tuple[RunState, Move | None, ClientCall | None]:
     """Step the locked run from `state` until the client's decision is taken (or the
     run ends): a queued run is picked up first, a run over its context budget folds
@@ -195,8 +197,8 @@ def _step_reply(
     and the transition; its row is written by the transition's own commit). With
     `owner`, the commit that leaves a call of Airlock's own tool to run also takes the
     run's lease for `owner` (free, expired or theirs), so the drive that runs it takes
-    no lease; held by another, the commit goes without it. `counts`: see `_deps`."""
-    deps, client = _deps(run, state, reply, counts)
+    no lease; held by another, the commit goes without it. `counts`, `history`: see `_deps`."""
+    deps, client = _deps(run, state, reply, counts, history)
     for _ in range(4):
         outcome = step(state, deps)
         if outcome is None:
@@ -287,12 +289,16 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         tool = sanitize.clean(tool)
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
-        same, repeats = _identical(run, fp)
+        state = store.load(run)
+        # Judged inside the run's locked transaction: the history rules' figures are read
+        # under their advisory locks, held until this proposal commits (runs/history.py),
+        # in the round trip of the identical-call read, ahead of the judgement that asks.
+        history = StoreHistory(run, lock=True)
+        same, repeats = _identical(run, fp, history, policy.history_queries(state.policy, tool, args))
         if same is not None and not (once and same.delivered_at is not None):
             return _answer(same, run)
         if run.state in states.TERMINAL:
             raise _ended(run)
-        state = store.load(run)
         if state.state == states.ACTING and not (state.current_call or {}).get("client"):
             raise _ToolRunning(_waiting_detail(run, state))
         if state.state not in (states.QUEUED, states.PLANNING) or state.pending_calls:
@@ -314,7 +320,7 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
                 reason=verdict.get("reason", ""), rule=verdict.get("rule"),
             )
 
-        after, t, proposed = _step_reply(run, state, user, reply, owner, record, counts={fp: repeats})
+        after, t, proposed = _step_reply(run, state, user, reply, owner, record, counts={fp: repeats}, history=history)
         if t is not None and "invalid" in t.detail:
             invalid = t.detail["invalid"]
     if invalid is not None:
@@ -382,15 +388,19 @@ def _identical_query() -> tuple[str, rows.Columns]:
     return sql, call
 
 
-def _identical(run: Run, fp: str) -> tuple[ClientCall | None, int]:
+def _identical(
+    run: Run, fp: str, history: StoreHistory | None = None, queries: Sequence[Query] = ()
+) -> tuple[ClientCall | None, int]:
     """The run's earlier call identical to this one: proposed as such, or the call a
     reviewer's edit turned into this one (its journal entry has the fingerprint); and
     how many times a call with this fingerprint ran to an end in the run, the repeat
     count the engine checks a new call against (StoreJournal.executed's). One prepared
     statement for both, under the run's lock: a proposal's two questions about its
-    fingerprint cost one round trip."""
+    fingerprint cost one round trip, which also brings the figures of the history
+    `queries` the judgement will ask `history` (`StoreHistory.read_with`)."""
     sql, call = _identical_query()
-    [row] = rows.fetch(sql, [run.pk, fp, run.pk, fp, run.pk, fp], prepared=True)
+    read = (sql, [run.pk, fp, run.pk, fp, run.pk, fp])
+    [row] = history.read_with(queries, read) if history is not None else rows.fetch(*read, prepared=True)
     return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 

@@ -420,23 +420,37 @@ def _history_facts(
     """The figures of every history rule whose tool and condition match this call,
     asked of `history` in one batch."""
     facts: Facts = {}
-    asked: list[tuple[str, history_mod.Query]] = []
-    for rule in rules:
-        if "history" not in rule or rule["tool"] not in ("*", tool) or not _when_matches(rule, args):
-            continue
-        key = _rule_key(rule)
-        facts[key] = None
-        if history is None:
-            continue
-        try:
-            asked.append((key, history_mod.query_for(rule, tool, args)))
-        except (history_mod.Unevaluable, KeyError, TypeError, ValueError, AttributeError):
-            continue
+    asked = _asked(rules, tool, args, facts)
     if asked and history is not None:
         answers = history([q for _, q in asked])
         for (key, query), figures in zip(asked, answers, strict=True):
             facts[key] = (query, figures)
     return facts
+
+
+def _asked(rules: list[dict[str, Any]], tool: str, args: Any, facts: Facts | None = None) -> list[tuple[str, history_mod.Query]]:
+    """The queries of every history rule whose tool and condition match this call, by
+    `_rule_key`; each such rule is entered in `facts` with no figures yet (None: a rule
+    whose query cannot be asked stays so, and fails closed)."""
+    asked: list[tuple[str, history_mod.Query]] = []
+    for rule in rules:
+        if "history" not in rule or rule["tool"] not in ("*", tool) or not _when_matches(rule, args):
+            continue
+        key = _rule_key(rule)
+        if facts is not None:
+            facts[key] = None
+        try:
+            asked.append((key, history_mod.query_for(rule, tool, args)))
+        except (history_mod.Unevaluable, KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return asked
+
+
+def history_queries(policy: dict[str, Any] | None, tool: str, args: Any) -> list[history_mod.Query]:
+    """What `verdict` will ask its `history` about this call under this policy, in the
+    order it asks: a caller holding the figures beforehand (agents/actions/external.py
+    reads them in an earlier round trip) answers from them."""
+    return [q for _key, q in _asked(effective(policy)["rules"], tool, args)]
 
 
 def _history_holds(rule: dict[str, Any], args: Any, facts: Facts) -> bool:

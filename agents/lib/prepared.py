@@ -20,7 +20,7 @@ import copy
 import functools
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection
@@ -63,29 +63,33 @@ def together(
     a statement of its own, with its own snapshot: one `before` that waits for a lock
     lets `sql` read what the lock's last holder committed. The others are bound on the
     client (they are not kept prepared)."""
-    main = _cursor()
-    with connection.cursor() as other, connection.wrap_database_errors, connection.connection.pipeline():
-        for statement, values in before:
-            other.execute(statement, values)
-        main.execute(sql, params)
-        for statement in after:
-            other.execute(statement)
-    return main.fetchone()  # type: ignore[no-any-return]
+    statements = [*((text, values, False) for text, values in before), (sql, params, True),
+                  *((text, None, False) for text in after)]
+    found = pipelined(statements)[len(before)]
+    return found[0] if found else None
 
 
 def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
     """The rows of each statement (fixed texts, as `fetchall` takes), every one prepared
-    and all sent in one round trip (psycopg's pipeline), each on a cursor of its own.
-    Independent reads only: each statement is its own, with its own snapshot, and a
-    failing one fails the lot. Without preparing (SQLite, AIRLOCK_PREPARED_STATEMENTS
-    off) they run one after another."""
+    and all sent in one round trip. Independent reads only: each statement is its own,
+    with its own snapshot, and a failing one fails the lot. Without preparing (SQLite,
+    AIRLOCK_PREPARED_STATEMENTS off) they run one after another."""
     if not preparing():
         return [fetchall(sql, params) for sql, params in statements]
-    cursors = [_cursor(i) for i in range(len(statements))]
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        for cursor, (sql, params) in zip(cursors, statements, strict=True):
-            cursor.execute(sql, params)
-    return [list(cursor.fetchall()) for cursor in cursors]
+    return [cast(list[tuple[Any, ...]], rows) for rows in pipelined([(sql, params, True) for sql, params in statements])]
+
+
+def pipelined(statements: Sequence[tuple[str, Sequence[Any] | None, bool]]) -> list[list[tuple[Any, ...]] | None]:
+    """Each (text, values, prepared) statement in order, all in one round trip (psycopg's
+    pipeline; PostgreSQL with preparing on): the rows of each prepared one, each read on
+    a prepared cursor of its own, and None for the others (bound on the client, not
+    kept prepared; their results are dropped). Each statement has its own snapshot."""
+    kept = [i for i, (_sql, _params, keep) in enumerate(statements) if keep]
+    cursors = {i: _cursor(n) for n, i in enumerate(kept)}
+    with connection.cursor() as other, connection.wrap_database_errors, connection.connection.pipeline():
+        for i, (sql, params, _keep) in enumerate(statements):
+            (cursors[i] if i in cursors else other).execute(sql, params)
+    return [list(cursors[i].fetchall()) if i in cursors else None for i in range(len(statements))]
 
 
 def preparing() -> bool:

@@ -29,7 +29,7 @@ from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from agents.engine.history import Figures, Query
-from agents.lib import prepared
+from agents.lib import prepared, rows
 from agents.models import Approval, Run, ToolCall
 
 _JOURNAL = "agents_toolcall t JOIN agents_run r ON r.id = t.run_id"
@@ -55,11 +55,32 @@ class StoreHistory:
         self.lock = lock
         self.as_of = as_of
         self.exclude_approval = exclude_approval
+        # Figures read ahead (`read_with`), by query: answered without reading again.
+        self.known: dict[Query, Figures] = {}
 
     def figures(self, queries: Sequence[Query]) -> list[Figures]:
+        if queries and all(q in self.known for q in queries):
+            return [self.known[q] for q in queries]
         if connection.vendor == "postgresql":
             return self.all_at_once(queries, lock_first=self.lock)
         return [self.one(q) for q in queries]
+
+    def read_with(self, queries: Sequence[Query], read: tuple[str, Sequence[Any]]) -> list[tuple[Any, ...]]:
+        """The rows of `read` (a fixed text, prepared), with the figures of `queries` read
+        in the same round trip and kept for `figures` to answer from (the decision API:
+        the proposal's identical-call read, then the locks and the figures its judgement
+        will ask for). Where the figures cannot come in that round trip (no queries, not
+        inside the locking transaction, not preparing), `read` alone."""
+        if not (queries and self.lock and connection.in_atomic_block and prepared.preparing()):
+            return rows.fetch(*read, prepared=True)
+        sql, params = self._select(queries)
+        locking = _lock_statement(queries)
+        found, _plan, row, _put_back = prepared.pipelined([
+            (read[0], read[1], True), (*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False),
+        ])
+        assert found is not None and row
+        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row[0], strict=True))
+        return found
 
     # -- PostgreSQL: every query in one statement --------------------------------------
 

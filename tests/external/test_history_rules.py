@@ -80,3 +80,21 @@ def test_twelve_external_runs_proposing_at_once_let_exactly_three_through(api, e
     assert Approval.objects.filter(status="pending").count() == 9
     assert min(a.history["count"] for a in Approval.objects.all()) == 3
     assert Run.objects.filter(state="awaiting_approval").count() == 9
+
+
+@requires_postgres()  # the figures ride a pipeline of prepared statements
+def test_the_figures_come_in_the_round_trip_of_the_identical_call_read(api, external_run, profile, monkeypatch) -> None:
+    """A proposal reads its history rules' figures (and takes their locks) beside its
+    identical-call read, ahead of the judgement, which asks no further read."""
+    from agents.runs.history import StoreHistory
+
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
+    for amount in (1, 2):
+        assert propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": amount})["verdict"] == "allow"
+    apart: list[Any] = []
+    read = StoreHistory.all_at_once
+    monkeypatch.setattr(StoreHistory, "all_at_once", lambda self, *a, **k: apart.append(a) or read(self, *a, **k))
+    held = propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": 4})
+    assert (held["verdict"], held["approval"]["history"]["count"]) == ("ask", 2)
+    assert propose(api, external_run(), "ledger_write", entry={"order": "5", "amount": 4})["verdict"] == "allow"
+    assert apart == []

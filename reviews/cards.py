@@ -46,6 +46,7 @@ class Filters:
     risk: str = ""
     sort: str = ""
     group: bool = False  # "Group similar calls" (reviews/groups.py): a view, not a filter
+    page: int = 1  # the grouped view's page: not a filter, not carried on (polls, "more")
     claimed: str = ""  # of CLAIMED, or "" for every card
     q: str = ""  # text in the run's task, the tool or the arguments
     ignored: list[str] = field(default_factory=list)  # why a value given was not used

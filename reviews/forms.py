@@ -9,6 +9,9 @@ from agents.lib import jsonsafe
 
 from .cards import CLAIMED, RISKS, SORTS, Filters
 
+# The grouped view's last page a link may name (more is a typo, not a queue).
+PAGE_MAX = 10_000
+
 NOTE_MAX = 4_000
 ARGS_MAX = 100_000
 Q_MAX = 200  # a search longer than this matches no card anyway
@@ -45,7 +48,10 @@ class FilterForm(forms.Form):
     tool = forms.CharField(required=False, max_length=100)
     risk = forms.ChoiceField(required=False, choices=[("", "any")] + [(r, r) for r in RISKS])
     sort = forms.ChoiceField(required=False, choices=[(value, label) for value, (label, _o) in SORTS.items()])
-    group = forms.BooleanField(required=False)
+    # A view, not a filter: 1 (the checkbox's value), true or on groups; 0, false or off does not.
+    group = forms.CharField(required=False, max_length=8)
+    # The grouped view's page (`?page=`), from 1 to PAGE_MAX.
+    page = forms.CharField(required=False, max_length=12)
     claimed = forms.ChoiceField(
         required=False, choices=[("", "any"), *CLAIMED.items()],
         error_messages={"invalid_choice": "claimed takes me (Mine) or none (Unclaimed)."},
@@ -55,13 +61,30 @@ class FilterForm(forms.Form):
         error_messages={"max_length": f"a search takes at most {Q_MAX} characters."},
     )
 
+    def clean_group(self) -> bool:
+        value = self.cleaned_data["group"].lower()
+        if value in ("", "0", "false", "off"):
+            return False
+        if value in ("1", "true", "on"):
+            return True
+        raise forms.ValidationError("group takes 1 (similar calls together) or 0.")
+
+    def clean_page(self) -> int:
+        value = self.cleaned_data["page"]
+        if not value:
+            return 1
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise forms.ValidationError("page takes a page number (1, 2, ...), so this is the first page.")
+        return min(int(value), PAGE_MAX)
+
     def filters(self) -> Filters:
         self.is_valid()
         data = self.cleaned_data  # only the fields that were valid
         ignored = [f"{name}={str(self.data.get(name, ''))[:40]!r}: {' '.join(errors)}" for name, errors in self.errors.items()]
         return Filters(
             agent=data.get("agent", ""), tool=data.get("tool", ""), risk=data.get("risk", ""), sort=data.get("sort", ""),
-            group=bool(data.get("group")),
+            group=bool(data.get("group")), page=data.get("page", 1),
             claimed=data.get("claimed", ""), q=data.get("q", ""), ignored=ignored,
         )
 

@@ -38,17 +38,12 @@ def _cursor(request: HttpRequest) -> int | None:
     return int(value)
 
 
-def _page_number(request: HttpRequest) -> int:
-    value = request.GET.get("page", "")
-    return min(int(value), 10_000) if value.isascii() and value.isdigit() and int(value or 0) > 0 else 1
-
-
 def _grouped_context(request: HttpRequest, filters: Any, *, pending_total: int | None) -> dict[str, Any]:
     """The grouped queue (`?group=1`): groups of calls alike and lone cards, a page at a
     time (`?page=`); it does not poll, so rows a reviewer checked stay checked."""
     if pending_total is None and filters.active:
         pending_total = cards.pending_count(request.user, filters.project)
-    number = _page_number(request)
+    number = filters.page
     page = groups.group_page(request.user, filters, page=number, matching=None if filters.active else pending_total)
     query = filters.query()
     return {
@@ -170,15 +165,20 @@ def badge(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def stats(request: HttpRequest) -> HttpResponse:
-    """How reviewing goes over `?days=1|7|30|90` (default 7): operators and reviewers."""
+    """How reviewing goes over `?days=1|7|30|90` (default 7): operators and reviewers.
+    A window that is none of those is said inside the page, above the default window's
+    figures, with a 400, as the queue says a wrong `after`."""
     if not access.reads_review_stats(request.user):
         raise PermissionDenied("only operators and reviewers read the review statistics")
+    refused, status = "", 200
     try:
         days = review_stats.window_days(request.GET.get("days"))
     except review_stats.BadWindow as exc:
-        return errors.error_page(request, 400, f"invalid window: {exc}")
+        days, status = review_stats.DEFAULT_DAYS, 400
+        refused = f"Invalid window: {exc}, so these are the last {days} days instead."
     figures = review_stats.stats(request.user, days=days)
-    return render(request, "reviews/stats.html", {"stats": figures, "windows": review_stats.WINDOWS})
+    context = {"stats": figures, "windows": review_stats.WINDOWS, "refused": refused}
+    return render(request, "reviews/stats.html", context, status=status)
 
 
 @login_required

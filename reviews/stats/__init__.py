@@ -24,6 +24,6 @@ from __future__ import annotations
 
 from .figures import Chart, Stats
 from .page import stats
-from .windows import WINDOWS, BadWindow, window_days
+from .windows import DEFAULT_DAYS, WINDOWS, BadWindow, window_days
 
-__all__ = ["WINDOWS", "BadWindow", "Chart", "Stats", "stats", "window_days"]
+__all__ = ["DEFAULT_DAYS", "WINDOWS", "BadWindow", "Chart", "Stats", "stats", "window_days"]

@@ -63,11 +63,14 @@ def test_a_bad_cursor_in_the_queue_lists_url_is_the_queue_page_not_bare_text(rit
     assert '<a href="/reviews/">Back to the first cards</a>' in page
 
 
-def test_a_bad_stats_window_is_an_error_page(otto: User) -> None:
+def test_a_bad_stats_window_is_said_inside_the_stats_page(otto: User) -> None:
     response = client_for(otto).get("/reviews/stats/?days=zzz")
     assert response.status_code == 400
-    assert "invalid window" in response.content.decode()
-    assert 'class="topnav"' in response.content.decode()
+    page = response.content.decode()
+    assert "<h1>Review statistics</h1>" in page and 'class="topnav"' in page
+    assert ("Invalid window: days must be one of 1, 7, 30, 90, not &#x27;zzz&#x27;,"
+            " so these are the last 7 days instead.") in page
+    assert 'href="/reviews/stats/?days=30"' in page  # the windows it takes, one click away
 
 
 def test_api_refusals_stay_json(api) -> None:  # type: ignore[no-untyped-def]

@@ -134,6 +134,35 @@ def test_the_toggle_is_kept_in_the_url_and_ungrouped_shows_cards(defaults, rita,
     assert '<input type="hidden" name="group" value="1">' in card
 
 
+@pytest.mark.parametrize(
+    "query, said, is_grouped",
+    [
+        ("?group=zzz", "group takes 1 (similar calls together) or 0.", False),
+        ("?group=1&page=abc", "page takes a page number (1, 2, ...), so this is the first page.", True),
+        ("?group=1&page=0", "page takes a page number (1, 2, ...), so this is the first page.", True),
+        ("?group=1&page=%C2%B2", "page takes a page number (1, 2, ...), so this is the first page.", True),
+    ],
+)
+def test_a_bad_group_or_page_in_the_link_is_said_above_the_queue(defaults, rita, as_user, query, said, is_grouped) -> None:
+    refunds(2)
+    response = as_user(rita).get(f"/reviews/{query}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    notice = re.search(r'<div class="notice filter-ignored" role="alert">.*?</div>', html, re.S)
+    assert notice and said in notice.group(0)
+    assert bool(group_html(html)) == is_grouped  # the view it could show: ungrouped, or the first page
+
+
+def test_the_toggles_spellings_group_or_not(defaults, rita, as_user) -> None:
+    refunds(2)
+    client = as_user(rita)
+    for on in ("1", "true", "on", "ON"):
+        assert group_html(client.get(f"/reviews/?group={on}").content.decode()), on
+    for off in ("0", "false", "off", ""):
+        html = client.get(f"/reviews/?group={off}").content.decode()
+        assert not group_html(html) and "filter-ignored" not in html, off
+
+
 def test_hostile_and_long_values_are_inert_and_cut_with_the_full_value_behind_a_toggle(defaults, rita, as_user) -> None:
     hostile = '<img src=x onerror="alert(1)">'
     long = "refund " + "x" * 300 + "<b>end</b>"

@@ -203,6 +203,8 @@ def test_a_bad_window_is_answered_clearly(defaults: None, rita: Any, raw: str) -
     response = client_for(rita).get(f"/reviews/stats/?days={raw}")
     assert response.status_code == 400
     assert "days must be one of 1, 7, 30, 90" in response.content.decode()
+    # The default window's figures below the notice, its link marked.
+    assert '<a href="/reviews/stats/?days=7" aria-current="page">' in response.content.decode()
 
 
 @pytest.mark.parametrize("days", [1, 7, 30, 90])

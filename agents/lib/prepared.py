@@ -29,7 +29,7 @@ from django.db import connection
 CONVERTED_MAX = 100
 
 # The prepared-statement cursors of each database connection, reused by every statement
-# (the first by all; more only for `fetch_together`'s pipeline).
+# (the first by all; more only for a pipeline's statements, `pipelined`).
 _cursors: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 

@@ -99,7 +99,7 @@ def main() -> None:
             for _ in range(runs):
                 # Interleaved: each engine's run sits next to the other's on the same machine.
                 launched = run_launch(agent=profile, task=f"compare {n}", script=airlock_bench.script_of(n))
-                a = measure("airlock", lambda r=launched: timed_drive(r, airlock_db), lambda: airlock_bench.table_bytes(airlock_tables))
+                a = measure("airlock", lambda r=launched, db=airlock_db: timed_drive(r, db), lambda: airlock_bench.table_bytes(airlock_tables))
                 b = measure("langgraph", lambda n=n: lg.run(n), lambda: airlock_bench.table_bytes(LG_TABLES))
                 for name, m in (("airlock", a), ("langgraph", b)):
                     totals[name] = [x + y for x, y in zip(totals[name], m, strict=True)]

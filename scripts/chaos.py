@@ -41,8 +41,8 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.db.models import Count  # noqa: E402
 
-from agents.actions.approvals import approval_decide
-from agents.actions.runs import run_launch
+from agents.actions.approvals import approval_decide  # noqa: E402
+from agents.actions.runs import run_launch  # noqa: E402
 from agents.engine import states  # noqa: E402
 from agents.models import Approval, LedgerEntry, Run  # noqa: E402
 from agents.runs.verify import verify_run  # noqa: E402

@@ -69,7 +69,7 @@ def test_batches_and_single_clicks_raced_execute_each_call_at_most_once_and_obey
             approval_ids=order, user=team[who], decision="approve", note=f"batch by {who}", args_hashes=hashes
         )
 
-    results = dict(zip(["rita", "rob", "lena", "ruth"], at_once(act, ["rita", "rob", "lena", "ruth"])))
+    results = dict(zip(["rita", "rob", "lena", "ruth"], at_once(act, ["rita", "rob", "lena", "ruth"]), strict=True))
 
     # Every batch answers every id it named, in its order.
     assert [r.id for r in results["rita"]] == ids and [r.id for r in results["rob"]] == ids[::-1]
@@ -130,7 +130,7 @@ def test_two_batches_on_a_two_person_rule_decide_it_with_both_votes(team) -> Non
         return approval_batch_decide(approval_ids=ids, user=team[who], decision="approve")
 
     rita, rob = at_once(batch, ["rita", "rob"])
-    for a, mine, theirs in zip(Approval.objects.filter(pk__in=ids).order_by("pk"), rita, rob):
+    for a, mine, theirs in zip(Approval.objects.filter(pk__in=ids).order_by("pk"), rita, rob, strict=True):
         assert a.status == "approved"
         pair = sorted([mine.outcome, theirs.outcome])
         if a.required == 2:

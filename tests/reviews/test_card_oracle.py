@@ -200,7 +200,7 @@ def test_the_templates_print_the_old_builders_cards_byte_for_byte(scenario, rita
         'class="call-changed"',
         'Claimed by <strong class="who">&lt;b&gt;',
         "You claimed this until",
-        'id="approval-%d-claim" hx-swap-oob="true"' % scenario["claimed"].pk,
+        f'id="approval-{scenario["claimed"].pk}-claim" hx-swap-oob="true"',
         "Extend claim",
         "Release</button>",
         'class="vote-recorded"',

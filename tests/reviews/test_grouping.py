@@ -111,13 +111,13 @@ def test_a_group_card_shows_the_count_the_shared_fields_once_and_a_row_per_call(
     assert "<code>order</code>" in header and "<code>amount</code>" in header and "currency" not in header
     rows = re.findall(r'<tr data-approval-id="(\d+)">(.*?)</tr>', card, re.S)
     assert [int(pk) for pk, _ in rows] == [a.pk for a in calls]  # oldest first
-    for (pk, row), a in zip(rows, calls):
+    for (pk, row), a in zip(rows, calls, strict=True):
         assert f'href="/reviews/{pk}/"' in row
         assert f'name="ids" value="{pk}"' in row and f'name="seen" value="{pk}:{a.args_hash}"' in row
         assert f">{a.args['order']}<" in row and f">{a.args['amount']}<" in row
         assert "<time" in row
     # The call alone is its ordinary card, with its own buttons, beside the group.
-    assert f'id="approval-{lone.pk}"' in html and 'data-approval-id="%d"' % lone.pk in html
+    assert f'id="approval-{lone.pk}"' in html and f'data-approval-id="{lone.pk}"' in html
     assert html.index('id="group-') < html.index(f'id="approval-{lone.pk}"')  # the group's oldest call is older
 
 

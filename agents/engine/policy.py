@@ -9,7 +9,6 @@ arguments after its schema was validated.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -400,8 +399,11 @@ Facts = dict[str, "tuple[history_mod.Query, history_mod.Figures] | None"]
 
 
 def _rule_key(rule: dict[str, Any]) -> str:
-    # A shadow rule promoted in its place (`verdict`) is the same rule: "mode" is left out.
-    return json.dumps({k: v for k, v in rule.items() if k != "mode"}, sort_keys=True, default=str)
+    # A shadow rule promoted in its place (`verdict`) is the same rule: "mode" is left out
+    # (the promoted copy keeps the others in their order, so their repr is the same). A
+    # repr, not canonical JSON: asked three times a rule a judgement, sorted JSON was
+    # half of judging a call under five history rules (0.07 of 0.14 ms).
+    return repr([item for item in rule.items() if item[0] != "mode"])
 
 
 def _when_matches(rule: dict[str, Any], args: Any) -> bool:

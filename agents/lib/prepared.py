@@ -55,20 +55,6 @@ def _executed(sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Iterator[A
         yield cursor
 
 
-def together(
-    before: Sequence[tuple[str, Sequence[Any]]], sql: str, params: Sequence[Any], after: Sequence[str] = ()
-) -> tuple[Any, ...] | None:
-    """The first row of `sql`, prepared, sent in one round trip with the statements
-    `before` and `after` it (psycopg's pipeline; PostgreSQL with preparing on). Each is
-    a statement of its own, with its own snapshot: one `before` that waits for a lock
-    lets `sql` read what the lock's last holder committed. The others are bound on the
-    client (they are not kept prepared)."""
-    statements = [*((text, values, False) for text, values in before), (sql, params, True),
-                  *((text, None, False) for text in after)]
-    found = pipelined(statements)[len(before)]
-    return found[0] if found else None
-
-
 def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
     """The rows of each statement (fixed texts, as `fetchall` takes), every one prepared
     and all sent in one round trip. Independent reads only: each statement is its own,

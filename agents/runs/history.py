@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import JSONField, Q, QuerySet, Value
@@ -73,13 +73,8 @@ class StoreHistory:
         inside the locking transaction, not preparing), `read` alone."""
         if not (queries and self.lock and connection.in_atomic_block and prepared.preparing()):
             return rows.fetch(*read, prepared=True)
-        sql, params = self._select(queries)
-        locking = _lock_statement(queries)
-        found, _plan, row, _put_back = prepared.pipelined([
-            (read[0], read[1], True), (*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False),
-        ])
-        assert found is not None and row
-        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row[0], strict=True))
+        [found], row = _on_generic_plan(*self._select(queries), _lock_statement(queries), reads=[read])
+        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row, strict=True))
         return found
 
     # -- PostgreSQL: every query in one statement --------------------------------------
@@ -96,7 +91,7 @@ class StoreHistory:
         them 0.1-0.5 ms. `_where` writes each query so that its index is the one a
         generic plan takes (docs/performance.md, "History rules"). The advisory locks
         (`lock_first`), the plan settings, the statement and the settings' reset go in
-        one round trip (`prepared.together`): each is a statement of its own with its
+        one round trip (`_on_generic_plan`): each is a statement of its own with its
         own snapshot, so the figures are read once the locks are held. Elsewhere (a
         backtest's replay; preparing off): the locks and one statement, planned with
         its values, in one query string."""
@@ -104,8 +99,9 @@ class StoreHistory:
             return []
         sql, params = self._select(queries)
         locking = _lock_statement(queries) if lock_first and connection.in_atomic_block else None
+        row: tuple[Any, ...] | None
         if connection.in_atomic_block and prepared.preparing():
-            row = prepared.together([_generic_plan(locking)], sql, params, [_PUT_BACK])
+            _reads, row = _on_generic_plan(sql, params, locking)
         else:
             with connection.cursor() as cursor:
                 if locking is None:
@@ -296,6 +292,22 @@ def _generic_plan(locking: tuple[str, list[Any]] | None) -> tuple[str, list[Any]
     the advisory locks of `locking` (`_lock_statement`) if given."""
     locks = "" if locking is None else f", (SELECT count(*) FROM ({locking[0]}) locked)"
     return f"WITH was AS MATERIALIZED (SELECT {_KEEP}) SELECT {_SET}{locks} FROM was", [] if locking is None else locking[1]
+
+
+def _on_generic_plan(
+    sql: str, params: list[Any], locking: tuple[str, list[Any]] | None, reads: Sequence[tuple[str, Sequence[Any]]] = ()
+) -> tuple[list[list[tuple[Any, ...]]], tuple[Any, ...]]:
+    """The figures' statement `sql`, prepared and run on its generic plan, in one round
+    trip (`prepared.pipelined`) after the prepared `reads` (each independent of it): the
+    plan settings and the advisory locks of `locking` before it, the settings put back
+    after it. The rows of each read, and the figures' row."""
+    found = prepared.pipelined([
+        *((text, values, True) for text, values in reads),
+        (*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False),
+    ])
+    rows_read, row = found[: len(reads)], found[len(reads) + 1]
+    assert row and all(r is not None for r in rows_read)
+    return cast(list[list[tuple[Any, ...]]], rows_read), row[0]
 
 
 def _gin(q: Query) -> bool:

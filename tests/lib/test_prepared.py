@@ -15,12 +15,11 @@ pytestmark = [pytest.mark.django_db, requires_postgres()]
 
 def test_the_statements_before_and_after_take_effect_around_the_prepared_one() -> None:
     with transaction.atomic():
-        row = prepared.together(
-            [("SELECT set_config('airlock.test', %s, true)", ["before"])],
-            "SELECT current_setting('airlock.test'), %s::int + 1",
-            [41],
-            ["SELECT set_config('airlock.test', 'after', true)"],
-        )
+        _before, [row], _after = prepared.pipelined([
+            ("SELECT set_config('airlock.test', %s, true)", ["before"], False),
+            ("SELECT current_setting('airlock.test'), %s::int + 1", [41], True),
+            ("SELECT set_config('airlock.test', 'after', true)", None, False),
+        ])
         with connection.cursor() as cursor:
             cursor.execute("SELECT current_setting('airlock.test')")
             now = cursor.fetchone()
@@ -29,9 +28,9 @@ def test_the_statements_before_and_after_take_effect_around_the_prepared_one() -
 
 def test_a_failing_statement_is_djangos_error_and_the_transaction_rolls_back() -> None:
     with pytest.raises(DatabaseError), transaction.atomic():
-        prepared.together([("SELECT 1 / %s", [0])], "SELECT %s::int", [1])
+        prepared.pipelined([("SELECT 1 / %s", [0], False), ("SELECT %s::int", [1], True)])
     with transaction.atomic():
-        assert prepared.together([], "SELECT %s::int", [7]) == (7,)
+        assert prepared.pipelined([("SELECT %s::int", [7], True)]) == [[(7,)]]
 
 
 def test_a_long_text_is_parsed_once_per_connection_and_bound_afresh_each_time() -> None:

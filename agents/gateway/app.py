@@ -37,6 +37,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import (
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp_types import methods as spec_methods
 from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -389,12 +396,19 @@ def origin_refusal(headers: dict[str, str]) -> core.Refused | None:
                         "(AIRLOCK_GATEWAY_ALLOWED_ORIGINS)")
 
 
-def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]) -> tuple[str, Any] | None:
+def _sdk_takes_call(
+    message: Any, scope: dict[str, Any], headers: dict[str, str], *, modern: bool = False
+) -> tuple[str, Any] | None:
     """A tools/call that the SDK will hand to `call_tool` as it stands, as (tool,
     arguments): its envelope, its params and the headers the SDK checks first (Accept,
-    and Content-Type) pass the SDK's own checks. Its proposal may then ride on the
-    front's trip to the database, a trip and a pool checkout fewer; anything else is
-    left to the SDK, which refuses it before anything is proposed."""
+    and Content-Type) pass the SDK's own checks; in the 2026-07-28 era its routing
+    headers and per-request envelope too (the SDK's ladder: `classify_inbound_request`
+    and the method's params for the envelope's version), and it resumes no held call
+    (a `requestState` is the SDK's to check, then `call_tool`'s). Its proposal may then
+    ride on the front's trip to the database, a trip and a pool checkout fewer (its
+    `Mcp-Param-*` headers are checked there, once the profile is known:
+    `_param_headers_pass`); anything else is left to the SDK, which refuses it before
+    anything is proposed."""
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return None
     try:
@@ -408,7 +422,35 @@ def _sdk_takes_call(message: Any, scope: dict[str, Any], headers: dict[str, str]
     # answer stream is, so the upstream's progress can be relayed (relay.py).
     if not has_json or _wants_progress(message) or content_type != "application/json":
         return None
+    if modern:
+        raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        if params.request_state is not None or find_duplicated_routing_header(raw) is not None:
+            return None
+        route = classify_inbound_request(message, headers=headers)
+        if isinstance(route, InboundLadderRejection):
+            return None
+        try:
+            spec_methods.validate_client_request("tools/call", route.protocol_version, request.params)
+        except (ValidationError, KeyError):
+            return None
     return params.name, params.arguments or {}
+
+
+def _param_headers_pass(scope: dict[str, Any], call: tuple[str, Any]) -> Callable[[core.Admitted], bool]:
+    """Whether a 2026-07-28 call's `Mcp-Param-*` headers pass the SDK's check, asked once
+    the caller's profile is known: against the input schema this process listed for
+    the tool (`listed_schema`, what the SDK checks them against), or none when it listed
+    none (the SDK then skips the check too)."""
+    name, arguments = call
+    sent = Request(scope).headers
+
+    def check(admitted: core.Admitted) -> bool:
+        if not arguments and not any(h.startswith("mcp-param-") for h in sent):
+            return True
+        schema = _schemas.get((admitted.caller.profile_id, name))
+        return schema is None or validate_mcp_param_headers(schema, arguments, sent) is None
+
+    return check
 
 
 def _wants_progress(message: Any) -> bool:
@@ -479,16 +521,17 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         meta = call_params.get("_meta")
         conversation = headers.get(core.CONVERSATION_HEADER)
         # One trip to the database threads: the token, the profile, then the session (and
-        # a tools/call's proposal, when the SDK will take the call as it stands: in the
-        # handshake era; a 2026-07-28 request meets the SDK's own checks first, its
-        # sealed requestState among them).
-        call = None if opening or modern or unparsed is not None else _sdk_takes_call(message, scope, headers)
+        # a tools/call's proposal, when the SDK will take the call as it stands).
+        call = None if opening or unparsed is not None else _sdk_takes_call(message, scope, headers, modern=modern)
         started = None
         if call is not None:
             admitted, started = await db(
                 core.admit_and_start, authorization, match["profile"], sid=sid, run_header=run_header,
-                tool=call[0], args=call[1], conversation=conversation, meta=meta,
+                tool=call[0], args=call[1], modern=modern, conversation=conversation, meta=meta,
+                check=_param_headers_pass(scope, call) if modern else None,
             )
+            if started is None:  # its Mcp-Param headers are the SDK's to refuse
+                call = None
         else:
             admitted = await db(
                 core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,

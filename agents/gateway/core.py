@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import secrets
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -201,11 +202,16 @@ def _key_guess(header: str | None, meta: Any) -> str | None:
 def admit_and_start(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, tool: str, args: Any,
     modern: bool = False, conversation: str | None = None, meta: Any = None,
-) -> tuple[Admitted, tuple[CallAnswer, int] | Reply]:
+    check: Callable[[Admitted], bool] | None = None,
+) -> tuple[Admitted, tuple[CallAnswer, int] | Reply | None]:
     """`admit` a tools/call's request and `call_start` its call, in one trip to the
-    database threads (app.py: for a tools/call the SDK will take as it stands)."""
+    database threads (app.py: for a tools/call the SDK will take as it stands). A
+    `check` the admitted request fails (what the SDK would refuse once the caller is
+    known) starts nothing: None, and the SDK answers it."""
     admitted = admit(header, profile_name, sid=sid, run_header=run_header, opening=False, client_name="",
                      protocol_version="", modern=modern, conversation=conversation, meta=meta)
+    if check is not None and not check(admitted):
+        return admitted, None
     return admitted, call_start(admitted, tool, args)
 
 

@@ -130,10 +130,9 @@ def _tools_call(tool: str, args: Any, **extra: Any) -> bytes:
                        "params": {"name": tool, "arguments": args, **extra}}).encode()
 
 
-def test_a_tools_call_is_proposed_in_the_fronts_one_trip_to_the_database(gw, upstream, token, monkeypatch) -> None:
+def _counted_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from agents.gateway import app
 
-    session = _session(token)
     trips: list[str] = []
     real = app.db
 
@@ -142,6 +141,12 @@ def test_a_tools_call_is_proposed_in_the_fronts_one_trip_to_the_database(gw, ups
         return await real(fn, *args, **kwargs)
 
     monkeypatch.setattr(app, "db", counted)
+    return trips
+
+
+def test_a_tools_call_is_proposed_in_the_fronts_one_trip_to_the_database(gw, upstream, token, monkeypatch) -> None:
+    session = _session(token)
+    trips = _counted_trips(monkeypatch)
     status, _head, content, _ = wsgi("/mcp/gw/", _tools_call("web__lookup", {"record_id": "beta"}), token=token,
                                      **session)
     assert status == 200 and json.loads(content)["result"]["content"][0]["text"] == "the second record"
@@ -173,3 +178,89 @@ def test_a_tools_call_the_sdk_refuses_proposes_nothing(gw, upstream, token, why:
         assert json.loads(content)["error"]["code"] == -32602
     assert not ToolCall.objects.exists() and not Approval.objects.exists()
     assert upstream.calls() == []
+
+
+# A 2026-07-28 request's envelope and routing headers, as the SDK's client sends them.
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "raw-wire", "version": "1"}}
+
+
+def _modern_call(tool: str, args: Any, **headers: str) -> tuple[bytes, dict[str, str]]:
+    routing = {"HTTP_MCP_PROTOCOL_VERSION": "2026-07-28", "HTTP_MCP_METHOD": "tools/call", "HTTP_MCP_NAME": tool}
+    return _tools_call(tool, args, _meta=MODERN_META), {**routing, **headers}
+
+
+def test_a_2026_07_28_tools_call_is_proposed_in_the_fronts_one_trip(gw, upstream, token, monkeypatch) -> None:
+    trips = _counted_trips(monkeypatch)
+    body, headers = _modern_call("web__lookup", {"record_id": "beta"})
+    status, _head, content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+    assert status == 200 and json.loads(content)["result"]["content"][0]["text"] == "the second record"
+    assert trips == ["admit_and_start"]  # the token, the stream, the proposal and its drive: one trip
+    assert ToolCall.objects.get(tool="web__lookup").status == "succeeded"
+
+
+@pytest.mark.parametrize("why", ["Mcp-Name names another tool", "Mcp-Method names another method",
+                                 "no envelope in _meta", "Mcp-Name twice", "an unsupported version"])
+def test_a_2026_07_28_call_the_sdks_ladder_refuses_proposes_nothing(gw, upstream, token, why: str) -> None:
+    """The front proposes a 2026-07-28 call in its own trip only when the SDK's ladder
+    (routing headers against the body, the envelope, the version) would let it reach
+    the handler: what the SDK refuses was never proposed, nor run."""
+    body, headers = _modern_call("web__delete_record", {"record_id": "beta"})
+    if why == "Mcp-Name names another tool":
+        headers["HTTP_MCP_NAME"] = "web__lookup"
+    elif why == "Mcp-Method names another method":
+        headers["HTTP_MCP_METHOD"] = "tools/list"
+    elif why == "no envelope in _meta":
+        body = _tools_call("web__delete_record", {"record_id": "beta"})
+    elif why == "an unsupported version":
+        meta = {**MODERN_META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+        body = _tools_call("web__delete_record", {"record_id": "beta"}, _meta=meta)
+    if why == "Mcp-Name twice":
+        status, content = _with_duplicate_header(body, token, headers, "mcp-name", "web__delete_record")
+    else:
+        status, _head, content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+    assert status >= 400 and "error" in json.loads(content), content
+    assert not ToolCall.objects.exists() and not Approval.objects.exists()
+    assert upstream.calls() == []
+
+
+def _with_duplicate_header(body: bytes, token: str, headers: dict[str, str], name: str, value: str) -> tuple[int, bytes]:
+    """The gateway's ASGI application answering a request that carries `name` twice (a
+    WSGI environ folds repeated headers; the ASGI scope keeps them apart)."""
+    from agents.gateway.bridge import answer
+
+    raw = [(k[5:].replace("_", "-").lower().encode(), v.encode()) for k, v in headers.items()]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/mcp/gw/", "raw_path": b"/mcp/gw/", "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"), (b"accept", ACCEPT.encode()),
+                    (b"authorization", f"Bearer {token}".encode()), *raw, (name.encode(), value.encode())],
+        "client": ("127.0.0.1", 0), "server": ("testserver", 80),
+    }
+    found = answer(scope, body)
+    return found.status, found.body
+
+
+def test_a_2026_07_28_calls_mcp_param_headers_are_checked_before_it_is_proposed(
+    gw, upstream, token, monkeypatch
+) -> None:
+    """A call whose listed schema mirrors an argument into an `Mcp-Param-*` header: a
+    header that disagrees with the body is the SDK's refusal, and nothing is proposed;
+    one that agrees is proposed in the front's one trip."""
+    from agents.gateway import app
+
+    schema = {"type": "object", "properties": {"record_id": {"type": "string", "x-mcp-header": "Record"}}}
+    monkeypatch.setitem(app._schemas, (gw.pk, "web__lookup"), schema)
+    trips = _counted_trips(monkeypatch)
+    body, headers = _modern_call("web__lookup", {"record_id": "beta"}, HTTP_MCP_PARAM_RECORD="alpha")
+    status, _head, content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+    assert status == 400 and json.loads(content)["error"]["code"] == -32020  # HEADER_MISMATCH
+    assert not ToolCall.objects.exists() and upstream.calls() == []
+    assert trips == ["admit_and_start"]  # the token read; its check refused the start
+    del trips[:]
+    body, headers = _modern_call("web__lookup", {"record_id": "beta"}, HTTP_MCP_PARAM_RECORD="beta")
+    status, _head, content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+    assert status == 200 and json.loads(content)["result"]["content"][0]["text"] == "the second record"
+    assert trips == ["admit_and_start"]
+    assert ToolCall.objects.get(tool="web__lookup").status == "succeeded"

@@ -227,14 +227,20 @@ def wsgi_call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[int, di
 class RoundTrips:
     """Within `with round_trips() as trips:`, how many round trips the test's PostgreSQL
     connection made: the Sync messages it sent (each statement sent on its own ends in
-    one; a pipeline's statements share one), read off libpq's protocol trace."""
+    one; a pipeline's statements share one) and its simple-protocol Query messages
+    (psycopg's BEGIN and COMMIT outside a pipeline), read off libpq's protocol trace."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
 
     @property
+    def sent(self) -> list[str]:
+        """The frontend's messages, each as its kind and what it names ("Query BEGIN")."""
+        return [" ".join(m.split("\t")[2:4])[:60] for m in self.messages if m.split("\t")[:1] == ["F"]]
+
+    @property
     def count(self) -> int:
-        return sum(1 for m in self.messages if m.split("\t")[:1] == ["F"] and "\tSync" in m)
+        return sum(1 for m in self.sent if m.split(" ")[0] in ("Sync", "Query"))
 
 
 @contextlib.contextmanager

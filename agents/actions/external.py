@@ -32,7 +32,7 @@ from agents.engine.history import Query
 from agents.engine.protocols import Deps, ModelReply, ProposedCall, ToolOutcome, Usage
 from agents.engine.run import Move, RunState
 from agents.engine.step import step
-from agents.lib import rows, sanitize
+from agents.lib import prepared, rows, sanitize
 from agents.llm.external import ExternalClient
 from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver, statement, store
@@ -143,17 +143,32 @@ _READ_WITH_CALL = rows.Joined(
 )
 
 
-def _locked(run_id: int, user: Any, *, lock: bool = True, key: str | None = None) -> Run:
+def _locked(
+    run_id: int, user: Any, *, lock: bool = True, key: str | None = None,
+    then: tuple[str, Sequence[Any]] | None = None, into: list[list[tuple[Any, ...]]] | None = None,
+) -> Run:
     """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
     the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
     finish of a run queues here, and so does a reviewer's decision
     (actions.approval_decide locks the same row): each sees the last one's commit.
     `lock=False` reads it only (a report, whose commit checks the version instead);
-    with a `key` too, the run's call of that key comes in the same read (`_call`)."""
+    with a `key` too, the run's call of that key comes in the same read (`_call`).
+
+    `then`: a read (a fixed text, prepared) sent in the same round trip, after the run's
+    statement (`prepared.fetch_together`): a statement of its own, so it starts once
+    the lock is held and sees the last holder's commit; its rows go to `into`."""
     query, params = _lock_query() if lock else _READ, [run_id, user.pk, user.is_superuser]
     if not lock and _valid_key(key):
         query, params = _READ_WITH_CALL, [key, *params]
-    found = query.fetch(params) if 0 < run_id <= access.MAX_ID else []
+    if not 0 < run_id <= access.MAX_ID:
+        found = []
+    elif then is not None:
+        read, also = prepared.fetch_together([(query.sql, params), then])
+        found = query.instances(read)
+        if into is not None:
+            into.append(also)
+    else:
+        found = query.fetch(params)
     if not found:
         _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
@@ -279,22 +294,27 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
        run's lease, with its journal), and the answer carries its result.
     """
     invalid = None
-    with transaction.atomic():
-        run = _locked(run_id, user)
-        parsed_usage = parse_usage(usage)
-        if not isinstance(tool, str) or not tool or len(tool) > 100:
-            raise ActionError("invalid_call", "tool must be a tool's name")
+    named = isinstance(tool, str) and 0 < len(tool) <= 100
+    if named:
         # As the arguments: text PostgreSQL can store (a NUL was a 500); such a name is
         # no tool's, so it is recorded and answered as an unknown tool.
         tool = sanitize.clean(tool)
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
+    with transaction.atomic():
+        # The identical-call read goes in the lock's round trip (it needs only the run's
+        # id and the call's fingerprint); it runs once the lock is held.
+        ahead: list[list[tuple[Any, ...]]] = []
+        run = _locked(run_id, user, then=_identical_read(run_id, fp) if named else None, into=ahead)
+        parsed_usage = parse_usage(usage)
+        if not named:
+            raise ActionError("invalid_call", "tool must be a tool's name")
         state = store.load(run)
         # Judged inside the run's locked transaction: the history rules' figures are read
         # under their advisory locks, held until this proposal commits (runs/history.py),
-        # in the round trip of the identical-call read, ahead of the judgement that asks.
+        # ahead of the judgement that asks.
         history = StoreHistory(run, lock=True)
-        same, repeats = _identical(run, fp, history, policy.history_queries(state.policy, tool, args))
+        same, repeats = _identical(run, fp, history, policy.history_queries(state.policy, tool, args), ahead)
         if same is not None and not (once and same.delivered_at is not None):
             return _answer(same, run)
         if run.state in states.TERMINAL:
@@ -388,19 +408,26 @@ def _identical_query() -> tuple[str, rows.Columns]:
     return sql, call
 
 
+def _identical_read(run_id: int, fp: str) -> tuple[str, list[Any]]:
+    return _identical_query()[0], [run_id, fp, run_id, fp, run_id, fp]
+
+
 def _identical(
-    run: Run, fp: str, history: StoreHistory | None = None, queries: Sequence[Query] = ()
+    run: Run, fp: str, history: StoreHistory | None = None, queries: Sequence[Query] = (),
+    read: Sequence[Sequence[tuple[Any, ...]]] = (),
 ) -> tuple[ClientCall | None, int]:
     """The run's earlier call identical to this one: proposed as such, or the call a
     reviewer's edit turned into this one (its journal entry has the fingerprint); and
     how many times a call with this fingerprint ran to an end in the run, the repeat
     count the engine checks a new call against (StoreJournal.executed's). One prepared
     statement for both, under the run's lock: a proposal's two questions about its
-    fingerprint cost one round trip, which also brings the figures of the history
-    `queries` the judgement will ask `history` (`StoreHistory.read_with`)."""
-    sql, call = _identical_query()
-    read = (sql, [run.pk, fp, run.pk, fp, run.pk, fp])
-    [row] = history.read_with(queries, read) if history is not None else rows.fetch(*read, prepared=True)
+    fingerprint cost one round trip, the lock's (`_locked`), whose rows come as `read`
+    (read here without). Then the figures of the history `queries` the judgement will
+    ask `history` are read ahead, under their locks (`StoreHistory.read_ahead`)."""
+    _sql, call = _identical_query()
+    [[row]] = read or [rows.fetch(*_identical_read(run.pk, fp), prepared=True)]
+    if history is not None and queries:
+        history.read_ahead(queries)
     return (call.instance(row) if row[0] is not None else None), int(row[call.width])
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection
 from django.db.models import JSONField, Q, QuerySet, Value
@@ -29,7 +29,7 @@ from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from agents.engine.history import Figures, Query
-from agents.lib import prepared, rows
+from agents.lib import prepared
 from agents.models import Approval, Run, ToolCall
 
 _JOURNAL = "agents_toolcall t JOIN agents_run r ON r.id = t.run_id"
@@ -55,7 +55,7 @@ class StoreHistory:
         self.lock = lock
         self.as_of = as_of
         self.exclude_approval = exclude_approval
-        # Figures read ahead (`read_with`), by query: answered without reading again.
+        # Figures read ahead (`read_ahead`), by query: answered without reading again.
         self.known: dict[Query, Figures] = {}
 
     def figures(self, queries: Sequence[Query]) -> list[Figures]:
@@ -65,17 +65,11 @@ class StoreHistory:
             return self.all_at_once(queries, lock_first=self.lock)
         return [self.one(q) for q in queries]
 
-    def read_with(self, queries: Sequence[Query], read: tuple[str, Sequence[Any]]) -> list[tuple[Any, ...]]:
-        """The rows of `read` (a fixed text, prepared), with the figures of `queries` read
-        in the same round trip and kept for `figures` to answer from (the decision API:
-        the proposal's identical-call read, then the locks and the figures its judgement
-        will ask for). Where the figures cannot come in that round trip (no queries, not
-        inside the locking transaction, not preparing), `read` alone."""
-        if not (queries and self.lock and connection.in_atomic_block and prepared.preparing()):
-            return rows.fetch(*read, prepared=True)
-        [found], row = _on_generic_plan(*self._select(queries), _lock_statement(queries), reads=[read])
-        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row, strict=True))
-        return found
+    def read_ahead(self, queries: Sequence[Query]) -> None:
+        """Read the figures of `queries` now (under their locks, with `lock`), for
+        `figures` to answer from: the decision API reads them before it judges, once
+        the run's row is locked and its policy known."""
+        self.known.update(zip(queries, self.figures(queries), strict=True))
 
     # -- PostgreSQL: every query in one statement --------------------------------------
 
@@ -101,7 +95,7 @@ class StoreHistory:
         locking = _lock_statement(queries) if lock_first and connection.in_atomic_block else None
         row: tuple[Any, ...] | None
         if connection.in_atomic_block and prepared.preparing():
-            _reads, row = _on_generic_plan(sql, params, locking)
+            row = _on_generic_plan(sql, params, locking)
         else:
             with connection.cursor() as cursor:
                 if locking is None:
@@ -294,20 +288,14 @@ def _generic_plan(locking: tuple[str, list[Any]] | None) -> tuple[str, list[Any]
     return f"WITH was AS MATERIALIZED (SELECT {_KEEP}) SELECT {_SET}{locks} FROM was", [] if locking is None else locking[1]
 
 
-def _on_generic_plan(
-    sql: str, params: list[Any], locking: tuple[str, list[Any]] | None, reads: Sequence[tuple[str, Sequence[Any]]] = ()
-) -> tuple[list[list[tuple[Any, ...]]], tuple[Any, ...]]:
+def _on_generic_plan(sql: str, params: list[Any], locking: tuple[str, list[Any]] | None) -> tuple[Any, ...]:
     """The figures' statement `sql`, prepared and run on its generic plan, in one round
-    trip (`prepared.pipelined`) after the prepared `reads` (each independent of it): the
-    plan settings and the advisory locks of `locking` before it, the settings put back
-    after it. The rows of each read, and the figures' row."""
-    found = prepared.pipelined([
-        *((text, values, True) for text, values in reads),
-        (*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False),
-    ])
-    rows_read, row = found[: len(reads)], found[len(reads) + 1]
-    assert row and all(r is not None for r in rows_read)
-    return cast(list[list[tuple[Any, ...]]], rows_read), row[0]
+    trip (`prepared.pipelined`): the plan settings and the advisory locks of `locking`
+    before it, the settings put back after it. The figures' row."""
+    found = prepared.pipelined([(*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False)])
+    row = found[1]
+    assert row
+    return row[0]
 
 
 def _gin(q: Query) -> bool:

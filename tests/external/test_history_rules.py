@@ -83,18 +83,21 @@ def test_twelve_external_runs_proposing_at_once_let_exactly_three_through(api, e
 
 
 @requires_postgres()  # the figures ride a pipeline of prepared statements
-def test_the_figures_come_in_the_round_trip_of_the_identical_call_read(api, external_run, profile, monkeypatch) -> None:
-    """A proposal reads its history rules' figures (and takes their locks) beside its
-    identical-call read, ahead of the judgement, which asks no further read."""
+def test_the_figures_are_read_once_under_their_locks_ahead_of_the_judgement(
+    api, external_run, profile, monkeypatch
+) -> None:
+    """A proposal reads its history rules' figures (and takes their locks) once, after
+    the run's lock and ahead of the judgement, which asks no further read."""
     from agents.runs.history import StoreHistory
 
     AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
     for amount in (1, 2):
         assert propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": amount})["verdict"] == "allow"
-    apart: list[Any] = []
+    reads: list[Any] = []
     read = StoreHistory.all_at_once
-    monkeypatch.setattr(StoreHistory, "all_at_once", lambda self, *a, **k: apart.append(a) or read(self, *a, **k))
+    monkeypatch.setattr(StoreHistory, "all_at_once", lambda self, *a, **k: reads.append(k) or read(self, *a, **k))
     held = propose(api, external_run(), "ledger_write", entry={"order": "1042", "amount": 4})
     assert (held["verdict"], held["approval"]["history"]["count"]) == ("ask", 2)
+    assert reads == [{"lock_first": True}]
     assert propose(api, external_run(), "ledger_write", entry={"order": "5", "amount": 4})["verdict"] == "allow"
-    assert apart == []
+    assert reads == [{"lock_first": True}] * 2

@@ -17,7 +17,7 @@ from agents.engine.fingerprints import fingerprint
 from agents.lib import rows
 from agents.models import ClientCall, Run, ToolCall
 from agents.runs import driver
-from tests.helpers import requires_postgres
+from tests.helpers import requires_postgres, round_trips
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +139,23 @@ def test_turned_off_nothing_is_prepared_and_the_answers_are_the_same(settings, a
     assert list(ToolCall.objects.filter(run_id=off_run).values_list("status", "result")) == [
         ("succeeded", {"ok": True, "result": "done"})
     ]
+
+
+@requires_postgres()  # a pipeline of prepared statements
+@pytest.mark.django_db(transaction=True)  # the proposal's own BEGIN and COMMIT, not a test's savepoints
+def test_a_proposal_locks_its_run_and_reads_the_identical_call_in_one_round_trip(api, external_run) -> None:
+    """The identical-call read needs only the run's id and the call: it goes in the run
+    lock's round trip, a statement of its own that starts once the lock is held."""
+    lena = api("lena")
+    first = lena.post(f"/api/runs/{external_run()}/calls", {"tool": "crm_update", "args": NOTE})
+    assert first.data["verdict"] == "allow"  # the statements are prepared on this connection now
+    run_id = external_run()
+    with round_trips() as trips:
+        answer = lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE})
+    assert (answer.data["verdict"], answer.data["status"]) == ("allow", "approved")
+    # The token; BEGIN (psycopg syncs it in a pipeline); the run's lock with the
+    # identical-call read; the pickup's and the proposal's commit statements; COMMIT.
+    assert trips.count == 6, " | ".join(trips.sent)
+    # The identical call is found, under the lock, as before.
+    again = lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE})
+    assert again.data["key"] == answer.data["key"] and ClientCall.objects.filter(run_id=run_id).count() == 1

@@ -13,7 +13,18 @@ import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictInt, StrictStr, create_model, field_validator, model_validator
+from ninja.schema import DjangoGetter
+from pydantic import (
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from agents.access import MAX_ID
@@ -23,12 +34,27 @@ from agents.engine.limits import TASK_MAX_CHARS
 from agents.models import ApprovalDict, GrantDict, RunDict, VoteDict
 
 
+class DictShape(Schema):
+    """A response schema of a model's to_dict(): a dict is validated as it is. ninja's
+    Schema wraps whatever it validates in its ORM getter (attribute access, managers
+    read as lists), which a dict of plain values does not need: for a run's answer,
+    its nested approval, grants and hold, that wrapping was most of the validation
+    (docs/performance.md, "The hot path"). Anything else goes through the getter."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _run_root_validator(cls, values: Any, handler: ModelWrapValidatorHandler[Any], info: ValidationInfo) -> Any:
+        if type(values) is dict:
+            return handler(values)
+        return handler(DjangoGetter(values, cls, info.context))
+
+
 def from_dict_shape(name: str, shape: type, **nested: Any) -> type[Schema]:
     """The response schema of a TypedDict that a model's to_dict() returns: its fields in
     its order, each with its own type, or the schema named in `nested` for a value the
     TypedDict types as a plain dict; the description and default of the field's
     `Annotated[..., Field(...)]`; a field that may be null defaults to null (the OpenAPI
-    document then lists it as optional)."""
+    document then lists it as optional). Built on `DictShape`."""
     fields: dict[str, Any] = {}
     for key, hint in get_type_hints(shape, include_extras=True).items():
         meta = getattr(hint, "__metadata__", ())
@@ -41,7 +67,7 @@ def from_dict_shape(name: str, shape: type, **nested: Any) -> type[Schema]:
         else:
             info = Field(..., description=given.description if given else None)
         fields[key] = (annotation, info)
-    return create_model(name, __base__=Schema, __module__=__name__, **fields)
+    return create_model(name, __base__=DictShape, __module__=__name__, **fields)
 
 
 def _nullable(annotation: Any) -> bool:

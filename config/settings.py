@@ -80,7 +80,8 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     # The project switcher (agents/web/projects.py): which project the pages' lists show.
     "agents.web.projects.ProjectSwitchMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, with the header's text built once (agents/ops/policy_header.py).
+    "agents.ops.policy_header.CSPMiddleware",
     # One log line per refused request (who, method, path), so a denial leaves a trace.
     "agents.ops.middleware.DenialLogMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.

@@ -55,7 +55,7 @@ def test_the_token_door_leaves_out_only_a_browsers_middleware() -> None:
     assert settings.TOKEN_API_MIDDLEWARE == kept
     for needed in ("agents.ops.middleware.DenialLogMiddleware", "agents.ops.unavailable.DatabaseUnavailableMiddleware",
                    "django.middleware.security.SecurityMiddleware", "django.middleware.common.CommonMiddleware",
-                   "csp.middleware.CSPMiddleware", "django.middleware.clickjacking.XFrameOptionsMiddleware"):
+                   "agents.ops.policy_header.CSPMiddleware", "django.middleware.clickjacking.XFrameOptionsMiddleware"):
         assert needed in settings.TOKEN_API_MIDDLEWARE
     assert "django.contrib.sessions.middleware.SessionMiddleware" not in settings.TOKEN_API_MIDDLEWARE
 

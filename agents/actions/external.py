@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -143,9 +145,12 @@ _READ_WITH_CALL = rows.Joined(
 )
 
 
+Statement = tuple[str, Sequence[Any] | None, bool]  # text, values, prepared (`prepared.pipelined`)
+
+
 def _locked(
     run_id: int, user: Any, *, lock: bool = True, key: str | None = None,
-    then: tuple[str, Sequence[Any]] | None = None, into: list[list[tuple[Any, ...]]] | None = None,
+    then: Sequence[Statement] = (), into: list[list[tuple[Any, ...]] | None] | None = None,
 ) -> Run:
     """The external run `user` may drive, read and locked (`SELECT ... FOR UPDATE`) in
     the caller's transaction, or the refusal `_driven_run` gives. Every proposal and
@@ -154,19 +159,25 @@ def _locked(
     `lock=False` reads it only (a report, whose commit checks the version instead);
     with a `key` too, the run's call of that key comes in the same read (`_call`).
 
-    `then`: a read (a fixed text, prepared) sent in the same round trip, after the run's
-    statement (`prepared.fetch_together`): a statement of its own, so it starts once
-    the lock is held and sees the last holder's commit; its rows go to `into`."""
+    `then`: statements sent in the same round trip, after the run's (`prepared.pipelined`;
+    prepared reads only, one after another, where nothing is prepared): each a statement
+    of its own, so each starts once the lock is held and sees the last holder's commit;
+    their rows go to `into`."""
     query, params = _lock_query() if lock else _READ, [run_id, user.pk, user.is_superuser]
     if not lock and _valid_key(key):
         query, params = _READ_WITH_CALL, [key, *params]
     if not 0 < run_id <= access.MAX_ID:
         found = []
-    elif then is not None:
-        read, also = prepared.fetch_together([(query.sql, params), then])
+    elif then:
+        statements = [(query.sql, params, True), *then]
+        if prepared.preparing():
+            read, *also = prepared.pipelined(statements)
+        else:
+            read, *also = prepared.fetch_together([(text, values or ()) for text, values, _kept in statements])
+        assert read is not None
         found = query.instances(read)
         if into is not None:
-            into.append(also)
+            into += also
     else:
         found = query.fetch(params)
     if not found:
@@ -266,9 +277,12 @@ def call_propose(
     then is proposed in turn; a call waiting for a human or for the client is refused
     at once (409 call_pending)."""
     give_up = time.monotonic() + RUNNING_WAIT_SECONDS
+    foresee = True
     while True:
         try:
-            return _propose(run_id=run_id, tool=tool, args=args, user=user, usage=usage, once=once)
+            return _propose(run_id=run_id, tool=tool, args=args, user=user, usage=usage, once=once, foresee=foresee)
+        except _Unforeseen:
+            foresee = False  # the run's policy or scope changed: read as it is now
         except _ToolRunning as running:
             if time.monotonic() >= give_up:
                 raise ActionError("call_pending", running.detail, status=409) from None
@@ -276,7 +290,44 @@ def call_propose(
             time.sleep(POLL_SECONDS)
 
 
-def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: bool) -> CallAnswer:
+class _Unforeseen(Exception):
+    """The history figures a proposal read ahead were another policy's or scope's: its
+    transaction is rolled back (with their locks) and the proposal made again."""
+
+
+# What each run's last proposal in this process judged under, by (run, user): the run
+# (its history's scope) and its policy, so the next proposal can send its history
+# rules' figures in the run lock's round trip (`_propose`). A few hundred runs at most.
+_FORESEEN: OrderedDict[tuple[int, int], tuple[StoreHistory, dict[str, Any] | None]] = OrderedDict()
+_FORESEEN_LOCK = threading.Lock()  # the web process's threads share it
+FORESEEN_KEPT = 512
+
+
+def _foreseen(run_id: int, user: Any, tool: str, args: Any) -> tuple[StoreHistory | None, list[Query]]:
+    """The history and queries this proposal will judge with, if the run's last one in
+    this process is anything to go by (PostgreSQL, preparing: the figures ride a pipeline)."""
+    if not prepared.preparing():
+        return None, []
+    with _FORESEEN_LOCK:
+        seen = _FORESEEN.get((run_id, user.pk))
+    if seen is None:
+        return None, []
+    history, run_policy = seen
+    return history, policy.history_queries(run_policy, tool, args)
+
+
+def _foresee(run: Run, user: Any, history: StoreHistory, run_policy: dict[str, Any] | None) -> None:
+    key = (run.pk, user.pk)
+    with _FORESEEN_LOCK:
+        _FORESEEN[key] = (history, run_policy)
+        _FORESEEN.move_to_end(key)
+        while len(_FORESEEN) > FORESEEN_KEPT:
+            _FORESEEN.popitem(last=False)
+
+
+def _propose(
+    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: bool, foresee: bool = True
+) -> CallAnswer:
     """Propose one call of an external run; what policy made of it and, for a
     registry tool that was allowed, its result.
 
@@ -301,11 +352,17 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         tool = sanitize.clean(tool)
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
+    foreseen, guessed = _foreseen(run_id, user, tool, args) if named and foresee else (None, [])
     with transaction.atomic():
         # The identical-call read goes in the lock's round trip (it needs only the run's
-        # id and the call's fingerprint); it runs once the lock is held.
-        ahead: list[list[tuple[Any, ...]]] = []
-        run = _locked(run_id, user, then=_identical_read(run_id, fp) if named else None, into=ahead)
+        # id and the call's fingerprint), and so do the history rules' figures under
+        # their advisory locks when the run's last proposal here says which: each runs
+        # once the run's lock is held, the advisory locks after the row's.
+        then: list[Statement] = [(*_identical_read(run_id, fp), True)] if named else []
+        if foreseen is not None and guessed:
+            then += foreseen.ahead(guessed)
+        ahead: list[list[tuple[Any, ...]] | None] = []
+        run = _locked(run_id, user, then=then, into=ahead)
         parsed_usage = parse_usage(usage)
         if not named:
             raise ActionError("invalid_call", "tool must be a tool's name")
@@ -314,7 +371,14 @@ def _propose(*, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: 
         # under their advisory locks, held until this proposal commits (runs/history.py),
         # ahead of the judgement that asks.
         history = StoreHistory(run, lock=True)
-        same, repeats = _identical(run, fp, history, policy.history_queries(state.policy, tool, args), ahead)
+        queries = policy.history_queries(state.policy, tool, args)
+        if guessed:
+            assert foreseen is not None
+            if queries != guessed or foreseen.scope() != history.scope():
+                raise _Unforeseen
+            history.take(queries, ahead[1:])
+        _foresee(run, user, history, state.policy)
+        same, repeats = _identical(run, fp, history, queries, cast(list[list[tuple[Any, ...]]], ahead[:1]))
         if same is not None and not (once and same.delivered_at is not None):
             return _answer(same, run)
         if run.state in states.TERMINAL:

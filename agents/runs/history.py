@@ -71,6 +71,25 @@ class StoreHistory:
         the run's row is locked and its policy known."""
         self.known.update(zip(queries, self.figures(queries), strict=True))
 
+    def ahead(self, queries: Sequence[Query]) -> list[tuple[str, Sequence[Any] | None, bool]]:
+        """The statements that take the locks of `queries` and read their figures on
+        the generic plan, for a caller's own pipeline (`prepared.pipelined`, inside the
+        locking transaction, PostgreSQL preparing): the decision API sends them after
+        the run's lock when it knows the run's policy beforehand. `take` reads their rows."""
+        return _on_generic_plan_statements(*self._select(queries), _lock_statement(queries))
+
+    def take(self, queries: Sequence[Query], found: Sequence[list[tuple[Any, ...]] | None]) -> None:
+        """The figures of `queries` from the rows of the statements `ahead` gave, kept for
+        `figures` to answer from."""
+        row = found[1]
+        assert row
+        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row[0], strict=True))
+
+    def scope(self) -> tuple[Any, ...]:
+        """What the figures' statement reads of the run: a history over another run with
+        the same scope reads the same figures."""
+        return self.run.pk, self.run.profile_id, self.run.created_by_id, self.run.profile.project_id
+
     # -- PostgreSQL: every query in one statement --------------------------------------
 
     def all_at_once(self, queries: Sequence[Query], *, lock_first: bool = False) -> list[Figures]:
@@ -288,12 +307,19 @@ def _generic_plan(locking: tuple[str, list[Any]] | None) -> tuple[str, list[Any]
     return f"WITH was AS MATERIALIZED (SELECT {_KEEP}) SELECT {_SET}{locks} FROM was", [] if locking is None else locking[1]
 
 
+def _on_generic_plan_statements(
+    sql: str, params: list[Any], locking: tuple[str, list[Any]] | None
+) -> list[tuple[str, Sequence[Any] | None, bool]]:
+    """The figures' statement `sql`, prepared, with the plan settings and the advisory
+    locks of `locking` before it and the settings put back after it: three statements
+    for one pipeline, the second one's row the figures."""
+    return [(*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False)]
+
+
 def _on_generic_plan(sql: str, params: list[Any], locking: tuple[str, list[Any]] | None) -> tuple[Any, ...]:
-    """The figures' statement `sql`, prepared and run on its generic plan, in one round
-    trip (`prepared.pipelined`): the plan settings and the advisory locks of `locking`
-    before it, the settings put back after it. The figures' row."""
-    found = prepared.pipelined([(*_generic_plan(locking), False), (sql, params, True), (_PUT_BACK, None, False)])
-    row = found[1]
+    """The figures' statement `sql` run on its generic plan, in one round trip
+    (`prepared.pipelined`): the figures' row."""
+    row = prepared.pipelined(_on_generic_plan_statements(sql, params, locking))[1]
     assert row
     return row[0]
 

@@ -101,3 +101,46 @@ def test_the_figures_are_read_once_under_their_locks_ahead_of_the_judgement(
     assert reads == [{"lock_first": True}]
     assert propose(api, external_run(), "ledger_write", entry={"order": "5", "amount": 4})["verdict"] == "allow"
     assert reads == [{"lock_first": True}] * 2
+
+
+@requires_postgres()  # the figures ride the run lock's pipeline
+def test_a_runs_next_proposal_reads_its_figures_in_the_run_locks_round_trip(
+    api, external_run, profile, monkeypatch
+) -> None:
+    """Once a run has had a proposal in this process, the next one sends its history
+    rules' figures (and their locks) in the run lock's round trip; the same figures,
+    the same verdicts."""
+    from agents.runs.history import StoreHistory
+
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
+    run_id = external_run()
+    assert propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 1})["verdict"] == "allow"
+    apart: list[Any] = []
+    read = StoreHistory.all_at_once
+    monkeypatch.setattr(StoreHistory, "all_at_once", lambda self, *a, **k: apart.append(a) or read(self, *a, **k))
+    assert propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 2})["verdict"] == "allow"
+    held = propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 3})
+    assert (held["verdict"], held["approval"]["history"]["count"]) == ("ask", 2)
+    assert apart == []  # neither read its figures on its own
+
+
+@requires_postgres()
+def test_a_run_whose_policy_changed_is_judged_under_the_new_one(api, external_run, profile, monkeypatch) -> None:
+    """The figures read ahead for the policy the run's last proposal saw are another
+    policy's now: the proposal is made again, its figures read under the new policy."""
+    from agents.actions import external as ext
+
+    AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
+    run_id = external_run()
+    for amount in (1, 2):
+        assert propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": amount})["verdict"] == "allow"
+    run = Run.objects.get(pk=run_id)
+    stricter = {**THIRD, "history": {**THIRD["history"], "calls_over": 1}, "reason": "a second entry of one order"}
+    Run.objects.filter(pk=run_id).update(engine={**run.engine, "policy": {**run.engine["policy"], "rules": [stricter]}})
+    made: list[bool] = []
+    real = ext._propose
+    monkeypatch.setattr(ext, "_propose", lambda **kw: made.append(kw["foresee"]) or real(**kw))
+    held = propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 3})
+    assert (held["verdict"], held["approval"]["history"]["count"], held["approval"]["history"]["calls_over"]) == (
+        "ask", 2, 1)
+    assert made == [True, False]  # foreseen under the old rule, then made again under the new

@@ -49,12 +49,22 @@ def loop() -> asyncio.AbstractEventLoop:
             def run() -> None:
                 asyncio.set_event_loop(fresh)
                 fresh.call_soon(started.set)
-                fresh.run_forever()
+                fresh.run_until_complete(_forever())
 
             threading.Thread(target=run, name="airlock-gateway-loop", daemon=True).start()
             started.wait()
             _loop, _owner = fresh, os.getpid()
         return _loop
+
+
+async def _forever() -> None:
+    """What the gateway loop runs: a task that never ends, run to completion rather than
+    `run_forever`. anyio takes the task its loop runs to completion as the root of its
+    tree, and ends each thread of `anyio.to_thread` (the gateway's database threads,
+    app.py's `db`) when that root ends. Under `run_forever` there was none, so each
+    request's own task was the root: every request started a database thread and ended
+    it with the request (a thread start, and a new thread's first connection, a call)."""
+    await asyncio.Event().wait()
 
 
 def _environ_scope(environ: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -264,3 +265,26 @@ def test_a_2026_07_28_calls_mcp_param_headers_are_checked_before_it_is_proposed(
     assert status == 200 and json.loads(content)["result"]["content"][0]["text"] == "the second record"
     assert trips == ["admit_and_start"]
     assert ToolCall.objects.get(tool="web__lookup").status == "succeeded"
+
+
+def test_the_gateways_database_threads_outlive_a_request(gw, upstream, token, monkeypatch) -> None:
+    """The front's trips to the database threads run on threads the gateway's loop
+    keeps (anyio ends them with the loop's root task, which is not a request's): ten
+    calls through the WSGI door start at most one such thread, not one each."""
+    from agents.gateway import core
+
+    local, fresh = threading.local(), []
+    real = core.admit_and_start
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if not getattr(local, "seen", False):
+            local.seen = True
+            fresh.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "admit_and_start", watched)
+    for _ in range(10):
+        body, headers = _modern_call("web__lookup", {"record_id": "beta"})
+        status, _head, _content, _ = wsgi("/mcp/gw/", body, token=token, **headers)
+        assert status == 200
+    assert len(fresh) <= 1, fresh

@@ -99,15 +99,15 @@ def _user_of(
     if not found:
         return None, []
     roles_at = token_columns.width + user_columns.width
-    token = token_columns.instance(found[0])
+    # The token's own values, not a model instance: only three of them are used here.
+    token = dict(zip(token_columns.attnames, token_columns.values(found[0]), strict=True))
     user = user_columns.instance(found[0][token_columns.width :])
-    token.user = user
     access.remember_roles(user, (row[roles_at : roles_at + 3] for row in found))
     now = timezone.now()
-    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+    if token["last_used_at"] is None or (now - token["last_used_at"]).total_seconds() > 60:
         # At most one write a minute per token: "last used" is for humans, not an audit log.
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    user._airlock_token_project = token.project_id
+        ApiToken.objects.filter(pk=token["id"]).update(last_used_at=now)
+    user._airlock_token_project = token["project_id"]
     return user, [row[roles_at + 3 :] for row in found]
 
 

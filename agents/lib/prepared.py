@@ -72,7 +72,9 @@ def pipelined(statements: Sequence[tuple[str, Sequence[Any] | None, bool]]) -> l
     kept prepared; their results are dropped). Each statement has its own snapshot."""
     kept = [i for i, (_sql, _params, keep) in enumerate(statements) if keep]
     cursors = {i: _cursor(n) for n, i in enumerate(kept)}
-    with connection.cursor() as other, connection.wrap_database_errors, connection.connection.pipeline():
+    # A plain cursor only for statements bound on the client (none in most pipelines).
+    plain = connection.cursor() if len(kept) < len(statements) else contextlib.nullcontext()
+    with plain as other, connection.wrap_database_errors, connection.connection.pipeline():
         for i, (sql, params, _keep) in enumerate(statements):
             (cursors[i] if i in cursors else other).execute(sql, params)
     return [list(cursors[i].fetchall()) if i in cursors else None for i in range(len(statements))]

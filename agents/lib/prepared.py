@@ -73,7 +73,9 @@ def pipelined(statements: Sequence[tuple[str, Sequence[Any] | None, bool]]) -> l
     kept = [i for i, (_sql, _params, keep) in enumerate(statements) if keep]
     cursors = {i: _cursor(n) for n, i in enumerate(kept)}
     # A plain cursor only for statements bound on the client (none in most pipelines).
-    plain = connection.cursor() if len(kept) < len(statements) else contextlib.nullcontext()
+    plain: contextlib.AbstractContextManager[Any] = (
+        connection.cursor() if len(kept) < len(statements) else contextlib.nullcontext()
+    )
     with plain as other, connection.wrap_database_errors, connection.connection.pipeline():
         for i, (sql, params, _keep) in enumerate(statements):
             (cursors[i] if i in cursors else other).execute(sql, params)

@@ -303,17 +303,20 @@ _FORESEEN_LOCK = threading.Lock()  # the web process's threads share it
 FORESEEN_KEPT = 512
 
 
-def _foreseen(run_id: int, user: Any, tool: str, args: Any) -> tuple[StoreHistory | None, list[Query]]:
-    """The history and queries this proposal will judge with, if the run's last one in
-    this process is anything to go by (PostgreSQL, preparing: the figures ride a pipeline)."""
+def _foreseen(
+    run_id: int, user: Any, tool: str, args: Any
+) -> tuple[StoreHistory | None, dict[str, Any] | None, list[Query]]:
+    """The history, policy and queries this proposal will judge with, if the run's last
+    one in this process is anything to go by (PostgreSQL, preparing: the figures ride a
+    pipeline)."""
     if not prepared.preparing():
-        return None, []
+        return None, None, []
     with _FORESEEN_LOCK:
         seen = _FORESEEN.get((run_id, user.pk))
     if seen is None:
-        return None, []
+        return None, None, []
     history, run_policy = seen
-    return history, policy.history_queries(run_policy, tool, args)
+    return history, run_policy, policy.history_queries(run_policy, tool, args)
 
 
 def _foresee(run: Run, user: Any, history: StoreHistory, run_policy: dict[str, Any] | None) -> None:
@@ -352,7 +355,7 @@ def _propose(
         tool = sanitize.clean(tool)
         args = sanitize.clean(args if args is not None else {})
         fp = fingerprint(tool, args)
-    foreseen, guessed = _foreseen(run_id, user, tool, args) if named and foresee else (None, [])
+    foreseen, seen_policy, guessed = _foreseen(run_id, user, tool, args) if named and foresee else (None, None, [])
     with transaction.atomic():
         # The identical-call read goes in the lock's round trip (it needs only the run's
         # id and the call's fingerprint), and so do the history rules' figures under
@@ -371,10 +374,12 @@ def _propose(
         # under their advisory locks, held until this proposal commits (runs/history.py),
         # ahead of the judgement that asks.
         history = StoreHistory(run, lock=True)
-        queries = policy.history_queries(state.policy, tool, args)
+        # The queries are the policy's: under the policy foreseen, those worked out then.
+        same_policy = foreseen is not None and state.policy == seen_policy
+        queries = guessed if same_policy else policy.history_queries(state.policy, tool, args)
         if guessed:
             assert foreseen is not None
-            if queries != guessed or foreseen.scope() != history.scope():
+            if not same_policy or foreseen.scope() != history.scope():
                 raise _Unforeseen
             history.take(queries, ahead[1:])
         _foresee(run, user, history, state.policy)

@@ -23,6 +23,14 @@ def a_run(agent: str = "scripted") -> Run:
     return run_launch(agent=agent, task="stats", script=script)
 
 
+def today_ago(seconds: float) -> float:
+    """`seconds` ago, or less where that would fall before midnight UTC: a call the test
+    means as closed today stays today when the test runs just after midnight."""
+    now = timezone.now().astimezone(dt.UTC)
+    since_midnight = (now - now.replace(hour=0, minute=0, second=0, microsecond=0)).total_seconds()
+    return min(seconds, since_midnight / 2)
+
+
 def profile_rule(index: int) -> dict[str, Any]:
     return {"tool": "ledger_write", "then": "ask", "reason": f"rule {index}", "origin": "profile", "index": index}
 

@@ -96,9 +96,10 @@ def test_read_at_the_present_todays_tally_and_the_exact_figures_agree(rita: Any,
     """With no `now` given, today is read from its tally too (it holds only calls closed
     before now) and from the calls closed since the fold."""
     history = varied(rita, rob, now=timezone.now())
-    assert review_tally.approvals_tally(batch=37) == len(history)
     run = rows.a_run("demo")
-    rows.approval(run, by=rob, wait=5, closed_ago=60)  # today, after the fold
+    history.append(rows.approval(run, by=rita, wait=3, closed_ago=rows.today_ago(90)))  # today, before the fold
+    assert review_tally.approvals_tally(batch=37) == len(history)
+    rows.approval(run, by=rob, wait=5, closed_ago=rows.today_ago(60))  # today, after the fold
     today = timezone.now().astimezone(dt.UTC).date()
     assert ReviewTally.objects.filter(day=today).exists()
     tallied = stats.stats(rita, days=days)
@@ -201,7 +202,7 @@ def test_a_decision_after_a_cached_read_shows_on_the_next_load(rita: Any, rob: A
     first = stats.stats(rita, days=30)
     assert first.bucketed and _counts(stats.stats(rita, days=30)) == _counts(first)  # the cached read
     run = rows.a_run("demo")
-    rows.approval(run, by=rob, wait=5, closed_ago=60)
+    rows.approval(run, by=rob, wait=5, closed_ago=rows.today_ago(60))
     rows.approval(run, by=rob, wait=5, closed_ago=5 * DAY, status="rejected")  # into a cached day
     after = stats.stats(rita, days=30)
     assert after.overall.n == first.overall.n + 2
@@ -227,7 +228,7 @@ def test_the_cached_past_days_agree_with_the_exact_figures(rita: Any, rob: Any, 
     varied(rita, rob, now=timezone.now())
     review_tally.approvals_tally()
     version = review_tally.version()
-    rows.approval(rows.a_run("demo"), by=rob, wait=5, closed_ago=60)
+    rows.approval(rows.a_run("demo"), by=rob, wait=5, closed_ago=rows.today_ago(60))
     assert review_tally.approvals_tally() == 1
     assert review_tally.version() == version  # today's call: the past days are as cached
     for user in (rita, rita, dora, dora):

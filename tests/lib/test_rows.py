@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from django.db import models
+from django.db.models.signals import post_init, pre_init
 
-from agents.lib.rows import Rows, placeholders
-from agents.models import Message, ToolCall, Transition
+from agents.lib.rows import Columns, Rows, fetch, placeholders
+from agents.models import Message, Run, ToolCall, Transition
 from agents.web import timeline
 from tests.helpers import call, final
 
@@ -43,3 +45,41 @@ def test_the_chart_series_and_cache_sums_match_the_orm(launch, drive) -> None:
     assert points == list(run.transitions.order_by("seq").values_list("seq", "cost_micros", "tokens"))
     assert cache == run.cache_tokens() == {"read": 800, "write": 80}
     assert timeline.series(run) == points
+
+
+def _fields(obj: object) -> dict[str, object]:
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}  # type: ignore[attr-defined]
+
+
+def test_an_instance_is_made_without_init_unless_an_init_receiver_listens(launch, drive, monkeypatch) -> None:
+    """Columns.instance skips Model.__init__'s walk over the fields (the ORM's own
+    instance has the same values and state), and goes through from_db, receivers
+    called, once a pre_init or post_init receiver listens for the model."""
+    run = drive(launch([call("echo", text="hi"), final("ok")]))
+    columns = Columns(Run, "a")
+    [row] = fetch(f"SELECT {columns.sql} FROM agents_run a WHERE a.id = %s", [run.pk])
+    orm = Run.objects.get(pk=run.pk)
+    inits: list[object] = []
+    original = models.Model.__init__
+
+    def counted(self: models.Model, *args: object, **kwargs: object) -> None:
+        inits.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(models.Model, "__init__", counted)
+    made = columns.instance(row)
+    assert inits == [] and _fields(made) == _fields(orm)
+    assert (made._state.adding, made._state.db) == (False, "default") and made.get_deferred_fields() == set()
+    heard: list[object] = []
+
+    def receiver(sender: type, **kwargs: object) -> None:
+        heard.append(kwargs.get("instance"))  # post_init's; pre_init sends none
+
+    for signal in (pre_init, post_init):
+        signal.connect(receiver, sender=Run)
+        try:
+            again = columns.instance(row)
+        finally:
+            signal.disconnect(receiver, sender=Run)
+        assert _fields(again) == _fields(made) and again._state.adding is False
+    assert len(inits) == 2 and heard == [None, inits[-1]]

@@ -24,7 +24,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.lib import rows
-from agents.models import AgentProfile, Approval, Grant, Membership, Project, Run
+from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Membership, Project, Run
 from agents.models.projects import ROLES
 
 REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
@@ -497,12 +497,24 @@ _READABLE = rows.Joined(Run, ["profile", "created_by"], "a.id = %s", defer=["scr
 # (the API's GET /api/runs/<id>, issue #48): the pending approval it waits on (the
 # lowest id, as `.pending().first()` takes) and how many grants it has, so a run with
 # none (most) costs no grants query. Approval and grant rows themselves stay the ORM's.
+_PENDING = "c0"
 _READABLE_FOR_DICT = rows.Joined(
     Run, ["profile", "created_by"], "a.id = %s", defer=["script"], prepared=True,
-    beside=[("_pending_approval", Approval,
-             f"c0.id = (SELECT min(p.id) FROM {Approval._meta.db_table} p WHERE p.run_id = a.id"
-             f" AND p.status = '{Approval.Status.PENDING}')")],
-    annotate=[("_grant_count", f"(SELECT count(*) FROM {Grant._meta.db_table} g WHERE g.run_id = a.id)")],
+    beside=[
+        ("_pending_approval", Approval,
+         f"{_PENDING}.id = (SELECT min(p.id) FROM {Approval._meta.db_table} p WHERE p.run_id = a.id"
+         f" AND p.status = '{Approval.Status.PENDING}')"),
+        # Who edited and who claims the waiting call, each named in its `to_dict()`.
+        ("_pending_edited_by", get_user_model(), f"c1.id = {_PENDING}.edited_by_id"),
+        ("_pending_claimed_by", get_user_model(), f"c2.id = {_PENDING}.claimed_by_id"),
+    ],
+    annotate=[
+        ("_grant_count", f"(SELECT count(*) FROM {Grant._meta.db_table} g WHERE g.run_id = a.id)"),
+        # The votes `current_votes()` returns (this round's, not withdrawn): with none,
+        # as while most calls wait, the answer needs no votes query.
+        ("_pending_votes", f"(SELECT count(*) FROM {ApprovalVote._meta.db_table} v WHERE v.approval_id = {_PENDING}.id"
+                           f" AND v.round = {_PENDING}.round AND v.withdrawn_at IS NULL)"),
+    ],
 )
 
 
@@ -521,7 +533,22 @@ def readable_run(user: Any, run_id: int, *, for_dict: bool = False, read: list[A
         raise Http404(f"no run {run_id}")
     if not can_read_run(user, run):
         raise RunHidden(f"no run {run_id}")
+    if for_dict or read is not None:
+        _attach_pending(run)
     return run
+
+
+def _attach_pending(run: Run) -> None:
+    """Hand the waiting call what the statement read beside it: who edited and who
+    claims it (as `select_related` attaches them) and, when it has no counted votes,
+    its votes (none, as a prefetch leaves them)."""
+    approval: Approval | None = getattr(run, "_pending_approval", None)
+    if approval is None:
+        return
+    Approval.edited_by.field.set_cached_value(approval, getattr(run, "_pending_edited_by", None))
+    Approval.claimed_by.field.set_cached_value(approval, getattr(run, "_pending_claimed_by", None))
+    if getattr(run, "_pending_votes", None) == 0:
+        approval._prefetched_objects_cache = {"votes": ApprovalVote.objects.none()}  # type: ignore[attr-defined]
 
 
 def run_read_for_dict(run_id: int) -> tuple[str, list[Any]] | None:

@@ -4,6 +4,7 @@ ORM's `to_dict()`, field by field, and a run with no grants costs no grants quer
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -13,10 +14,11 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents import access
 from agents.actions.tokens import token_create
-from agents.models import Approval, Grant, Run
+from agents.models import Approval, ApprovalVote, Grant, Run
 from tests.helpers import client_for, requires_postgres, round_trips
 
 pytestmark = pytest.mark.django_db
@@ -61,24 +63,38 @@ def test_a_runs_read_is_two_statements_the_token_and_the_run(launch: Any, lena: 
 
 
 @requires_postgres()
-def test_a_tokens_run_read_rides_the_tokens_round_trip(pending: Any, lena: User) -> None:
-    """The run (with its pending approval and grant count) is read in the token's round
-    trip; the answer is the ORM's all the same."""
-    run_id = pending(user=lena).run_id
+def test_a_tokens_run_read_rides_the_tokens_round_trip(pending: Any, lena: User, rita: User) -> None:
+    """The run (with its pending approval, who edited and who claims it, its vote and
+    grant counts) is read in the token's round trip: one round trip while a call waits,
+    edited and claimed or not; the answer is the ORM's all the same. Votes counted on
+    the call are read apart, a second trip."""
+    approval = pending(user=lena)
+    run_id = approval.run_id
     _row, raw = token_create(user=lena)
     api = Client(headers={"Authorization": f"Bearer {raw}"})
     api.get(f"/api/runs/{run_id}")  # prepares the statements; marks the token used
-    with round_trips() as trips:
-        answer = api.get(f"/api/runs/{run_id}")
-    assert answer.status_code == 200
-    assert answer.json() == orm_json(run_id) and answer.json()["pending_approval"] is not None
-    # The token with the run beside it, then the pending approval's votes (a plain read;
-    # a run with none waiting makes none).
-    assert trips.count == 2, " | ".join(trips.sent)
-    assert trips.sent[-1].startswith('Query  "SELECT "agents_approvalvote"')
+
+    def read(trips_expected: int) -> dict[str, Any]:
+        with round_trips() as trips:
+            answer = api.get(f"/api/runs/{run_id}")
+        assert answer.status_code == 200
+        assert answer.json() == orm_json(run_id) and answer.json()["pending_approval"] is not None
+        assert trips.count == trips_expected, " | ".join(trips.sent)
+        return dict(answer.json()["pending_approval"])
+
+    assert read(1)["votes"] == []
+    until = timezone.now() + dt.timedelta(minutes=5)
+    Approval.objects.filter(pk=approval.pk).update(
+        claimed_by=rita, claimed_until=until, edited_by=rita, edited_args={"x": 1}, round=1,
+    )
+    ApprovalVote.objects.create(approval=approval, round=0, by=rita, by_name="rita", decision="approve", at=until)
+    shown = read(1)  # a vote of an earlier round does not count: none to read
+    assert (shown["claimed_by"], shown["edited_by"], shown["votes"]) == ("rita", "rita", [])
+    ApprovalVote.objects.create(approval=approval, round=1, by=rita, by_name="rita", decision="approve", at=until)
+    assert [v["by"] for v in read(2)["votes"]] == ["rita"]
     # The session's read (no token) reads the run on its own, as before.
     session = client_for(lena)
-    assert session.get(f"/api/runs/{run_id}").json() == answer.json()
+    assert session.get(f"/api/runs/{run_id}").json() == orm_json(run_id)
 
 
 def test_what_the_token_read_beside_it_is_judged_after_it(launch: Any, lena: User, leo: User) -> None:

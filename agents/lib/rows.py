@@ -78,7 +78,7 @@ class Columns:
         # An attname is never a data descriptor on a fresh instance (a foreign key's
         # `_id` descriptor only clears a cached related object), so `__dict__` is what
         # `__init__`'s setattr would fill; a column left out (deferred) stays absent.
-        made.__dict__.update(zip(self.attnames, self.values(row)))
+        made.__dict__.update(zip(self.attnames, self.values(row), strict=True))
         made._state = state = ModelState()
         state.adding, state.db = False, connection.alias
         return made

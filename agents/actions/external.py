@@ -144,8 +144,44 @@ _READ_WITH_CALL = rows.Joined(
     beside=[("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s")],
 )
 
+# The same two reads whoever asks (no launcher filter, no lock): a report's or a status
+# read's first read, sent in the token's round trip before its user is known
+# (`call_read_ahead`, agents/api/external.py) and judged after it (`_judged`).
+# With the call's newest journal entry (`_journal_ahead`), which every answer shows.
+_RUN_WITH_CALL = rows.Joined(
+    Run, ["profile", "created_by"], "a.id = %s", defer=["script"], prepared=True,
+    beside=[
+        ("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s"),
+        ("journal_entry", ToolCall,
+         f"c1.id = (SELECT max(j.id) FROM {ToolCall._meta.db_table} j WHERE j.run_id = a.id AND j.call_id = c0.call_id)"),
+    ],
+)
+
 
 Statement = tuple[str, Sequence[Any] | None, bool]  # text, values, prepared (`prepared.pipelined`)
+
+
+def call_read_ahead(run_id: int, key: str) -> tuple[str, list[Any]] | None:
+    """The statement a report or a status read of call `key` of run `run_id` reads the
+    run and its call with, to send in the token's round trip (its rows go to the
+    action's `read`); None for an id no run can have or a key no call can have."""
+    if not 0 < run_id <= access.MAX_ID or not _valid_key(key):
+        return None
+    return _RUN_WITH_CALL.sql, [key, run_id]
+
+
+def _judged(run_id: int, user: Any, read: Sequence[Sequence[Any]]) -> Run:
+    """The run (its call of the key beside it) from the rows `call_read_ahead`'s statement
+    read before `user` was known, judged now: the refusals `_locked(lock=False)` gives
+    (404 for a run they may not read, 403 for one they did not launch, 409 for one not
+    external)."""
+    found = _RUN_WITH_CALL.instances(read)
+    if not found:
+        return _driven_run(run_id, user)  # no such run: the 404 every read gives
+    run = found[0]
+    if not access.can_read_run(user, run):
+        raise access.RunHidden(f"no run {run_id}")
+    return _drivable(run, user)
 
 
 def _locked(
@@ -510,18 +546,20 @@ def _waiting_detail(run: Run, state: RunState) -> dict[str, Any]:
 
 
 def _answer(
-    call: ClientCall, run: Run, journal: dict[str, Any] | None = None, *, reviewed: bool = True
+    call: ClientCall, run: Run, journal: dict[str, Any] | None = None, *, reviewed: bool = True,
+    journal_known: bool = False,
 ) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
     for this call) and its journal entry (`journal`, {"status", "result"}, when the
-    caller has just written it; `reviewed=False` when it knows no approval exists)."""
+    caller has just written or read it; with `journal_known`, None means it has none;
+    `reviewed=False` when it knows no approval exists)."""
     approval = None
     if reviewed and not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
         found = _APPROVAL.fetch([call.run_id, call.call_id])
         approval = found[0] if found else None
         if approval is not None:
             prefetch_related_objects([approval], "votes")
-    if journal is None:
+    if journal is None and not journal_known:
         newest = _journal().fetch("run_id = %s AND call_id = %s", [call.run_id, call.call_id], order_by="id DESC",
                                   limit=1)
         journal = newest[0]._asdict() if newest else None
@@ -577,12 +615,35 @@ def call_delivered(*, run_id: int, key: str) -> None:
     ClientCall.objects.filter(run_id=run_id, key=key, delivered_at__isnull=True).update(delivered_at=timezone.now())
 
 
-def call_status(*, run_id: int, key: str, user: Any) -> CallAnswer:
-    run = _driven_run(run_id, user)
-    return _answer(_call(run, key), run)
+def call_status(*, run_id: int, key: str, user: Any, read: Sequence[Sequence[Any]] | None = None) -> CallAnswer:
+    """The call as it stands; `read`: the rows `call_read_ahead`'s statement read."""
+    return _as_it_stands(run_id, key, user, read)[2]
 
 
-def call_wait(*, run_id: int, key: str, user: Any, wait: float) -> CallAnswer:
+def _as_it_stands(
+    run_id: int, key: str, user: Any, read: Sequence[Sequence[Any]] | None
+) -> tuple[Run, ClientCall, CallAnswer]:
+    """The run `user` drives, its call of `key` and the call's answer: read now, or
+    judged from `read` (`call_read_ahead`'s rows, the journal entry beside them)."""
+    if read is None:
+        run = _driven_run(run_id, user)
+        call = _call(run, key)
+        return run, call, _answer(call, run)
+    run = _judged(run_id, user, read)
+    call = _call(run, key)
+    return run, call, _answer(call, run, journal=_journal_ahead(run), journal_known=True)
+
+
+def _journal_ahead(run: Run) -> dict[str, Any] | None:
+    """The call's newest journal entry as `_answer` reads it, from what `_judged`'s rows
+    held beside the run (None: the call has none)."""
+    entry = run.__dict__.get("journal_entry")
+    return None if entry is None else {"status": entry.status, "result": entry.result}
+
+
+def call_wait(
+    *, run_id: int, key: str, user: Any, wait: float, read: Sequence[Sequence[Any]] | None = None
+) -> CallAnswer:
     """The call's answer once it leaves `pending` or `running`, or after `wait`
     seconds (at most 30) as it stands.
 
@@ -596,10 +657,9 @@ def call_wait(*, run_id: int, key: str, user: Any, wait: float) -> CallAnswer:
     """
     if not 0 <= wait <= MAX_WAIT_SECONDS:
         raise ActionError("invalid_wait", f"wait is 0 to {MAX_WAIT_SECONDS:g} seconds")
-    run = _driven_run(run_id, user)
-    call = _call(run, key)
+    run, call, answer = _as_it_stands(run_id, key, user, read)
     give_up = time.monotonic() + wait
-    answer, seen = _answer(call, run), run.version
+    seen = run.version
     while True:
         left = give_up - time.monotonic()
         if answer.status not in WAITING or left <= 0:
@@ -612,20 +672,26 @@ def call_wait(*, run_id: int, key: str, user: Any, wait: float) -> CallAnswer:
             answer = _answer(call, run)
 
 
-def call_report(*, run_id: int, key: str, ok: Any, output: Any, user: Any) -> CallAnswer:
+def call_report(
+    *, run_id: int, key: str, ok: Any, output: Any, user: Any, read: Sequence[Sequence[Any]] | None = None
+) -> CallAnswer:
     """The client's result of a client tool it was allowed (or approved) to run.
 
     A second report of the same call changes nothing and answers as the first left
     it; a report for a call that may not run (pending, rejected, denied) is a 409
     `not_approved`; for a tool Airlock runs itself, a 409 `not_a_client_tool`.
+    `read`: the rows `call_read_ahead`'s statement read, for the first attempt.
     """
     if not isinstance(ok, bool):
         raise ActionError("invalid_result", "ok must be true or false")
     output = sanitize.clean(output)
     # No lock: the commit is conditional on the run's version, so a report that meets
     # another move of the run (a second report of the call, the deadline) reads again.
-    for _ in range(REPORT_ATTEMPTS):
-        run = _locked(run_id, user, lock=False, key=key)
+    for attempt in range(REPORT_ATTEMPTS):
+        if attempt == 0 and read is not None:
+            run = _judged(run_id, user, read)
+        else:
+            run = _locked(run_id, user, lock=False, key=key)
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",

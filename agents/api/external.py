@@ -10,11 +10,22 @@ from django.http import HttpRequest
 from ninja import Query, Router
 
 from agents.actions import external
+from agents.api.auth import SessionAuth, TokenAuth
 from agents.api.errors import ERRORS
 from agents.api.schemas import CallIn, CallOut, Error, FinishIn, ReportIn, RunOut
 from agents.models import Run
 
 router = Router()
+
+
+def _call_ahead(request: HttpRequest) -> tuple[str, list[Any]] | None:
+    kwargs = request.resolver_match.kwargs  # type: ignore[union-attr]
+    return external.call_read_ahead(kwargs["run_id"], kwargs["key"])
+
+
+# A token's status read or report reads the run and its call in the token's round trip
+# (the hot path, issue #48); a session's reads them apart, as before.
+_CALL_AUTH = [TokenAuth(ahead=_call_ahead), SessionAuth()]
 
 
 @router.post("/runs/{int:run_id}/calls", response={200: CallOut, ERRORS: Error}, summary="Propose a call")
@@ -29,20 +40,24 @@ def runs_calls_create(request: HttpRequest, run_id: int, payload: CallIn) -> dic
     return answer.to_dict()
 
 
-@router.get("/runs/{int:run_id}/calls/{key}", response={200: CallOut, ERRORS: Error}, summary="A proposed call")
+@router.get(
+    "/runs/{int:run_id}/calls/{key}", response={200: CallOut, ERRORS: Error}, summary="A proposed call", auth=_CALL_AUTH
+)
 def runs_calls_detail(
     request: HttpRequest, run_id: int, key: str, wait: float = Query(0, ge=0, le=external.MAX_WAIT_SECONDS)
 ) -> dict[str, Any]:
     """The call as it stands; with `wait` (seconds, at most 30) the answer waits while
     the call is `pending` or `running`."""
     user = request.auth  # type: ignore[attr-defined]
+    read = getattr(request, "airlock_read", None)
     if wait:
-        return external.call_wait(run_id=run_id, key=key, user=user, wait=wait).to_dict()
-    return external.call_status(run_id=run_id, key=key, user=user).to_dict()
+        return external.call_wait(run_id=run_id, key=key, user=user, wait=wait, read=read).to_dict()
+    return external.call_status(run_id=run_id, key=key, user=user, read=read).to_dict()
 
 
 @router.post(
-    "/runs/{int:run_id}/calls/{key}/result", response={200: CallOut, ERRORS: Error}, summary="Report a client tool's result"
+    "/runs/{int:run_id}/calls/{key}/result", response={200: CallOut, ERRORS: Error}, summary="Report a client tool's result",
+    auth=_CALL_AUTH,
 )
 def runs_calls_result(request: HttpRequest, run_id: int, key: str, payload: ReportIn) -> dict[str, Any]:
     """The result of a client tool the client was allowed to run; a second report of
@@ -50,6 +65,7 @@ def runs_calls_result(request: HttpRequest, run_id: int, key: str, payload: Repo
     answer = external.call_report(
         run_id=run_id, key=key, ok=payload.ok, output=payload.output,
         user=request.auth,  # type: ignore[attr-defined]
+        read=getattr(request, "airlock_read", None),
     )
     return answer.to_dict()
 

@@ -159,3 +159,48 @@ def test_a_proposal_locks_its_run_and_reads_the_identical_call_in_one_round_trip
     # The identical call is found, under the lock, as before.
     again = lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE})
     assert again.data["key"] == answer.data["key"] and ClientCall.objects.filter(run_id=run_id).count() == 1
+
+
+@requires_postgres()  # a pipeline of prepared statements
+@pytest.mark.django_db(transaction=True)  # the report's own commit, not a test's savepoints
+def test_a_report_and_a_status_read_read_the_run_and_call_in_the_tokens_round_trip(api, external_run) -> None:
+    """The run and its call by key are read whoever asks, so a token's status read and
+    report send that read in the token's round trip and judge it once the user is
+    known: a status read is one round trip, a report two (then its commit)."""
+    lena = api("lena")
+    warm = external_run()  # the statements are prepared on this connection after it
+    key = lena.post(f"/api/runs/{warm}/calls", {"tool": "crm_update", "args": NOTE}).data["key"]
+    assert lena.get(f"/api/runs/{warm}/calls/{key}").data["status"] == "approved"
+    assert lena.post(f"/api/runs/{warm}/calls/{key}/result", {"ok": True, "output": "done"}).data["status"] == "succeeded"
+    run_id = external_run()
+    key = lena.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE}).data["key"]
+    with round_trips() as status_trips:
+        status = lena.get(f"/api/runs/{run_id}/calls/{key}")
+    with round_trips() as report_trips:
+        report = lena.post(f"/api/runs/{run_id}/calls/{key}/result", {"ok": True, "output": "done"})
+    assert (status.status_code, status.data["status"]) == (200, "approved")
+    assert (report.status_code, report.data["status"]) == (200, "succeeded")
+    assert report.data["result"] == {"ok": True, "result": "done"}
+    assert status_trips.count == 1, " | ".join(status_trips.sent)
+    assert report_trips.count == 2, " | ".join(report_trips.sent)
+    assert list(ToolCall.objects.filter(run_id=run_id).values_list("status", "result")) == [
+        ("succeeded", {"ok": True, "result": "done"})
+    ]
+
+
+@pytest.mark.parametrize(("who", "refused"), [("leo", 404), ("otto", 403)])
+def test_a_call_read_beside_the_token_is_refused_as_a_read_apart(api, external_run, who, refused) -> None:
+    """Read before the user is known, a run and its call answer only whoever may drive
+    the run: another launcher's token gets the 404 of a run that does not exist, an
+    operator's (who may read it) the 403 of one they did not launch, as before."""
+    run_id = external_run()
+    key = api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE}).data["key"]
+    caller = api(who)
+    got = [
+        caller.get(f"/api/runs/{run_id}/calls/{key}"),
+        caller.post(f"/api/runs/{run_id}/calls/{key}/result", {"ok": True, "output": "x"}),
+        caller.get(f"/api/runs/{run_id}/calls/{key}?wait=1"),
+    ]
+    assert [g.status_code for g in got] == [refused] * 3, [g.data for g in got]
+    assert all("crm_update" not in str(g.data) for g in got)
+    assert ToolCall.objects.filter(run_id=run_id, status="succeeded").count() == 0

@@ -55,7 +55,7 @@ class Columns:
     def _plain(self) -> bool:
         # Neither making nor loading an instance is the model's own.
         return self.model.__init__ is models.Model.__init__ and (
-            self.model.from_db.__func__ is models.Model.from_db.__func__  # type: ignore[attr-defined]
+            self.model.from_db.__func__ is models.Model.from_db.__func__
         )
 
     def values(self, row: Sequence[Any]) -> list[Any]:
@@ -74,7 +74,7 @@ class Columns:
         model = self.model
         if not self._plain or pre_init.has_listeners(model) or post_init.has_listeners(model):
             return model.from_db(connection.alias, self.attnames, self.values(row))
-        made = model.__new__(model)
+        made: Any = object.__new__(model)
         # An attname is never a data descriptor on a fresh instance (a foreign key's
         # `_id` descriptor only clears a cached related object), so `__dict__` is what
         # `__init__`'s setattr would fill; a column left out (deferred) stays absent.

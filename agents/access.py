@@ -24,7 +24,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.lib import rows
-from agents.models import AgentProfile, Approval, ApprovalVote, Grant, Membership, Project, Run
+from agents.models import AgentProfile, Approval, Grant, Membership, Project, Run
 from agents.models.projects import ROLES
 
 REVIEWER, OPERATOR, LAUNCHER, ADMIN = ROLES
@@ -510,10 +510,9 @@ _READABLE_FOR_DICT = rows.Joined(
     ],
     annotate=[
         ("_grant_count", f"(SELECT count(*) FROM {Grant._meta.db_table} g WHERE g.run_id = a.id)"),
-        # The votes `current_votes()` returns (this round's, not withdrawn): with none,
-        # as while most calls wait, the answer needs no votes query.
-        ("_pending_votes", f"(SELECT count(*) FROM {ApprovalVote._meta.db_table} v WHERE v.approval_id = {_PENDING}.id"
-                           f" AND v.round = {_PENDING}.round AND v.withdrawn_at IS NULL)"),
+        # The votes `current_votes()` returns: with none, as while most calls wait, the
+        # answer needs no votes query.
+        ("_pending_votes", Approval.counted_votes_sql(_PENDING)),
     ],
 )
 
@@ -543,12 +542,11 @@ def _attach_pending(run: Run) -> None:
     claims it (as `select_related` attaches them) and, when it has no counted votes,
     its votes (none, as a prefetch leaves them)."""
     approval: Approval | None = getattr(run, "_pending_approval", None)
-    if approval is None:
-        return
-    Approval.edited_by.field.set_cached_value(approval, getattr(run, "_pending_edited_by", None))
-    Approval.claimed_by.field.set_cached_value(approval, getattr(run, "_pending_claimed_by", None))
-    if getattr(run, "_pending_votes", None) == 0:
-        approval._prefetched_objects_cache = {"votes": ApprovalVote.objects.none()}  # type: ignore[attr-defined]
+    if approval is not None:
+        approval.attach(
+            {"edited_by": getattr(run, "_pending_edited_by", None), "claimed_by": getattr(run, "_pending_claimed_by", None)},
+            counted_votes=getattr(run, "_pending_votes", None),
+        )
 
 
 def run_read_for_dict(run_id: int) -> tuple[str, list[Any]] | None:

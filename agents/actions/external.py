@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import prefetch_related_objects
 from django.utils import timezone
@@ -147,14 +148,22 @@ _READ_WITH_CALL = rows.Joined(
 # The same two reads whoever asks (no launcher filter, no lock): a report's or a status
 # read's first read, sent in the token's round trip before its user is known
 # (`call_read_ahead`, agents/api/external.py) and judged after it (`_judged`).
-# With the call's newest journal entry (`_journal_ahead`), which every answer shows.
+# With what every answer shows (`_answer(ahead=True)`): the call's newest journal entry
+# and newest approval, with the people that approval names and how many of its votes count.
+_USER = get_user_model()
 _RUN_WITH_CALL = rows.Joined(
     Run, ["profile", "created_by"], "a.id = %s", defer=["script"], prepared=True,
     beside=[
         ("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s"),
         ("journal_entry", ToolCall,
          f"c1.id = (SELECT max(j.id) FROM {ToolCall._meta.db_table} j WHERE j.run_id = a.id AND j.call_id = c0.call_id)"),
+        ("call_approval", Approval,
+         f"c2.id = (SELECT max(p.id) FROM {Approval._meta.db_table} p WHERE p.run_id = a.id AND p.call_id = c0.call_id)"),
+        ("call_approval_decided_by", _USER, "c3.id = c2.decided_by_id"),
+        ("call_approval_edited_by", _USER, "c4.id = c2.edited_by_id"),
+        ("call_approval_claimed_by", _USER, "c5.id = c2.claimed_by_id"),
     ],
+    annotate=[("call_approval_votes", Approval.counted_votes_sql("c2"))],
 )
 
 
@@ -547,19 +556,24 @@ def _waiting_detail(run: Run, state: RunState) -> dict[str, Any]:
 
 def _answer(
     call: ClientCall, run: Run, journal: dict[str, Any] | None = None, *, reviewed: bool = True,
-    journal_known: bool = False,
+    ahead: bool = False,
 ) -> CallAnswer:
     """What became of `call`, read from the engine's rows: its approval (the newest,
     for this call) and its journal entry (`journal`, {"status", "result"}, when the
-    caller has just written or read it; with `journal_known`, None means it has none;
-    `reviewed=False` when it knows no approval exists)."""
+    caller has just written it; `reviewed=False` when it knows no approval exists).
+    `ahead`: `run` is `_judged`'s, which holds both as they were read beside it (the
+    journal entry unless `journal` is given)."""
     approval = None
-    if reviewed and not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
+    if ahead:
+        approval = _approval_ahead(run)
+        if journal is None:
+            journal = _journal_ahead(run)
+    elif reviewed and not (call.client and call.verdict == "allow"):  # such a call never meets a reviewer
         found = _APPROVAL.fetch([call.run_id, call.call_id])
         approval = found[0] if found else None
         if approval is not None:
             prefetch_related_objects([approval], "votes")
-    if journal is None and not journal_known:
+    if journal is None and not ahead:
         newest = _journal().fetch("run_id = %s AND call_id = %s", [call.run_id, call.call_id], order_by="id DESC",
                                   limit=1)
         journal = newest[0]._asdict() if newest else None
@@ -631,14 +645,27 @@ def _as_it_stands(
         return run, call, _answer(call, run)
     run = _judged(run_id, user, read)
     call = _call(run, key)
-    return run, call, _answer(call, run, journal=_journal_ahead(run), journal_known=True)
+    return run, call, _answer(call, run, ahead=True)
 
 
 def _journal_ahead(run: Run) -> dict[str, Any] | None:
     """The call's newest journal entry as `_answer` reads it, from what `_judged`'s rows
     held beside the run (None: the call has none)."""
-    entry = run.__dict__.get("journal_entry")
+    entry = run.__dict__["journal_entry"]
     return None if entry is None else {"status": entry.status, "result": entry.result}
+
+
+def _approval_ahead(run: Run) -> Approval | None:
+    """The call's newest approval as `_answer` reads it (who decided, edited and claims
+    it attached; its votes read only if one counts), from `_judged`'s rows."""
+    approval: Approval | None = run.__dict__["call_approval"]
+    if approval is not None:
+        approval.attach(
+            {"decided_by": run.__dict__["call_approval_decided_by"], "edited_by": run.__dict__["call_approval_edited_by"],
+             "claimed_by": run.__dict__["call_approval_claimed_by"]},
+            counted_votes=run.__dict__["call_approval_votes"],
+        )
+    return approval
 
 
 def call_wait(
@@ -689,9 +716,9 @@ def call_report(
     # another move of the run (a second report of the call, the deadline) reads again.
     for attempt in range(REPORT_ATTEMPTS):
         if attempt == 0 and read is not None:
-            run = _judged(run_id, user, read)
+            run, ahead = _judged(run_id, user, read), True
         else:
-            run = _locked(run_id, user, lock=False, key=key)
+            run, ahead = _locked(run_id, user, lock=False, key=key), False
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",
@@ -699,7 +726,7 @@ def call_report(
         state = store.load(run)
         current = state.current_call or {}
         if state.state != states.ACTING or current.get("id") != call.call_id:
-            answer = _answer(call, run)
+            answer = _answer(call, run, ahead=ahead)
             if answer.status in (SUCCEEDED, FAILED):
                 return answer  # reported before: the first report stands
             raise ActionError("not_approved", answer.to_dict(), status=409)
@@ -717,7 +744,7 @@ def call_report(
             continue
         # What the commit just wrote is the call's journal entry: no need to read it back.
         written = statement.result_fields(t.journal_result) if t.journal_result is not None else None
-        return _answer(call, run, journal=written)
+        return _answer(call, run, journal=written, ahead=ahead)
     raise ActionError("busy", f"run {run_id} kept moving; report the result again", status=409)
 
 

@@ -296,6 +296,25 @@ class Approval(models.Model):
         votes = sorted(self.votes.all(), key=lambda v: (v.at, v.pk))
         return [VoteRecord(v, v.round == self.round and v.withdrawn_at is None) for v in votes]
 
+    @staticmethod
+    def counted_votes_sql(alias: str) -> str:
+        """SQL counting the votes `current_votes()` returns (this round's, not withdrawn)
+        of the approval read under table alias `alias`, for a statement to read beside it."""
+        return (
+            f"(SELECT count(*) FROM {ApprovalVote._meta.db_table} v WHERE v.approval_id = {alias}.id"
+            f" AND v.round = {alias}.round AND v.withdrawn_at IS NULL)"
+        )
+
+    def attach(self, people: dict[str, Any], *, counted_votes: int | None) -> None:
+        """Hand this approval what a statement read beside it: the users its foreign keys
+        `people` name (as `select_related` attaches them, None for none) and, when none
+        of its votes counts (`counted_votes_sql`), its votes: none, as a prefetch leaves
+        them, so `to_dict()` reads nothing more."""
+        for name, user in people.items():
+            self._meta.get_field(name).set_cached_value(self, user)  # type: ignore[union-attr]
+        if counted_votes == 0:
+            self._prefetched_objects_cache = {"votes": ApprovalVote.objects.none()}
+
     def current_votes(self) -> list[ApprovalVote]:
         """This round's votes that count, oldest first (prefetched `votes` are used when
         present): a vote withdrawn because its voter left (agents/actions/people.py) is not one."""

@@ -5,17 +5,19 @@ AIRLOCK_PREPARED_STATEMENTS=0 sends them plain with the same answers."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from agents import access
 from agents.actions import external
 from agents.actions.tokens import token_create, token_user
 from agents.engine.fingerprints import fingerprint
 from agents.lib import rows
-from agents.models import ClientCall, Run, ToolCall
+from agents.models import Approval, ClientCall, Run, ToolCall
 from agents.runs import driver
 from tests.helpers import requires_postgres, round_trips
 
@@ -204,3 +206,34 @@ def test_a_call_read_beside_the_token_is_refused_as_a_read_apart(api, external_r
     assert [g.status_code for g in got] == [refused] * 3, [g.data for g in got]
     assert all("crm_update" not in str(g.data) for g in got)
     assert ToolCall.objects.filter(run_id=run_id, status="succeeded").count() == 0
+
+
+@requires_postgres()  # a pipeline of prepared statements
+def test_a_held_calls_status_read_is_one_round_trip_until_a_vote_counts(api, external_run, lena, rita) -> None:
+    """A call waiting for people: its approval, who decided, edited and claims it and its
+    vote count come beside the token too; its votes are read once one counts. Each
+    answer is the one read apart gives (`call_status` without the read ahead)."""
+    ask = {"tool": "crm_update", "then": "ask", "reason": "two people read CRM notes", "approvals": 2}
+    run_id = external_run(policy={"rules": [ask]})
+    client = api("lena")
+    held = client.post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE}).data
+    key, approval_id = held["key"], held["approval"]["id"]
+    client.get(f"/api/runs/{run_id}/calls/{key}")  # prepares the statements
+
+    def status(trips_expected: int) -> dict[str, Any]:
+        with round_trips() as trips:
+            answer = client.get(f"/api/runs/{run_id}/calls/{key}")
+        assert answer.status_code == 200 and trips.count == trips_expected, " | ".join(trips.sent)
+        ahead = external.call_read_ahead(run_id, key)
+        assert ahead is not None
+        read = rows.fetch(*ahead, prepared=True)
+        judged = external.call_status(run_id=run_id, key=key, user=lena, read=read).to_dict()
+        assert judged == external.call_status(run_id=run_id, key=key, user=lena).to_dict()  # read apart
+        assert answer.data["status"] == judged["status"] and answer.data["approval"]["id"] == approval_id
+        return dict(answer.data)
+
+    assert status(1)["status"] == "pending"
+    Approval.objects.filter(pk=approval_id).update(claimed_by=rita, claimed_until=timezone.now() + dt.timedelta(minutes=5))
+    assert status(1)["approval"]["claimed_by"] == "rita"
+    assert api("rita").post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"}).status_code == 200
+    assert [v["by"] for v in status(2)["approval"]["votes"]] == ["rita"]

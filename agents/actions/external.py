@@ -140,21 +140,29 @@ def _lock_query() -> rows.Joined:
 _READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True)
 # A report's run with the reported call beside it (`run.by_key`, None if the run has no
 # such call): the two reads of every report in one statement.
+# The call is found by its key's own unique index: a plan that walked the run's calls
+# instead (as a generic plan made while the table was small did) costs with every call.
+_BY_KEY_ON = f"c0.id = (SELECT k.id FROM {ClientCall._meta.db_table} k WHERE k.key = %s) AND c0.run_id = a.id"
 _READ_WITH_CALL = rows.Joined(
     Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True,
-    beside=[("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s")],
+    beside=[("by_key", ClientCall, _BY_KEY_ON)],
 )
 
-# The same two reads whoever asks (no launcher filter, no lock): a report's or a status
-# read's first read, sent in the token's round trip before its user is known
-# (`call_read_ahead`, agents/api/external.py) and judged after it (`_judged`).
-# With what every answer shows (`_answer(ahead=True)`): the call's newest journal entry
-# and newest approval, with the people that approval names and how many of its votes count.
-_USER = get_user_model()
+# The same two reads whoever asks (no launcher filter, no lock): a report's first read,
+# sent in the token's round trip before its user is known (`call_read_ahead`,
+# agents/api/external.py) and judged after it (`_judged`).
 _RUN_WITH_CALL = rows.Joined(
     Run, ["profile", "created_by"], "a.id = %s", defer=["script"], prepared=True,
+    beside=[("by_key", ClientCall, _BY_KEY_ON)],
+)
+# A status read's: with what its answer shows (`_answer(ahead=True)`), the call's newest
+# journal entry and newest approval, the people that approval names and how many of its
+# votes count.
+_USER = get_user_model()
+_RUN_WITH_ANSWER = rows.Joined(
+    Run, ["profile", "created_by"], "a.id = %s", defer=["script"], prepared=True,
     beside=[
-        ("by_key", ClientCall, "c0.run_id = a.id AND c0.key = %s"),
+        ("by_key", ClientCall, _BY_KEY_ON),
         ("journal_entry", ToolCall,
          f"c1.id = (SELECT max(j.id) FROM {ToolCall._meta.db_table} j WHERE j.run_id = a.id AND j.call_id = c0.call_id)"),
         ("call_approval", Approval,
@@ -170,21 +178,22 @@ _RUN_WITH_CALL = rows.Joined(
 Statement = tuple[str, Sequence[Any] | None, bool]  # text, values, prepared (`prepared.pipelined`)
 
 
-def call_read_ahead(run_id: int, key: str) -> tuple[str, list[Any]] | None:
-    """The statement a report or a status read of call `key` of run `run_id` reads the
-    run and its call with, to send in the token's round trip (its rows go to the
-    action's `read`); None for an id no run can have or a key no call can have."""
+def call_read_ahead(run_id: int, key: str, *, answer: bool) -> tuple[str, list[Any]] | None:
+    """The statement a report (`answer=False`) or a status read (`answer=True`: with what
+    the answer shows) of call `key` of run `run_id` reads the run and its call with, to
+    send in the token's round trip (its rows go to the action's `read`); None for an id
+    no run can have or a key no call can have."""
     if not 0 < run_id <= access.MAX_ID or not _valid_key(key):
         return None
-    return _RUN_WITH_CALL.sql, [key, run_id]
+    return (_RUN_WITH_ANSWER if answer else _RUN_WITH_CALL).sql, [key, run_id]
 
 
-def _judged(run_id: int, user: Any, read: Sequence[Sequence[Any]]) -> Run:
+def _judged(run_id: int, user: Any, read: Sequence[Sequence[Any]], *, answer: bool) -> Run:
     """The run (its call of the key beside it) from the rows `call_read_ahead`'s statement
     read before `user` was known, judged now: the refusals `_locked(lock=False)` gives
     (404 for a run they may not read, 403 for one they did not launch, 409 for one not
     external)."""
-    found = _RUN_WITH_CALL.instances(read)
+    found = (_RUN_WITH_ANSWER if answer else _RUN_WITH_CALL).instances(read)
     if not found:
         return _driven_run(run_id, user)  # no such run: the 404 every read gives
     run = found[0]
@@ -643,7 +652,7 @@ def _as_it_stands(
         run = _driven_run(run_id, user)
         call = _call(run, key)
         return run, call, _answer(call, run)
-    run = _judged(run_id, user, read)
+    run = _judged(run_id, user, read, answer=True)
     call = _call(run, key)
     return run, call, _answer(call, run, ahead=True)
 
@@ -716,9 +725,9 @@ def call_report(
     # another move of the run (a second report of the call, the deadline) reads again.
     for attempt in range(REPORT_ATTEMPTS):
         if attempt == 0 and read is not None:
-            run, ahead = _judged(run_id, user, read), True
+            run = _judged(run_id, user, read, answer=False)
         else:
-            run, ahead = _locked(run_id, user, lock=False, key=key), False
+            run = _locked(run_id, user, lock=False, key=key)
         call = _call(run, key)
         if not call.client:
             raise ActionError("not_a_client_tool", f"{call.tool} is run by Airlock, which records its result",
@@ -726,7 +735,7 @@ def call_report(
         state = store.load(run)
         current = state.current_call or {}
         if state.state != states.ACTING or current.get("id") != call.call_id:
-            answer = _answer(call, run, ahead=ahead)
+            answer = _answer(call, run)
             if answer.status in (SUCCEEDED, FAILED):
                 return answer  # reported before: the first report stands
             raise ActionError("not_approved", answer.to_dict(), status=409)
@@ -744,7 +753,7 @@ def call_report(
             continue
         # What the commit just wrote is the call's journal entry: no need to read it back.
         written = statement.result_fields(t.journal_result) if t.journal_result is not None else None
-        return _answer(call, run, journal=written, ahead=ahead)
+        return _answer(call, run, journal=written)
     raise ActionError("busy", f"run {run_id} kept moving; report the result again", status=409)
 
 

@@ -18,14 +18,20 @@ from agents.models import Run
 router = Router()
 
 
-def _call_ahead(request: HttpRequest) -> tuple[str, list[Any]] | None:
+def _status_ahead(request: HttpRequest) -> tuple[str, list[Any]] | None:
     kwargs = request.resolver_match.kwargs  # type: ignore[union-attr]
-    return external.call_read_ahead(kwargs["run_id"], kwargs["key"])
+    return external.call_read_ahead(kwargs["run_id"], kwargs["key"], answer=True)
+
+
+def _report_ahead(request: HttpRequest) -> tuple[str, list[Any]] | None:
+    kwargs = request.resolver_match.kwargs  # type: ignore[union-attr]
+    return external.call_read_ahead(kwargs["run_id"], kwargs["key"], answer=False)
 
 
 # A token's status read or report reads the run and its call in the token's round trip
 # (the hot path, issue #48); a session's reads them apart, as before.
-_CALL_AUTH = [TokenAuth(ahead=_call_ahead), SessionAuth()]
+_STATUS_AUTH = [TokenAuth(ahead=_status_ahead), SessionAuth()]
+_REPORT_AUTH = [TokenAuth(ahead=_report_ahead), SessionAuth()]
 
 
 @router.post("/runs/{int:run_id}/calls", response={200: CallOut, ERRORS: Error}, summary="Propose a call")
@@ -41,7 +47,7 @@ def runs_calls_create(request: HttpRequest, run_id: int, payload: CallIn) -> dic
 
 
 @router.get(
-    "/runs/{int:run_id}/calls/{key}", response={200: CallOut, ERRORS: Error}, summary="A proposed call", auth=_CALL_AUTH
+    "/runs/{int:run_id}/calls/{key}", response={200: CallOut, ERRORS: Error}, summary="A proposed call", auth=_STATUS_AUTH
 )
 def runs_calls_detail(
     request: HttpRequest, run_id: int, key: str, wait: float = Query(0, ge=0, le=external.MAX_WAIT_SECONDS)
@@ -57,7 +63,7 @@ def runs_calls_detail(
 
 @router.post(
     "/runs/{int:run_id}/calls/{key}/result", response={200: CallOut, ERRORS: Error}, summary="Report a client tool's result",
-    auth=_CALL_AUTH,
+    auth=_REPORT_AUTH,
 )
 def runs_calls_result(request: HttpRequest, run_id: int, key: str, payload: ReportIn) -> dict[str, Any]:
     """The result of a client tool the client was allowed to run; a second report of

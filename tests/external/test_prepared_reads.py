@@ -29,7 +29,7 @@ HOT = {
     "token": "FROM agents_apitoken a",
     "run locked": "FOR UPDATE OF a",
     "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
-    "report's run with its call": "c0.run_id = a.id AND c0.key = $1",
+    "report's run with its call": "WHERE k.key = $1) AND c0.run_id = a.id",
 }
 # The journal's own repeat count: a proposal has read it with the identical call.
 JOURNAL_COUNT = "SELECT COUNT(*) FROM agents_toolcall WHERE run_id = $1 AND fingerprint = $2"
@@ -224,7 +224,7 @@ def test_a_held_calls_status_read_is_one_round_trip_until_a_vote_counts(api, ext
         with round_trips() as trips:
             answer = client.get(f"/api/runs/{run_id}/calls/{key}")
         assert answer.status_code == 200 and trips.count == trips_expected, " | ".join(trips.sent)
-        ahead = external.call_read_ahead(run_id, key)
+        ahead = external.call_read_ahead(run_id, key, answer=True)
         assert ahead is not None
         read = rows.fetch(*ahead, prepared=True)
         judged = external.call_status(run_id=run_id, key=key, user=lena, read=read).to_dict()

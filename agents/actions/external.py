@@ -523,19 +523,16 @@ def _identical_query() -> tuple[str, rows.Columns]:
     call = rows.Columns(ClientCall, "a")
     sql = (
         f"SELECT {call.sql}, ({driver.REPEATS})"  # noqa: S608
-        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id = (SELECT max(id) FROM ("
-        # The newest call of the same fingerprint, or whose run (an edit's arguments) had
-        # it: each on its own index. As one OR, the plan walked every call of the run
-        # backwards from the newest (a new call, the usual case, matches none).
-        " SELECT max(c.id) AS id FROM agents_clientcall c WHERE c.run_id = %s AND c.fingerprint = %s"
-        " UNION ALL SELECT max(c.id) FROM agents_clientcall c WHERE c.run_id = %s AND c.call_id IN"
-        " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s)) newest)"
+        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id ="
+        " (SELECT c.id FROM agents_clientcall c WHERE c.run_id = %s AND (c.fingerprint = %s OR c.call_id IN"
+        " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s))"
+        " ORDER BY c.id DESC LIMIT 1)"
     )
     return sql, call
 
 
 def _identical_read(run_id: int, fp: str) -> tuple[str, list[Any]]:
-    return _identical_query()[0], [run_id, fp, run_id, fp, run_id, run_id, fp]
+    return _identical_query()[0], [run_id, fp, run_id, fp, run_id, fp]
 
 
 def _identical(

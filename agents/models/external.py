@@ -30,10 +30,5 @@ class ClientCall(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [
-            models.Index(fields=["run", "fingerprint"], name="clientcall_run_fingerprint"),
-            # A proposal's identical call through its journal entry (an edit's arguments):
-            # without it, the lookup walked every call of the run.
-            models.Index(fields=["run", "call_id"], name="clientcall_run_call"),
-        ]
+        indexes = [models.Index(fields=["run", "fingerprint"], name="clientcall_run_fingerprint")]
         constraints = [models.UniqueConstraint(fields=["key"], name="clientcall_key")]

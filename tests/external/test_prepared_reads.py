@@ -28,7 +28,7 @@ NOTE = {"customer": "A", "note": "called back"}
 HOT = {
     "token": "FROM agents_apitoken a",
     "run locked": "FOR UPDATE OF a",
-    "identical call and repeat count": "c.fingerprint = $4 UNION ALL SELECT max(c.id)",
+    "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
     "report's run with its call": "WHERE k.key = $1) AND c0.run_id = a.id",
 }
 # The journal's own repeat count: a proposal has read it with the identical call.
@@ -96,7 +96,8 @@ def test_each_prepared_read_gives_what_the_plain_read_gives(api, external_run, l
     assert same is not None and fields(same) == fields(call) and ran == 1
     other = fingerprint("crm_update", {**NOTE, "note": "other"})
     assert external._identical(run, other) == (None, 0)
-    sql, params = external._identical_read(run_id, fp)
+    sql, _columns = external._identical_query()
+    params = [run_id, fp, run_id, fp, run_id, fp]
     assert rows.fetch(sql, params, prepared=True) == rows.fetch(sql, params)
 
     raw = token_create(user=lena)[1]
@@ -236,42 +237,3 @@ def test_a_held_calls_status_read_is_one_round_trip_until_a_vote_counts(api, ext
     assert status(1)["approval"]["claimed_by"] == "rita"
     assert api("rita").post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"}).status_code == 200
     assert [v["by"] for v in status(2)["approval"]["votes"]] == ["rita"]
-
-
-@requires_postgres()  # the plans are PostgreSQL's
-def test_a_long_runs_call_reads_go_by_index_not_through_every_call(api, external_run) -> None:
-    """The identical-call read of a new call (which matches none) and a status read's
-    journal entry and call are found on (run, fingerprint), (run, call_id) and the key's
-    index: as one OR, and without the (run, call_id) indexes (migration 0039), the
-    plans walked every call of the run, each proposal and status read slower by the
-    run's length."""
-    run_id = external_run()
-    key = api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE}).data["key"]
-    ClientCall.objects.bulk_create(
-        ClientCall(run_id=run_id, key=f"{i:064x}", call_id=f"ext_old_{i}", fingerprint=f"{i:032x}", tool="crm_update",
-                   args={"n": i}, client=True, verdict="allow")
-        for i in range(1, 2001)
-    )
-    ToolCall.objects.bulk_create(
-        ToolCall(run_id=run_id, idempotency_key=f"{i:064x}", fingerprint=f"{i:032x}", step=i, call_id=f"ext_old_{i}",
-                 tool="crm_update", args={"n": i}, status="succeeded")
-        for i in range(1, 2001)
-    )
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE agents_clientcall")
-        cur.execute("ANALYZE agents_toolcall")
-
-    def plan(sql: str, params: list[Any]) -> str:
-        with connection.cursor() as cur:
-            cur.execute("EXPLAIN " + sql, params)
-            return "\n".join(row[0] for row in cur.fetchall())
-
-    identical = plan(*external._identical_read(run_id, fingerprint("crm_update", {"new": 1})))
-    ahead = external.call_read_ahead(run_id, key, answer=True)
-    assert ahead is not None
-    status = plan(*ahead)
-    for shown in (identical, status):
-        assert "Backward" not in shown and "Seq Scan on agents_clientcall" not in shown, shown
-        assert "Seq Scan on agents_toolcall" not in shown, shown
-    assert "clientcall_run_call" in identical and "clientcall_key" in status, (identical, status)
-    assert "toolcall_run_call" in status, status

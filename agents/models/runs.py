@@ -576,9 +576,6 @@ class ToolCall(models.Model):
             # History rules (agents/runs/history.py): a tool's calls in a window. On
             # PostgreSQL a GIN index on args (migration 0034) finds a `same` value.
             models.Index(fields=["tool", "created_at"], name="toolcall_tool_created"),
-            # A call's journal entry by its id in the run (what a status read answers
-            # with): without it, the read walked every entry of the run.
-            models.Index(fields=["run", "call_id"], name="toolcall_run_call"),
         ]
         constraints = [models.UniqueConstraint(fields=["idempotency_key"], name="toolcall_idempotency_key")]
 

@@ -523,10 +523,15 @@ def _identical_query() -> tuple[str, rows.Columns]:
     call = rows.Columns(ClientCall, "a")
     sql = (
         f"SELECT {call.sql}, ({driver.REPEATS})"  # noqa: S608
-        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id ="
-        " (SELECT c.id FROM agents_clientcall c WHERE c.run_id = %s AND (c.fingerprint = %s OR c.call_id IN"
-        " (SELECT j.call_id FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s))"
-        " ORDER BY c.id DESC LIMIT 1)"
+        " FROM (SELECT 1 AS one) o LEFT JOIN agents_clientcall a ON a.id = (SELECT max(id) FROM ("
+        # The newest call of the same fingerprint, or whose journal entry (an edit's
+        # arguments) has it: the first on (run, fingerprint); the second from the journal's
+        # entries of that fingerprint (on its own (run, fingerprint), none for a new call),
+        # each looking up its call. As one OR, the plan walked every call of the run
+        # backwards from the newest, and a new call (the usual case) matches none.
+        " SELECT max(c.id) AS id FROM agents_clientcall c WHERE c.run_id = %s AND c.fingerprint = %s"
+        " UNION ALL SELECT max((SELECT max(c.id) FROM agents_clientcall c WHERE c.run_id = j.run_id"
+        " AND c.call_id = j.call_id)) FROM agents_toolcall j WHERE j.run_id = %s AND j.fingerprint = %s) newest)"
     )
     return sql, call
 

@@ -28,7 +28,7 @@ NOTE = {"customer": "A", "note": "called back"}
 HOT = {
     "token": "FROM agents_apitoken a",
     "run locked": "FOR UPDATE OF a",
-    "identical call and repeat count": "c.fingerprint = $4 OR c.call_id IN",
+    "identical call and repeat count": "c.fingerprint = $4 UNION ALL SELECT max((",
     "report's run with its call": "WHERE k.key = $1) AND c0.run_id = a.id",
 }
 # The journal's own repeat count: a proposal has read it with the identical call.
@@ -237,3 +237,35 @@ def test_a_held_calls_status_read_is_one_round_trip_until_a_vote_counts(api, ext
     assert status(1)["approval"]["claimed_by"] == "rita"
     assert api("rita").post(f"/api/approvals/{approval_id}/decision", {"decision": "approve"}).status_code == 200
     assert [v["by"] for v in status(2)["approval"]["votes"]] == ["rita"]
+
+
+def _rows_filtered_out(node: dict[str, Any]) -> int:
+    return int(node.get("Rows Removed by Filter", 0)) + sum(_rows_filtered_out(n) for n in node.get("Plans", []))
+
+
+@requires_postgres()  # the plans are PostgreSQL's
+def test_a_proposals_identical_call_read_does_not_walk_the_runs_calls(api, external_run) -> None:
+    """A new call (which matches none) looks its identical call up on (run, fingerprint),
+    in the calls and in the journal: as one OR, the plan walked every call of the run
+    backwards from the newest, each proposal slower by the run's length."""
+    run_id = external_run()
+    api("lena").post(f"/api/runs/{run_id}/calls", {"tool": "crm_update", "args": NOTE})
+    ClientCall.objects.bulk_create(
+        ClientCall(run_id=run_id, key=f"{i:064x}", call_id=f"ext_old_{i}", fingerprint=f"{i:032x}", tool="crm_update",
+                   args={"n": i}, client=True, verdict="allow")
+        for i in range(1, 2001)
+    )
+    ToolCall.objects.bulk_create(
+        # Each ran with other arguments than proposed (a reviewer's edit): another fingerprint.
+        ToolCall(run_id=run_id, idempotency_key=f"{i:064x}", fingerprint=f"{i + 5000:032x}", step=i, call_id=f"ext_old_{i}",
+                 tool="crm_update", args={"n": i}, status="succeeded")
+        for i in range(1, 2001)
+    )
+    sql, params = external._identical_read(run_id, fingerprint("crm_update", {"new": 1}))
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        [[plan]] = cur.fetchall()
+    assert _rows_filtered_out(plan[0]["Plan"]) < 10, plan
+    # A call is still found by its own fingerprint, and an edited one through its journal entry's.
+    run = Run.objects.get(pk=run_id)
+    assert [external._identical(run, f"{n:032x}")[0].call_id for n in (7, 5007)] == ["ext_old_7", "ext_old_7"]

@@ -138,11 +138,12 @@ def _lock_query() -> rows.Joined:
 
 
 _READ = rows.Joined(Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True)
+# A call beside its run, found by its key's own unique index: a plan that walked the
+# run's calls instead (as a generic plan made while the table was small did) costs with
+# every call.
+_BY_KEY_ON = f"c0.id = (SELECT k.id FROM {ClientCall._meta.db_table} k WHERE k.key = %s) AND c0.run_id = a.id"
 # A report's run with the reported call beside it (`run.by_key`, None if the run has no
 # such call): the two reads of every report in one statement.
-# The call is found by its key's own unique index: a plan that walked the run's calls
-# instead (as a generic plan made while the table was small did) costs with every call.
-_BY_KEY_ON = f"c0.id = (SELECT k.id FROM {ClientCall._meta.db_table} k WHERE k.key = %s) AND c0.run_id = a.id"
 _READ_WITH_CALL = rows.Joined(
     Run, ["profile", "created_by"], _DRIVEN, defer=["script"], prepared=True,
     beside=[("by_key", ClientCall, _BY_KEY_ON)],
@@ -652,7 +653,7 @@ def _as_it_stands(
     run_id: int, key: str, user: Any, read: Sequence[Sequence[Any]] | None
 ) -> tuple[Run, ClientCall, CallAnswer]:
     """The run `user` drives, its call of `key` and the call's answer: read now, or
-    judged from `read` (`call_read_ahead`'s rows, the journal entry beside them)."""
+    judged from `read` (`call_read_ahead`'s rows, with what the answer shows beside them)."""
     if read is None:
         run = _driven_run(run_id, user)
         call = _call(run, key)

@@ -197,9 +197,14 @@ def _judged(run_id: int, user: Any, read: Sequence[Sequence[Any]], *, answer: bo
     found = (_RUN_WITH_ANSWER if answer else _RUN_WITH_CALL).instances(read)
     if not found:
         return _driven_run(run_id, user)  # no such run: the 404 every read gives
-    run = found[0]
+    return _judge(found[0], user)
+
+
+def _judge(run: Run, user: Any) -> Run:
+    """A run read before asking whether `user` may drive it (`_locked`, `_judged`): a
+    404 like a missing run's if they may not read it, else `_drivable`'s answer."""
     if not access.can_read_run(user, run):
-        raise access.RunHidden(f"no run {run_id}")
+        raise access.RunHidden(f"no run {run.pk}")
     return _drivable(run, user)
 
 
@@ -238,10 +243,7 @@ def _locked(
     if not found:
         _driven_run(run_id, user)  # not theirs: the refusal a read gives (404, 403)
         raise ActionError("forbidden", "only the run's launcher (or a superuser) may drive it", status=403)
-    run = found[0]
-    if not access.can_read_run(user, run):
-        raise access.RunHidden(f"no run {run_id}")
-    return _drivable(run, user)
+    return _judge(found[0], user)
 
 
 def _ended(run: Run) -> ActionError:

@@ -176,7 +176,7 @@ _RUN_WITH_ANSWER = rows.Joined(
 )
 
 
-Statement = tuple[str, Sequence[Any] | None, bool]  # text, values, prepared (`prepared.pipelined`)
+Statement = prepared.Statement
 
 
 def call_read_ahead(run_id: int, key: str, *, answer: bool) -> tuple[str, list[Any]] | None:

@@ -65,7 +65,11 @@ def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list
     return [cast(list[tuple[Any, ...]], rows) for rows in pipelined([(sql, params, True) for sql, params in statements])]
 
 
-def pipelined(statements: Sequence[tuple[str, Sequence[Any] | None, bool]]) -> list[list[tuple[Any, ...]] | None]:
+# A pipeline's statement: text, values (`%s` or `%(name)s` placeholders), prepared.
+Statement = tuple[str, Sequence[Any] | Mapping[str, Any] | None, bool]
+
+
+def pipelined(statements: Sequence[Statement]) -> list[list[tuple[Any, ...]] | None]:
     """Each (text, values, prepared) statement in order, all in one round trip (psycopg's
     pipeline; PostgreSQL with preparing on): the rows of each prepared one, each read on
     a prepared cursor of its own, and None for the others (bound on the client, not

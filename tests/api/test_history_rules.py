@@ -338,3 +338,38 @@ def test_the_figures_are_read_again_after_a_rollback_took_the_prepared_statement
         again = StoreHistory(run, lock=True).figures(queries)
     assert again == first and [f.count for f in again] == [2]
     assert prepared_here() >= 1
+
+
+@requires_postgres()
+def test_the_figures_bind_each_of_the_calls_values_once_and_nothing_around_them_is_planned_afresh(api) -> None:
+    """What a rule set fixes (tools, paths, windows, caps) is in its statement's text; a
+    call binds its own values, each once however many rules use it (here: the profile,
+    the launcher, the project, the time and the order's value twice, as `@>` and `#>`
+    take it), and the plan settings' statements either side of the figures are
+    prepared too."""
+    from django.db import connection, transaction
+
+    from agents.engine.history import query_for
+    from agents.runs.history import StoreHistory
+
+    run = run_script(api, "lena", [write("1042", 1), write("7", 2)])
+    call = {"entry": {"order": "1042", "amount": 4}}
+    queries = [
+        query_for(rule({"scope": "profile", "within": "1h", "calls_over": 5, "same": ["entry.order"]}), "ledger_write", call),
+        query_for(rule({"scope": "caller", "within": "1h", "calls_over": 9}), "ledger_write", call),
+        query_for(rule({"scope": "project", "within": "24h", "sum_over": {"entry.amount": 100}, "same": ["entry.order"]}),
+                  "ledger_write", call),
+        query_for(rule({"scope": "project", "within": "7d", "calls_over": 2, "same": ["entry.order"]}), "ledger_write", call),
+    ]
+    with transaction.atomic():
+        figures = StoreHistory(run, lock=True).figures(queries)
+    assert [(f.count, f.total) for f in figures] == [(1, 0), (2, 0), (1, 1), (1, 0)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, cardinality(parameter_types) FROM pg_prepared_statements")
+        kept = cursor.fetchall()
+    # This rule set's statement (its week is in its text), another test's may be kept too.
+    assert [n for text, n in kept if "FROM agents_toolcall t JOIN" in text and "interval '604800 s'" in text] == [6]
+    assert any("set_config('plan_cache_mode', 'force_generic_plan', true)" in text and "pg_advisory_xact_lock" in text
+               for text, _ in kept)
+    assert any(text.startswith("SELECT set_config('plan_cache_mode', current_setting(") for text, _ in kept)
+

@@ -373,3 +373,20 @@ def test_the_figures_bind_each_of_the_calls_values_once_and_nothing_around_them_
                for text, _ in kept)
     assert any(text.startswith("SELECT set_config('plan_cache_mode', current_setting(") for text, _ in kept)
 
+
+@requires_postgres()
+def test_a_runs_engine_state_is_kept_uncompressed_in_its_row(api) -> None:
+    """A run's row is rewritten by every transition; under a few rules its engine state
+    passes the 2 kB at which PostgreSQL would compress it on every write (and
+    decompress it on every read). Up to a page it is stored as it is."""
+    from django.db import connection
+
+    many = [rule({"scope": "profile", "within": "1h", "calls_over": 50 + n, "same": ["entry.order"]},
+                 reason=f"the {n}th rule of a long policy, written out at some length") for n in range(12)]
+    profile(rules=many)
+    run = run_script(api, "lena", [write("1042", 1)])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_column_size(engine), pg_column_compression(engine) FROM agents_run WHERE id = %s",
+                       [run.pk])
+        size, compression = cursor.fetchone()
+    assert size > 2100 and compression is None

@@ -192,6 +192,18 @@ def test_a_shadow_history_rule_records_what_it_would_have_decided() -> None:
     assert v.shadow == ()
 
 
+def test_a_shadow_history_rule_that_allows_is_judged_in_place_with_its_own_figures() -> None:
+    """Promoted in its place, a shadow rule is the same rule with the same figures: an
+    allow rule whose history holds would have allowed the call a human is asked about
+    (without its figures it would fail closed and match nothing)."""
+    after = {"tool": "refund", "then": "allow", "reason": "refunds after a lookup", "mode": "shadow",
+             "history": {"scope": "run", "after": ["crm__lookup"]}}
+    asks = {"tool": "refund", "then": "ask", "reason": "refunds ask"}
+    v, canned = judge([after, asks], "refund", {"order_id": "1042"}, Figures(ran="crm__lookup"))
+    assert (v.action, v.shadow) == ("ask", ({"rule": 1, "verdict": "allow"},))
+    assert len(canned.asked) == 1
+
+
 def test_lock_keys_follow_the_counted_calls_not_the_window() -> None:
     q = history.Query(scope="profile", window=60, tools=("refund",), same=(("order_id", '"1"'),), count_to=3)
     assert q.lock_key() == history.Query(scope="profile", window=3600, tools=("refund",), same=(("order_id", '"1"'),),

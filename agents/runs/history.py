@@ -82,9 +82,7 @@ class StoreHistory:
     def take(self, queries: Sequence[Query], found: Sequence[list[tuple[Any, ...]] | None]) -> None:
         """The figures of `queries` from the rows of the statements `ahead` gave, kept for
         `figures` to answer from."""
-        row = found[1]
-        assert row
-        self.known.update((q, _figures(q, value)) for q, value in zip(queries, row[0], strict=True))
+        self.known.update((q, _figures(q, value)) for q, value in zip(queries, _take(found), strict=True))
 
     def scope(self) -> tuple[Any, ...]:
         """What the figures' statement reads of the run: a history over another run with
@@ -100,13 +98,14 @@ class StoreHistory:
 
         Inside a transaction (the decision API's; a worker's commit) the statement is
         prepared on the server (`agents.lib.prepared`, once per connection and rule set:
-        its text is the rules' shapes, every value a parameter) and run on its generic
+        its text is the rules' shapes, the call's values parameters) and run on its generic
         plan: planning the nine-odd subqueries of five rules cost 4-5 ms a call, running
         them 0.1-0.5 ms. `_where` writes each query so that its index is the one a
         generic plan takes (docs/performance.md, "History rules"). The advisory locks
-        (`lock_first`), the plan settings, the statement and the settings' reset go in
-        one round trip (`_on_generic_plan`): each is a statement of its own with its
-        own snapshot, so the figures are read once the locks are held. Elsewhere (a
+        (`lock_first`) with the plan settings, then the statement (which puts the
+        settings back as it runs), go in one round trip (`_on_generic_plan`): each is a
+        statement of its own with its own snapshot, so the figures are read once the
+        locks are held. Elsewhere (a
         backtest's replay; preparing off): the locks and one statement, planned with
         its values, in one query string."""
         if not queries:
@@ -324,11 +323,13 @@ def _path(path: str) -> str:
 # The figures' statement runs on a generic plan, the one whose indexes `_where` chose:
 # the settings are changed for that statement only, in the statement before it (which
 # keeps their values in placeholder settings and takes the advisory locks, when it is
-# given them), and put back by the statement after it, all transaction-local.
+# given them), and put back by the figures' statement itself, in columns after the
+# figures: a plan is chosen (and made) when the statement is bound, before it runs, so
+# what it sets as it runs is for the statements after it. All transaction-local.
 _SETTINGS = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
 _KEEP = ", ".join(f"set_config('airlock.{name}', current_setting('{name}'), true)" for name in _SETTINGS)
 _SET = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in _SETTINGS.items())
-_PUT_BACK = "SELECT " + ", ".join(f"set_config('{name}', current_setting('airlock.{name}'), true)" for name in _SETTINGS)
+_PUT_BACK = ", ".join(f"set_config('{name}', current_setting('airlock.{name}'), true)" for name in _SETTINGS)
 
 
 def _generic_plan(locking: tuple[str, dict[str, Any]] | None) -> tuple[str, dict[str, Any] | None]:
@@ -342,19 +343,26 @@ def _on_generic_plan_statements(
     sql: str, params: dict[str, Any], locking: tuple[str, dict[str, Any]] | None
 ) -> list[prepared.Statement]:
     """The figures' statement `sql` with the plan settings and the advisory locks of
-    `locking` before it and the settings put back after it: three statements for one
-    pipeline, the second one's row the figures. All three are prepared: the two around
-    the figures have fixed texts (the keys are a value), and planning them afresh cost
-    a proposal about 0.08 ms."""
-    return [(*_generic_plan(locking), True), (sql, params, True), (_PUT_BACK, None, True)]
+    `locking` before it, putting the settings back as it runs: two statements for one
+    pipeline, the second one's row the figures (and then the settings, `_take`). Both
+    are prepared: the first has a fixed text (the keys are a value), and planning it
+    afresh, with a third statement that put the settings back, cost a proposal about
+    0.1 ms."""
+    return [(*_generic_plan(locking), True), (f"{sql}, {_PUT_BACK}", params, True)]
 
 
 def _on_generic_plan(sql: str, params: dict[str, Any], locking: tuple[str, dict[str, Any]] | None) -> tuple[Any, ...]:
     """The figures' statement `sql` run on its generic plan, in one round trip
     (`prepared.pipelined`): the figures' row."""
-    row = prepared.pipelined(_on_generic_plan_statements(sql, params, locking))[1]
+    return _take(prepared.pipelined(_on_generic_plan_statements(sql, params, locking)))
+
+
+def _take(found: Sequence[list[tuple[Any, ...]] | None]) -> tuple[Any, ...]:
+    """The figures of `_on_generic_plan_statements`' rows: its second's, without the
+    settings it put back."""
+    row = found[1]
     assert row
-    return row[0]
+    return row[0][: -len(_SETTINGS)]
 
 
 def _figures(q: Query, value: Any) -> Figures:

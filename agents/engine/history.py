@@ -10,6 +10,7 @@ live outside the engine (agents/runs/history.py), behind the `History` protocol.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -25,6 +26,11 @@ MAX_PATHS = 8
 MAX_TOOLS = 50
 MAX_CALLS = 1_000_000
 _DURATION = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
+# json.dumps(value, sort_keys=True, separators=(",", ":")) without a new encoder per call
+# (json.dumps builds one whenever it is given options): asked of every history rule of
+# every proposal.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class HistoryError(ValueError):
@@ -36,6 +42,7 @@ class HistoryError(ValueError):
         self.message = message
 
 
+@functools.lru_cache(maxsize=256)
 def seconds(within: str) -> int:
     """'90s' -> 90, '15m' -> 900, '24h' -> 86400, '7d' -> 604800."""
     m = _DURATION.match(within)
@@ -132,12 +139,6 @@ class Query:
     sum_path: str | None = None
     ran: bool = False
 
-    def key(self) -> str:
-        """One text per query (figures are looked up by it)."""
-        return json.dumps(
-            [self.scope, self.window, self.tools, self.same, self.count_to, self.sum_path, self.ran], separators=(",", ":")
-        )
-
     def lock_key(self) -> int | None:
         """The 63-bit number that serialises judgements counting the same calls (an
         advisory lock on PostgreSQL), or None when the run's own lock suffices (a run
@@ -145,7 +146,7 @@ class Query:
         over the same calls share one lock."""
         if self.scope == "run":
             return None
-        text = json.dumps([self.scope, sorted(self.tools), self.same], separators=(",", ":"))
+        text = _COMPACT([self.scope, sorted(self.tools), self.same])
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
     def same_values(self) -> dict[str, Any]:
@@ -201,7 +202,7 @@ def query_for(rule: dict[str, Any], tool: str, args: Any) -> Query:
         found, value = value_at(args, path)
         if not found or value is None:
             raise Unevaluable(f"the call has no {path}")
-        same.append((path, json.dumps(value, sort_keys=True, separators=(",", ":"))))
+        same.append((path, _CANONICAL(value)))
     if "after" in h:
         tools = tuple(h["after"])
     elif "of" in h:

@@ -153,10 +153,9 @@ class StoreHistory:
             values["project"] = run.profile.project_id
         for n, (path, text) in enumerate(same):
             values[f"v{n}"] = text
-            nested: Any = json.loads(text)
-            for part in reversed(path.split(".")):
-                nested = {part: nested}
-            values[f"c{n}"] = json.dumps(nested)
+            for part in reversed(path.split(".")):  # {"entry": {"order": <the value>}}
+                text = f"{{{json.dumps(part)}:{text}}}"
+            values[f"c{n}"] = text
         return sql, values
 
     # -- one query ---------------------------------------------------------------------

@@ -66,13 +66,14 @@ class RunState:
     fork: dict[str, Any] | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def engine_json(self) -> dict[str, Any]:
-        """The state without the transcript (stored as message rows), nulls dropped."""
+    def engine_json(self, *, policy: bool = True) -> dict[str, Any]:
+        """The state without the transcript (stored as message rows), nulls dropped;
+        without `policy`, without the policy too (a commit that keeps the stored one)."""
         # Not asdict(): it would deep-copy the whole transcript on every step.
-        return patch.compact(self._fields())  # type: ignore[no-any-return]
+        return patch.compact(self._fields(policy))  # type: ignore[no-any-return]
 
-    def _fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _STATE_FIELDS}
+    def _fields(self, policy: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _STATE_FIELDS if policy or name != "policy"}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> RunState:

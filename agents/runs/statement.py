@@ -87,19 +87,23 @@ class Params(dict[str, Any]):
 
 def commit_statement(
     run: Run, cached: dict[str, Any], engine_text: str, row: dict[str, Any], messages: list[dict[str, Any]], t: Move,
-    now: dt.datetime, events: Events, lease_taker: str | None, record: ClientCall | None = None,
+    now: dt.datetime, events: Events, lease_taker: str | None, record: ClientCall | None = None, *,
+    keep_policy: bool = False,
 ) -> int | None:
     """The transition as one PostgreSQL statement of data-modifying CTEs.
 
     Every insert selects FROM the version-checked run update, so when another actor
     moved the run first the update matches nothing and nothing else is written.
     `record` (an external agent's proposal) is inserted too, and gets its id and
-    `created_at` from this statement.
+    `created_at` from this statement. `keep_policy`: `engine_text` is the state
+    without its policy, which the run's row keeps as it is.
     """
     j = json.dumps
     p = Params()
+    # The stored policy, read from the row being updated (its old value).
+    kept = """ || jsonb_build_object('policy', "engine" -> 'policy')""" if keep_policy else ""
     sets = ", ".join(
-        f'"{k}" = ' + (p("engine", engine_text, "::jsonb") if k == "engine" else p(f"run_{k}", v))
+        f'"{k}" = ' + (p("engine", engine_text, "::jsonb") + kept if k == "engine" else p(f"run_{k}", v))
         for k, v in cached.items()
     )
     leasing = (

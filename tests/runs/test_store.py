@@ -12,7 +12,7 @@ import json
 import pytest
 
 from agents.models import Message, ToolCall, Transition
-from tests.helpers import call, final
+from tests.helpers import call, final, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +118,30 @@ def test_engine_json_is_cleaned_only_when_it_needs_to_be() -> None:
     plain = {"a": [1, "é", None], "b": {"c": True}}
     value, text = sanitize.clean_json(plain)
     assert value is plain and json.loads(text) == plain
+
+
+@requires_postgres()  # the one-statement commit is PostgreSQL's
+def test_a_transition_keeps_the_stored_policy_instead_of_sending_it_again(launch, drive, monkeypatch) -> None:
+    """The policy is fixed at launch: each later transition's statement carries the
+    state without it, and the row keeps the stored one, so the state read back (and
+    replayed from the transitions) is the whole state, policy included."""
+    from agents.models import AgentProfile, Run
+    from agents.runs import statement
+    from agents.runs.verify import verify_run
+
+    rules = [{"tool": "echo", "then": "allow", "reason": f"rule {n}, kept from launch"} for n in range(5)]
+    AgentProfile.objects.filter(name="scripted").update(rules=rules)
+    sent: list[tuple[dict[str, object], bool]] = []
+    commit = statement.commit_statement
+
+    def recording(*args: object, **kwargs: object) -> int | None:
+        sent.append((json.loads(str(args[2])), bool(kwargs.get("keep_policy"))))
+        return commit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(statement, "commit_statement", recording)
+    run = drive(launch([call("echo", text="a"), final("done")]))
+    assert run.state == "done" and len(sent) == 4
+    assert all("policy" not in engine and kept for engine, kept in sent)
+    stored = Run.objects.get(pk=run.pk).engine["policy"]
+    assert [r["reason"] for r in stored["rules"]] == [r["reason"] for r in rules]
+    assert verify_run(run) == []

@@ -420,7 +420,10 @@ def _propose(
         # once the run's lock is held, the advisory locks after the row's.
         then: list[Statement] = [(*_identical_read(run_id, fp), True)] if named else []
         if foreseen is not None and guessed:
-            then += foreseen.ahead(guessed)
+            # The figures' first statement (their locks, the plan settings) is a
+            # one-row read too: it goes in the identical read's statement.
+            settings, figures = foreseen.ahead(guessed)
+            then = [prepared.beside(then[0], settings), figures]
         ahead: list[list[tuple[Any, ...]] | None] = []
         run = _locked(run_id, user, then=then, into=ahead)
         parsed_usage = parse_usage(usage)
@@ -438,7 +441,7 @@ def _propose(
             assert foreseen is not None
             if not same_policy or foreseen.scope() != history.scope():
                 raise _Unforeseen
-            history.take(queries, ahead[1:])
+            history.take(queries, ahead)
         _foresee(run, user, history, state.policy)
         same, repeats = _identical(run, fp, history, queries, cast(list[list[tuple[Any, ...]]], ahead[:1]))
         if same is not None and not (once and same.delivered_at is not None):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
@@ -84,6 +85,40 @@ def pipelined(statements: Sequence[Statement]) -> list[list[tuple[Any, ...]] | N
         for i, (sql, params, _keep) in enumerate(statements):
             (cursors[i] if i in cursors else other).execute(sql, params)
     return [list(cursors[i].fetchall()) if i in cursors else None for i in range(len(statements))]
+
+
+def beside(first: Statement, second: Statement) -> Statement:
+    """One prepared statement reading the single row of each: `first`'s columns, then
+    `second`'s. A pipeline's statement costs the server a bind and an execution and the
+    client a result, whatever it reads; two independent one-row reads of the same moment
+    (the same snapshot) go as one. Their placeholders (`%s` or `%(name)s`) are renamed
+    apart, so the two keep their own values."""
+    values: dict[str, Any] = {}
+    parts = [_named(sql, params, f"s{n}_", values) for n, (sql, params, _kept) in enumerate((first, second))]
+    return f"SELECT * FROM ({parts[0]}) first_, ({parts[1]}) second_", values, True
+
+
+def _named(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, prefix: str, into: dict[str, Any]) -> str:
+    """`sql` with each placeholder named `prefix`..., its value put in `into`."""
+    positional = iter(params) if isinstance(params, Sequence) else None
+
+    def rename(match: re.Match[str]) -> str:
+        if match.group(0) == "%%":
+            return "%%"
+        name = match.group(1)
+        if name is None:
+            assert positional is not None, "a %s placeholder with named values"
+            key = f"{prefix}{len(into)}"
+            into[key] = next(positional)
+        else:
+            key = prefix + name
+            into[key] = cast(Mapping[str, Any], params)[name]
+        return f"%({key})s"
+
+    return _PLACEHOLDER.sub(rename, sql)
+
+
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s|%s")
 
 
 def preparing() -> bool:

@@ -77,8 +77,9 @@ class StoreHistory:
         return _on_generic_plan_statements(*self._select(queries), _lock_statement(queries))
 
     def take(self, queries: Sequence[Query], found: Sequence[list[tuple[Any, ...]] | None]) -> None:
-        """The figures of `queries` from the rows of the statements `ahead` gave, kept for
-        `figures` to answer from."""
+        """The figures of `queries` from the rows of the statements `ahead` gave (the
+        second's: the first may have gone in another statement), kept for `figures` to
+        answer from."""
         self.known.update((q, _figures(q, value)) for q, value in zip(queries, _take(found), strict=True))
 
     def scope(self) -> tuple[Any, ...]:

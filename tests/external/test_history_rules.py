@@ -110,6 +110,7 @@ def test_a_runs_next_proposal_reads_its_figures_in_the_run_locks_round_trip(
     """Once a run has had a proposal in this process, the next one sends its history
     rules' figures (and their locks) in the run lock's round trip; the same figures,
     the same verdicts."""
+    from agents.lib import prepared
     from agents.runs.history import StoreHistory
 
     AgentProfile.objects.filter(pk=profile.pk).update(rules=[THIRD])
@@ -118,10 +119,16 @@ def test_a_runs_next_proposal_reads_its_figures_in_the_run_locks_round_trip(
     apart: list[Any] = []
     read = StoreHistory.all_at_once
     monkeypatch.setattr(StoreHistory, "all_at_once", lambda self, *a, **k: apart.append(a) or read(self, *a, **k))
+    sent: list[int] = []
+    pipelined = prepared.pipelined
+    monkeypatch.setattr(prepared, "pipelined", lambda statements: sent.append(len(statements)) or pipelined(statements))
     assert propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 2})["verdict"] == "allow"
     held = propose(api, run_id, "ledger_write", entry={"order": "1042", "amount": 3})
     assert (held["verdict"], held["approval"]["history"]["count"]) == ("ask", 2)
     assert apart == []  # neither read its figures on its own
+    # The run's lock; the identical-call read with the figures' locks and plan settings;
+    # the figures.
+    assert sent == [3, 3]
 
 
 @requires_postgres()

@@ -73,3 +73,12 @@ def test_a_failing_read_sent_together_is_djangos_error() -> None:
     with pytest.raises(DatabaseError), transaction.atomic():
         prepared.fetch_together([("SELECT %s::int", [1]), ("SELECT 1 / %s", [0])])
     assert prepared.fetch_together([("SELECT %s::int", [5])]) == [[(5,)]]
+
+
+def test_two_one_row_reads_beside_each_other_keep_their_own_values() -> None:
+    """`beside` makes one statement of two: the first's columns, then the second's,
+    each read with its own values, `%s` or `%(name)s` (a name used twice, a literal %)."""
+    first = ("SELECT %s::int AS a, '100%%' AS b, %s::text AS c", [1, "one"], True)
+    second = ("WITH w AS (SELECT %(x)s::int AS x) SELECT x, x + %(x)s::int, %(y)s::text FROM w", {"x": 2, "y": "two"}, True)
+    sql, values, kept = prepared.beside(first, second)
+    assert kept and prepared.fetchall(sql, values) == [(1, "100%", "one", 2, 4, "two")]

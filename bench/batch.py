@@ -20,7 +20,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import run as base  # noqa: E402 (sets the environment first)
+from bench import run as base  # noqa: E402 (its setup_django sets the environment)
 
 FULL, SMALL = 10_000, 100  # pending calls; half near-identical, half of other shapes
 BATCH = 200

@@ -65,9 +65,7 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/airlock_bench")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+
 
 # Issue #48's table: each figure against a floor measured in turns in the same run, so a
 # slow host moves both sides (the absolute +5 ms, 0.5 of direct and 10 ms it replaced
@@ -613,6 +611,9 @@ def print_gateway(r: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    from bench.run import environment
+
+    environment()  # what the bench runs with, before anything reads it (not on import)
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     server = sys.argv[2] if len(sys.argv) > 2 else "gunicorn"
     found = gateway_bench(calls=calls, round_trips=calls, server=server)

@@ -33,7 +33,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import run as base  # noqa: E402 (sets the environment first)
+from bench import run as base  # noqa: E402 (its setup_django sets the environment)
 
 TABLES = ("agents_run", "agents_transition", "agents_message", "agents_toolcall", "agents_approval")
 

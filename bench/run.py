@@ -16,11 +16,14 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/airlock_bench")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("AIRLOCK_ALLOW_SCRIPTED", "1")
+# What the bench runs with unless told otherwise (`environment`).
+ENVIRONMENT = {
+    "DJANGO_SETTINGS_MODULE": "config.settings",
+    "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/airlock_bench",
+    "LOG_LEVEL": "WARNING",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "AIRLOCK_ALLOW_SCRIPTED": "1",
+}
 
 RESULT_BYTES = 500  # a realistic small tool result
 SIZES = (10, 50, 100, 200)
@@ -35,7 +38,18 @@ def ensure_database(url: str) -> None:
             conn.execute(f'create database "{name}"')
 
 
+def environment() -> None:
+    """Set what the bench runs with, where the caller has not: when a bench starts, not
+    when this module is imported. Tests import the bench's helpers, and their processes
+    (and the commands those start) must keep the test run's database: a test of
+    `check --deploy` on the embedded default read the bench's PostgreSQL database,
+    whatever it held, once a test had imported a bench module."""
+    for name, value in ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
+
+
 def setup_django() -> None:
+    environment()
     ensure_database(os.environ["DATABASE_URL"])
     import django
 

@@ -103,9 +103,8 @@ class StoreHistory:
         (`lock_first`) with the plan settings, then the statement (which puts the
         settings back as it runs), go in one round trip (`_on_generic_plan`): each is a
         statement of its own with its own snapshot, so the figures are read once the
-        locks are held. Elsewhere (a
-        backtest's replay; preparing off): the locks and one statement, planned with
-        its values, in one query string."""
+        locks are held. Elsewhere (a backtest's replay; preparing off): the locks and
+        one statement, planned with its values, in one query string."""
         if not queries:
             return []
         sql, params = self._select(queries)

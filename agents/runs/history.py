@@ -217,7 +217,7 @@ class StoreHistory:
         for i, (path, text) in enumerate(q.same):
             value = json.loads(text)
             parts = path.split(".")
-            if connection.vendor == "postgresql" and not any(p.isdigit() for p in parts):
+            if connection.vendor == "postgresql" and _contained(path):
                 # `@>` first: the GIN index on args finds the few calls with this value
                 # among a scope's thousands; the exact `#>` comparison below decides.
                 nested: Any = value
@@ -263,9 +263,15 @@ def _statement(shapes: tuple[_Shape, ...], as_of: bool, exclude: bool) -> str:
     return "SELECT " + ", ".join(columns)
 
 
+def _contained(path: str) -> bool:
+    """Whether `args @> {...}` can find a `same` value at `path` (no list index in it), so
+    the GIN index on args serves its query."""
+    return not any(p.isdigit() for p in path.split("."))
+
+
 def _gin(same: tuple[tuple[str, int], ...]) -> bool:
     """Whether the GIN index on args serves a query (a `same` path without list indexes)."""
-    return any(not any(p.isdigit() for p in path.split(".")) for path, _ in same)
+    return any(_contained(path) for path, _ in same)
 
 
 def _from(table: str, scope: str, same: tuple[tuple[str, int], ...]) -> str:
@@ -313,7 +319,7 @@ def _where(
             which.append(f"{tool} LIKE {_text(escaped + '%')}")
         where.append("(" + " OR ".join(which) + ")")
     for path, n in same:
-        if not any(p.isdigit() for p in path.split(".")):
+        if _contained(path):
             # `@>` first: the GIN index finds the few calls with this value.
             where.append(f"t.args @> %(c{n})s::jsonb")
         where.append(f"t.args #> {_path(path)} = %(v{n})s::jsonb")

@@ -6,10 +6,14 @@ import hashlib
 import json
 from typing import Any
 
+# One encoder for every call: json.dumps builds a new one whenever it is given options,
+# and a proposal asks this three times (fingerprint, idempotency key, arguments' hash).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, non-ASCII kept: equal values give equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL(value)
 
 
 def fingerprint(tool: str, args: Any) -> str:

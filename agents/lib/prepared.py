@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as dt
 import functools
 import re
 import weakref
@@ -146,10 +147,18 @@ def _cursor_class() -> type:
     # Imported late: the module needs psycopg, which SQLite deployments may lack.
     from django.db.backends.postgresql.base import ServerBindingCursor
 
+    fast = _utc_loader()
+
     class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._converted: dict[Any, Any] = {}
+            if fast is not None and self.connection.info.timezone is _UTC and connection.timezone is _UTC:
+                # Django loads every timestamptz through a Python subclass of psycopg's
+                # loader, to give it Django's zone; psycopg's own (C) loader already
+                # gives `datetime.UTC` on a UTC session, the same value, at a
+                # tenth of the cost (about 4 us a value: a run read has a dozen).
+                self.adapters.register_loader("timestamptz", fast)
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", True)
@@ -182,3 +191,18 @@ def _cursor_class() -> type:
             super()._send_query_prepared(name, pgq, **kwargs)
 
     return PreparedCursor
+
+
+_UTC = dt.UTC
+
+
+def _utc_loader() -> type | None:
+    """psycopg's own text loader of timestamptz (its C one, with psycopg's binary
+    package), unless Django's connections load it themselves because they must
+    (USE_TZ off: naive values)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    if not settings.USE_TZ:
+        return None
+    return cast(type, psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, Format.TEXT))

@@ -82,3 +82,22 @@ def test_two_one_row_reads_beside_each_other_keep_their_own_values() -> None:
     second = ("WITH w AS (SELECT %(x)s::int AS x) SELECT x, x + %(x)s::int, %(y)s::text FROM w", {"x": 2, "y": "two"}, True)
     sql, values, kept = prepared.beside(first, second)
     assert kept and prepared.fetchall(sql, values) == [(1, "100%", "one", 2, 4, "two")]
+
+
+def test_a_timestamptz_reads_as_the_orm_reads_it_through_psycopgs_own_loader() -> None:
+    """Django loads timestamptz through a Python subclass of psycopg's loader; a
+    prepared cursor on a UTC session takes psycopg's own (C) one, which gives the same
+    value, in the same zone object."""
+    import datetime as dt
+
+    from django.contrib.auth.models import User
+    from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    user = User.objects.create(username="stamped")
+    orm = User.objects.values_list("date_joined", flat=True).get(pk=user.pk)
+    [(read,)] = prepared.fetchall("SELECT date_joined FROM auth_user WHERE id = %s", [user.pk])
+    assert read == orm and read.tzinfo is orm.tzinfo is dt.UTC
+    loader = prepared._cursor().cursor.adapters.get_loader(types["timestamptz"].oid, Format.TEXT)
+    assert not issubclass(loader, BaseTzLoader)

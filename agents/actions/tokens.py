@@ -12,7 +12,6 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from agents import access
-from agents.lib import prepared as server
 from agents.lib import rows
 from agents.models import ApiToken
 
@@ -79,16 +78,27 @@ def token_read(
 
 
 def token_user_and(raw: str, read: tuple[str, Sequence[Any]]) -> tuple[Any, list[tuple[Any, ...]]]:
-    """`token_user`'s user and the rows of `read` (a fixed text and its values), a read
-    the token does not decide, sent in the token's round trip (`prepared.fetch_together`):
-    a request that reads the same thing whoever asks reads it beside the token. (None,
-    []) for no user: what `read` found is dropped then, unseen."""
+    """`token_user`'s user and the row of `read` (a fixed text and its values: a read of
+    one row at most, by a unique key, that the token does not decide), read by the
+    token's own statement: a request that reads the same thing whoever asks reads it
+    beside the token, in one statement. (None, []) for no user: what `read` found is
+    dropped then, unseen."""
     if not raw or len(raw) > 200:
         return None, []
-    sql, *columns = _active()
-    found, also = server.fetch_together([(sql, [digest(raw), True]), read])
-    user, _beside = _user_of(found, *columns)
-    return user, (also if user is not None else [])
+    sql, params = read
+    text, *columns = _active_and(sql)
+    user, beside = _user_of(rows.fetch(text, [*params, digest(raw), True], prepared=True), *columns)
+    # One row per role, each with the same row of `read` after a "found" mark.
+    return user, ([tuple(beside[0][1:])] if user is not None and beside[0][0] else [])
+
+
+@functools.lru_cache(maxsize=16)
+def _active_and(read: str) -> tuple[str, rows.Columns, rows.Columns]:
+    """`_active`'s statement with `read`'s row beside each of its rows. `read` runs once
+    (a materialized CTE: a plan never runs it again for each role), and a token with no
+    row there still has its row (the outer join), with `found_` NULL."""
+    sql, *columns = _active(", x.*", " LEFT JOIN x ON TRUE")
+    return (f"WITH x AS MATERIALIZED (SELECT TRUE AS found_, * FROM ({read}) y) {sql}", *columns)  # type: ignore[return-value]
 
 
 def _user_of(

@@ -104,12 +104,42 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU time a few processes spend over the windows between `start()` and `stop()`,
+    summed by name: what a call costs each of them, beside its wall time. A p50 moves
+    with the host's other tenants; a process's own CPU a call moves less."""
+
+    def __init__(self, **pids: int) -> None:
+        self.pids = pids
+        self.used = dict.fromkeys(pids, 0.0)
+        self._at: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._at = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def stop(self) -> None:
+        for name, pid in self.pids.items():
+            self.used[name] += _cpu_seconds(pid) - self._at[name]
+
+    def per(self, count: int) -> dict[str, float]:
+        """Milliseconds of CPU each process spent per one of `count` operations."""
+        return {name: round(used * 1000 / max(count, 1), 3) for name, used in self.used.items()}
+
+
 def _timed_calls(
-    url: str, headers: dict[str, str], tool: str, n: int, offset: int = 0, warm: int = 5, mode: str = "auto"
+    url: str, headers: dict[str, str], tool: str, n: int, offset: int = 0, warm: int = 5, mode: str = "auto",
+    meter: CpuMeter | None = None,
 ) -> list[float]:
     """Seconds per call of `tool`, `n` sequential calls in one SDK connection (after
     `warm` unmeasured warm-up calls). `mode` is the SDK client's: `auto` speaks the
-    2026-07-28 era where the server offers it, `legacy` the handshake era (a session)."""
+    2026-07-28 era where the server offers it, `legacy` the handshake era (a session).
+    `meter` counts the CPU of the measured calls only."""
     import anyio
     import httpx2
     from mcp import Client
@@ -121,6 +151,8 @@ def _timed_calls(
         async with http, Client(streamable_http_client(url, http_client=http), cache=None,
                                 mode=mode) as client:  # type: ignore[arg-type]
             for i in range(n + warm):
+                if i == warm and meter is not None:
+                    meter.start()
                 start = time.perf_counter()
                 result = await client.call_tool(tool, {"record_id": f"r{offset + i}"})
                 elapsed = time.perf_counter() - start
@@ -128,6 +160,8 @@ def _timed_calls(
                     raise RuntimeError(f"{tool} failed: {result.content}")
                 if i >= warm:
                     took.append(elapsed)
+            if meter is not None and n:
+                meter.stop()
         return took
 
     return anyio.run(go)
@@ -244,17 +278,21 @@ def machine(samples: int = 200) -> dict[str, float]:
     return found
 
 
-def gateway_vs_direct(stand: Stand, base: str, n: int, mode: str = "auto") -> dict[str, Any]:
+def gateway_vs_direct(stand: Stand, base: str, n: int, mode: str = "auto", pid: int | None = None) -> dict[str, Any]:
     """The figure as a dict: p50s in ms, calls per second, added p50, throughput ratio;
     the same for the SDK-only proxy under `sdk_proxy`; Airlock's share (the gateway's
     p50 over the proxy's) and the gateway's throughput over the proxy's. The sides
     alternate in rounds, so a change in the machine's load meets them all. `mode` is
-    the SDK client's (`ERAS`): the proxy and the gateway are spoken to in the same era."""
+    the SDK client's (`ERAS`): the proxy and the gateway are spoken to in the same era.
+    With `pid`, the web process's: the CPU a call costs the gateway's process and the
+    proxy's, and the upstream's for each."""
     direct: list[float] = []
     through: list[float] = []
     proxied: list[float] = []
     speeds: list[dict[str, float]] = []
     rounds = 4
+    by_proxy = CpuMeter(server=stand.proxy.pid, upstream=stand.upstream.pid)
+    by_gateway = CpuMeter(server=pid, upstream=stand.upstream.pid) if pid is not None else None
     # Each era's calls take record ids of their own: an identical call in one stream
     # would be answered from the journal without reaching the upstream.
     base_offset = 0 if mode == "auto" else 30_000_000
@@ -262,9 +300,10 @@ def gateway_vs_direct(stand: Stand, base: str, n: int, mode: str = "auto") -> di
         offset = base_offset + r * n
         speeds.append(machine())
         direct += _timed_calls(stand.upstream_url, {}, "lookup", n // rounds, offset=offset, mode=mode)
-        proxied += _timed_calls(stand.proxy_url, {}, "bench__lookup", n // rounds, offset=offset, mode=mode)
+        proxied += _timed_calls(stand.proxy_url, {}, "bench__lookup", n // rounds, offset=offset, mode=mode,
+                                meter=by_proxy)
         through += _timed_calls(f"{base}/mcp/bench-gateway/", {"Authorization": f"Bearer {stand.token}"},
-                                "bench__lookup", n // rounds, offset=offset, mode=mode)
+                                "bench__lookup", n // rounds, offset=offset, mode=mode, meter=by_gateway)
     direct_p50, through_p50 = statistics.median(direct) * 1000, statistics.median(through) * 1000
     proxy_p50 = statistics.median(proxied) * 1000
     return {
@@ -285,6 +324,12 @@ def gateway_vs_direct(stand: Stand, base: str, n: int, mode: str = "auto") -> di
         "gateway_calls_per_s": round(len(through) / sum(through), 1),
         "throughput_ratio": round(sum(direct) / sum(through), 3),
         "throughput_of_proxy": round(sum(proxied) / sum(through), 3),
+        # CPU ms a call: each side's own process, and the upstream's for that side's calls.
+        "cpu_ms_per_call": None if by_gateway is None else {
+            "gateway": by_gateway.per(len(through))["server"], "proxy": by_proxy.per(len(proxied))["server"],
+            "upstream_from_gateway": by_gateway.per(len(through))["upstream"],
+            "upstream_from_proxy": by_proxy.per(len(proxied))["upstream"],
+        },
     }
 
 
@@ -323,12 +368,13 @@ def other_servers_tools(stand: Stand, base: str, n: int, tools: int = OTHER_TOOL
             "among_p50_ms": round(among, 2), "ratio": round(among / alone, 3)}
 
 
-def api_vs_healthz(stand: Stand, base: str, n: int) -> dict[str, Any]:
+def api_vs_healthz(stand: Stand, base: str, n: int, pid: int | None = None) -> dict[str, Any]:
     """Over one kept HTTP connection, in alternating rounds: `GET /healthz` (the floor:
     the web server and Django's handler, no database), the decision API's propose +
     report of the allowed client tool `note` (two requests, two commits), and an
     authenticated `GET /api/runs/<id>` of that run; `n` of each (after a few unmeasured
-    ones). Their p50s, each half of the round trip, and the ratios to /healthz."""
+    ones). Their p50s, each half of the round trip, and the ratios to /healthz; with
+    `pid` (the web process's), the CPU each costs it."""
     import httpx2
 
     headers = {"Authorization": f"Bearer {stand.token}"}
@@ -338,6 +384,17 @@ def api_vs_healthz(stand: Stand, base: str, n: int) -> dict[str, Any]:
     reads: list[float] = []
     healthz: list[float] = []
     rounds = 4
+    meters = {kind: CpuMeter(server=pid) for kind in ("healthz", "round_trip", "run_read")} if pid is not None else {}
+
+    @contextmanager
+    def metered(kind: str) -> Iterator[None]:
+        meter = meters.get(kind)
+        if meter is not None:
+            meter.start()
+        yield
+        if meter is not None:
+            meter.stop()
+
     with httpx2.Client(base_url=base, headers=headers, timeout=30.0) as http:
         run = http.post("/api/runs", json={"agent": "bench-gateway", "task": "bench: decision API round trips"})
         run.raise_for_status()
@@ -373,12 +430,15 @@ def api_vs_healthz(stand: Stand, base: str, n: int) -> dict[str, Any]:
         del took[:], proposes[:], reports[:]
         per = max(1, n // rounds)
         for r in range(rounds):
-            for _ in range(per):
-                timed_get("/healthz", healthz)
-            for i in range(per):
-                round_trip(r * per + i)
-            for _ in range(per):
-                timed_get(f"/api/runs/{run_id}", reads)
+            with metered("healthz"):
+                for _ in range(per):
+                    timed_get("/healthz", healthz)
+            with metered("round_trip"):
+                for i in range(per):
+                    round_trip(r * per + i)
+            with metered("run_read"):
+                for _ in range(per):
+                    timed_get(f"/api/runs/{run_id}", reads)
     healthz_p50 = statistics.median(healthz) * 1000
     trip_p50, read_p50 = statistics.median(took) * 1000, statistics.median(reads) * 1000
     return {
@@ -390,6 +450,8 @@ def api_vs_healthz(stand: Stand, base: str, n: int) -> dict[str, Any]:
         "of_healthz": round(trip_p50 / healthz_p50, 2),
         "run_read_p50_ms": round(read_p50, 2),
         "run_read_of_healthz": round(read_p50 / healthz_p50, 2),
+        # The web process's CPU ms for each: a /healthz, a propose + report, a run read.
+        "cpu_ms": {kind: meter.per(per * rounds)["server"] for kind, meter in meters.items()} or None,
     }
 
 
@@ -505,13 +567,14 @@ def gateway_bench(
     stand = Stand(calls + round_trips, server)
     results: dict[str, Any] = {"server": server}
     try:
-        with stand.web() as (base, _proc):
+        with stand.web() as (base, proc):
+            pid = _serving_pid(proc)
             if "gateway" in parts:
-                results["gateway"] = gateway_vs_direct(stand, base, calls)
+                results["gateway"] = gateway_vs_direct(stand, base, calls, pid=pid)
             if "handshake" in parts:
-                results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"])
+                results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"], pid=pid)
             if "api" in parts:
-                results["decision_api"] = api_vs_healthz(stand, base, round_trips)
+                results["decision_api"] = api_vs_healthz(stand, base, round_trips, pid=pid)
             if "others" in parts:
                 results["other_tools"] = other_servers_tools(stand, base, calls // 2)
             if "opening" in parts:
@@ -577,6 +640,12 @@ def print_gateway(r: dict[str, Any]) -> None:
             f"commits (its intent before the upstream, its result before the answer) alone: "
             f"{2 * m['db_commit_us'] / 1000:.1f} ms of the share"
         )
+        if (c := g.get("cpu_ms_per_call")) is not None:
+            print(
+            f"  CPU a call: the gateway's process {c['gateway']:.2f} ms against the proxy's {c['proxy']:.2f} ms "
+            f"(+{c['gateway'] - c['proxy']:.2f} ms); the upstream's {c['upstream_from_gateway']:.2f} ms for the "
+            f"gateway's calls, {c['upstream_from_proxy']:.2f} ms for the proxy's"
+        )
     if d is not None:
         print(
         f"decision API ({d['round_trips']} round trips, alternating with /healthz): propose + report p50 "
@@ -587,6 +656,11 @@ def print_gateway(r: dict[str, Any]) -> None:
         f"GET /api/runs/<id> with a token: p50 {d['run_read_p50_ms']:.2f} ms against /healthz "
         f"{d['healthz_p50_ms']:.2f} ms = {d['run_read_of_healthz']:.1f}x (target <= {TARGET_RUN_READ_OF_HEALTHZ:g}x)"
     )
+        if (c := d.get("cpu_ms")) is not None:
+            print(
+            f"  the web process's CPU: /healthz {c['healthz']:.2f} ms, propose + report {c['round_trip']:.2f} ms "
+            f"({c['round_trip'] / c['healthz']:.1f}x), run read {c['run_read']:.2f} ms ({c['run_read'] / c['healthz']:.1f}x)"
+        )
     if o is not None:
         print(
         f"a gateway call with {o['tools']} other servers' MCP tools registered: p50 {o['among_p50_ms']:.1f} ms "

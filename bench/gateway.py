@@ -14,11 +14,14 @@ slow or busy host moves both sides of each ratio.
    0.5). Both sides call the upstream's `lookup` read tool with a different record id
    each time (an identical call would be answered from the journal without reaching
    the upstream). Each round also samples the machine (`machine()`: a PostgreSQL round
-   trip, a durable commit, a fixed piece of Python).
+   trip, a durable commit, a fixed piece of Python). Beside the p50s: the CPU a call
+   costs the gateway's process and the proxy's, and the upstream's for each side's
+   calls (`CpuMeter`), which the host's other tenants move less than a p50.
 2. **The decision API and a run's read against /healthz**, over one kept connection in
    alternating rounds: propose + report of an allowed client tool (two requests, two
    commits), p50 over /healthz's p50 (target <= 4x); an authenticated `GET
-   /api/runs/<id>`, p50 over /healthz's (target <= 2.5x).
+   /api/runs/<id>`, p50 over /healthz's (target <= 2.5x); beside them the web
+   process's CPU for each.
 3. **50 waiting clients**: 50 MCP clients at once, each with one call held for
    approval: the web process's RSS and PostgreSQL's connections while they wait, and the
    delay from each decision's commit to its client's answer (target: all within 1 s).
@@ -105,9 +108,16 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """The CPU time (user and system) process `pid` has used so far."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The CPU time process `pid`'s threads now alive have used so far, to the
+    nanosecond (the scheduler's count, `/proc/<pid>/task/*/schedstat`; the clock-tick
+    totals of `/proc/<pid>/stat` are 10 ms steps, as long as fifty `/healthz`)."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
 
 
 class CpuMeter:

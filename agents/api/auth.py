@@ -27,9 +27,10 @@ class TokenAuth(HttpBearer):
     never falls back to the session, so a script with a revoked token fails loudly.
 
     `ahead`: for an operation whose first read does not depend on who asks (a run by
-    its id), that read's statement for this request (None: none); it is sent in the
-    token's round trip and its rows are left on the request as `airlock_read`, for the
-    view to judge (the token's user is not yet known when it is read)."""
+    its id), that read's statement for this request (None: none); the token's own
+    statement reads it too (`tokens.token_user_and`) and its rows are left on the
+    request as `airlock_read`, for the view to judge (the token's user is not yet known
+    when it is read)."""
 
     def __init__(self, ahead: Callable[[HttpRequest], tuple[str, list[Any]] | None] | None = None) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
 from agents import access
@@ -86,19 +87,20 @@ def token_user_and(raw: str, read: tuple[str, Sequence[Any]]) -> tuple[Any, list
     if not raw or len(raw) > 200:
         return None, []
     sql, params = read
-    text, *columns = _active_and(sql)
+    text, *columns = _active_and(sql, connection.vendor == "postgresql")
     user, beside = _user_of(rows.fetch(text, [*params, digest(raw), True], prepared=True), *columns)
     # One row per role, each with the same row of `read` after a "found" mark.
     return user, ([tuple(beside[0][1:])] if user is not None and beside[0][0] else [])
 
 
 @functools.lru_cache(maxsize=16)
-def _active_and(read: str) -> tuple[str, rows.Columns, rows.Columns]:
+def _active_and(read: str, materialized: bool) -> tuple[str, rows.Columns, rows.Columns]:
     """`_active`'s statement with `read`'s row beside each of its rows. `read` runs once
-    (a materialized CTE: a plan never runs it again for each role), and a token with no
-    row there still has its row (the outer join), with `found_` NULL."""
-    sql, *columns = _active(", x.*", " LEFT JOIN x ON TRUE")
-    return (f"WITH x AS MATERIALIZED (SELECT TRUE AS found_, * FROM ({read}) y) {sql}", *columns)  # type: ignore[return-value]
+    (on PostgreSQL a materialized CTE: a plan never runs it again for each role), and a
+    token with no row there still has its row (the outer join), with `found_` NULL."""
+    sql, token, user = _active(", x.*", " LEFT JOIN x ON TRUE")
+    cte = "AS MATERIALIZED" if materialized else "AS"  # SQLite before 3.35 has no MATERIALIZED
+    return f"WITH x {cte} (SELECT TRUE AS found_, * FROM ({read}) y) {sql}", token, user
 
 
 def _user_of(

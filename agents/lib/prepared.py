@@ -147,13 +147,13 @@ def _cursor_class() -> type:
     # Imported late: the module needs psycopg, which SQLite deployments may lack.
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    fast = _utc_loader()
+    fast = _psycopg_timestamptz_loader()
 
     class PreparedCursor(ServerBindingCursor):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._converted: dict[Any, Any] = {}
-            if fast is not None and self.connection.info.timezone is _UTC and connection.timezone is _UTC:
+            if self.connection.info.timezone is dt.UTC and connection.timezone is dt.UTC:
                 # Django loads every timestamptz through a Python subclass of psycopg's
                 # loader, to give it Django's zone; psycopg's own (C) loader already
                 # gives `datetime.UTC` on a UTC session, the same value, at a
@@ -193,16 +193,11 @@ def _cursor_class() -> type:
     return PreparedCursor
 
 
-_UTC = dt.UTC
-
-
-def _utc_loader() -> type | None:
+def _psycopg_timestamptz_loader() -> type:
     """psycopg's own text loader of timestamptz (its C one, with psycopg's binary
-    package), unless Django's connections load it themselves because they must
-    (USE_TZ off: naive values)."""
+    package). Django's zone is `datetime.UTC` only with USE_TZ on and no database
+    TIME_ZONE: elsewhere a prepared cursor keeps Django's loader."""
     import psycopg
     from psycopg.pq import Format
 
-    if not settings.USE_TZ:
-        return None
     return cast(type, psycopg.adapters.get_loader(psycopg.postgres.types["timestamptz"].oid, Format.TEXT))

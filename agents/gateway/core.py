@@ -61,6 +61,10 @@ class Caller:
     # beside the profile: (key, its row's run id, that run's state and updated_at),
     # for `stream_run`'s first look; None if it was not read.
     stream: tuple[str, tuple[Any, ...]] | None = None
+    # The marks of the profile's MCP tools (`mcp_tools.marks_column`), as the token's
+    # statement read them beside the profile, for the request's `read_once`; None if it
+    # did not (`_TOOLS_GUESS`).
+    marks: list[tuple[int, str]] | None = None
 
 
 # Every gateway request reads these: written out (agents/lib/rows.py), they skip
@@ -71,15 +75,16 @@ _OPEN_SESSION = rows.Joined(
 )
 
 
-@functools.cache
-def _beside_token() -> tuple[rows.Columns, str, str]:
+@functools.lru_cache(maxsize=64)
+def _beside_token(marks: str = "") -> tuple[rows.Columns, str, str]:
     """What the token's statement (agents/actions/tokens.py, `token_read`) reads beside the
     token for a gateway request, in the same round trip: the external profile named by
     the path, and the caller's stream under the request's conversation key with its
-    run's state (what `stream_run` looks at first). Outer joins: the token alone
-    decides whether there is a row, and a missing profile reads as NULLs."""
+    run's state (what `stream_run` looks at first); with `marks` (a
+    `mcp_tools.marks_column`), that column last. Outer joins: the token alone decides
+    whether there is a row, and a missing profile reads as NULLs."""
     profile = rows.Columns(AgentProfile, "p")
-    beside = f", {profile.sql}, s.run_id, sr.state, sr.updated_at"
+    beside = f", {profile.sql}, s.run_id, sr.state, sr.updated_at" + (f", {marks}" if marks else "")
     join = (
         f" LEFT JOIN {AgentProfile._meta.db_table} p ON p.name = %s AND p.provider = %s"
         f" LEFT JOIN {GatewayStream._meta.db_table} s ON s.user_id = b0.id AND s.profile_id = p.id AND s.key = %s"
@@ -100,8 +105,11 @@ def authenticate(header: str | None, profile_name: str, stream_key: str | None =
     scheme, _, raw = header.partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
         raise Refused(401, "unauthenticated", "the Authorization header must be 'Bearer <token>'", challenge)
-    columns, beside, join = _beside_token()
-    user, found = tokens.token_read(raw.strip(), beside, join, [profile_name, "external", stream_key])
+    guess = _TOOLS_GUESS.get(profile_name, _NO_GUESS)
+    marks = mcp_tools.marks_column(guess) if guess is not _NO_GUESS else None
+    columns, beside, join = _beside_token(marks[0] if marks is not None else "")
+    user, found = tokens.token_read(raw.strip(), beside, join,
+                                    [*(marks[1] if marks is not None else ()), profile_name, "external", stream_key])
     if user is None:
         # Never log or echo the token itself.
         raise Refused(401, "unauthenticated", "unknown or revoked API token",
@@ -113,8 +121,23 @@ def authenticate(header: str | None, profile_name: str, stream_key: str | None =
     if not access.can_launch(user, profile.project_id):
         raise Refused(403, "forbidden", "driving an agent through the gateway needs the launcher role",
                       who=who_of(user))
-    stream = (stream_key, found[0][columns.width:]) if stream_key is not None else None
-    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile, stream=stream)
+    stream = (stream_key, found[0][columns.width:columns.width + 3]) if stream_key is not None else None
+    tools = profile.tool_names()
+    read = mcp_tools.marks_read(found[0][-1]) if marks is not None and tools == guess else None
+    if len(_TOOLS_GUESS) >= _GUESSES_KEPT:
+        _TOOLS_GUESS.clear()
+    _TOOLS_GUESS[profile_name] = tools
+    return Caller(user=user, profile_id=profile.pk, profile_name=profile.name, profile=profile, stream=stream,
+                  marks=read)
+
+
+# Each profile's tool names as this process last read them: what its next request's
+# token statement reads the MCP tools' marks for (`mcp_tools.marks_column`), beside the
+# profile whose tools they are. A profile whose tools changed since reads its marks on
+# its own (`read_once`), as every profile's first request does.
+_TOOLS_GUESS: dict[str, list[str] | None] = {}
+_NO_GUESS: Any = object()
+_GUESSES_KEPT = 512
 
 
 # -- sessions and streams ----------------------------------------------------------------
@@ -350,7 +373,8 @@ def tool_list(caller: Caller) -> list[dict[str, Any]]:
     and its annotations as Airlock applies them: the server's own (a title, say) with
     the four hints set to the kind Airlock enforces, overrides included."""
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
-    specs = offered(profile)
+    with mcp_tools.read_once(profile.tool_names(), marks=caller.marks):
+        specs = offered(profile)
     pinned = {t.name: t for t in mcp_tools.offered_tools([s.name for s in specs])}
     listed = []
     for spec in specs:
@@ -392,7 +416,7 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
     run_id = pinned
     asked, governed = tool, names.governed(profile, tool)  # None: a name its server has no tool of
-    with mcp_tools.read_once(profile.tool_names()):
+    with mcp_tools.read_once(profile.tool_names(), marks=caller.marks):
         spec = next((s for s in offered(profile) if s.name == governed), None) if governed is not None else None
         if spec is None:
             return Reply(f"Unknown tool {asked!r}: this gateway offers only the tools in its tools/list.",

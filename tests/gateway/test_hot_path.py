@@ -99,3 +99,61 @@ def test_the_token_profile_and_stream_are_one_statement_and_refuse_in_their_orde
         core.admit(header, "gw", sid=None, run_header=None, opening=False, client_name="", protocol_version="",
                    modern=True, conversation=bad_key)
     assert refused.value.status == 400
+
+
+def test_the_profiles_tool_marks_ride_the_tokens_statement_and_always_say_what_is_offered_now(
+    gw, upstream, lena
+) -> None:
+    """A call reads the marks of its profile's MCP tools (which pinned specs it may use)
+    in the token's statement, not in one of their own; they are this request's: a tool
+    disabled since the last call is refused at once, and a profile whose tools changed
+    reads its marks on its own (the token's statement read them for the old list)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.actions.tokens import token_create
+    from agents.gateway import core
+
+    _t, raw = token_create(user=lena)
+    header = f"Bearer {raw}"
+
+    def call(record: str, conversation: str | None = None) -> tuple[Any, list[str]]:
+        with CaptureQueriesContext(connection) as seen:
+            _admitted, started = core.admit_and_start(header, "gw", sid=None, run_header=None, tool=LOOKUP[0],
+                                                      args={"record_id": record}, modern=True,
+                                                      conversation=conversation)
+        return started, [q["sql"] for q in seen.captured_queries]
+
+    first, _sql = call("alpha")  # this process learns the profile's tools
+    assert not isinstance(first, core.Reply) and first[0].status == "succeeded"
+    second, sql = call("beta")
+    assert not isinstance(second, core.Reply) and second[0].status == "succeeded"
+    assert "agents_apitoken" in sql[0] and '"agents_mcptool"' in sql[0]
+    assert not [s for s in sql[1:] if '"agents_mcptool"' in s], sql
+
+    # Disabled since: the token's statement reads it so, and the call is refused.
+    McpTool.objects.filter(name=LOOKUP[0]).update(enabled=False)
+    refused, sql = call("gamma")
+    assert isinstance(refused, core.Reply) and refused.structured == {
+        "airlock": {"status": "unknown_tool", "tool": LOOKUP[0]}}
+    assert not [s for s in sql[1:] if '"agents_mcptool"' in s], sql
+    McpTool.objects.filter(name=LOOKUP[0]).update(enabled=True)
+
+    # The profile now names its tools one by one: the marks read for the old list are
+    # not used; the call reads its own, and a tool the profile no longer names is refused.
+    gw.tools = ["web__delete_record", "echo"]
+    gw.save(update_fields=["tools"])
+    refused, sql = call("delta")
+    assert isinstance(refused, core.Reply) and refused.structured == {
+        "airlock": {"status": "unknown_tool", "tool": LOOKUP[0]}}
+    assert [s for s in sql[1:] if '"agents_mcptool"' in s], sql
+    # (A stream of its own: the first stream's run keeps the tools it was launched
+    # with, which its drive reads apart from the profile's.)
+    gw.tools = ["web__lookup"]
+    gw.save(update_fields=["tools"])
+    again, sql = call("epsilon", conversation="after")
+    assert not isinstance(again, core.Reply) and again[0].status == "succeeded"
+    assert [s for s in sql[1:] if '"agents_mcptool"' in s], sql  # learnt the list this time
+    again, sql = call("zeta", conversation="after")
+    assert not isinstance(again, core.Reply) and again[0].status == "succeeded"
+    assert not [s for s in sql[1:] if '"agents_mcptool"' in s], sql

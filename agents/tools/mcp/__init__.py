@@ -354,7 +354,34 @@ _SPECS_KEPT = 4096
 _UNBUILT: Any = object()
 
 
-def _offered_specs(names: Collection[str] | None = None) -> list[ToolSpec]:
+def _marks_from(where: str) -> str:
+    qn = db_connection.ops.quote_name
+    return (f"FROM {qn(McpTool._meta.db_table)} a JOIN {qn(McpServer._meta.db_table)} b0 ON b0.id = a.server_id"
+            f" WHERE {where}")
+
+
+def marks_column(names: Collection[str] | None) -> tuple[str, list[Any]] | None:
+    """The marks `_offered_specs(names)` reads (each offered tool's id and the version of
+    its rows), as one column another statement can read them in: a scalar subquery (so
+    it runs once, whatever rows the statement has) of `id fingerprint` texts, NULL for
+    none, and its parameters; `marks_read` turns its value into the marks
+    `read_once` takes. None where a statement cannot carry them (no MCP tool named;
+    not PostgreSQL, which alone has row versions)."""
+    found = _offered(names)
+    if found is None or db_connection.vendor != "postgresql":
+        return None
+    where, params = found
+    return f"(SELECT array_agg(a.id::text || ' ' || {_FINGERPRINT} ORDER BY a.id) {_marks_from(where)})", params
+
+
+def marks_read(value: list[str] | None) -> list[tuple[int, str]]:
+    """The marks of a `marks_column` value."""
+    return [(int(pk), mark) for pk, mark in (text.split(" ", 1) for text in value or ())]
+
+
+def _offered_specs(names: Collection[str] | None = None, marks: list[tuple[int, str]] | None = None) -> list[ToolSpec]:
+    """`marks`: the marks of `names` as another statement of this request read them
+    (`marks_column`), instead of reading them here."""
     found = _offered(names)
     if found is None:
         return []
@@ -362,15 +389,14 @@ def _offered_specs(names: Collection[str] | None = None) -> list[ToolSpec]:
     if db_connection.vendor != "postgresql":
         return _built(_read(where).fetch(params))
     listing = settings.AIRLOCK_MCP_LISTING_SECONDS  # a spec's, so part of its key
-    qn = db_connection.ops.quote_name
-    marks = rows.fetch(
-        f"SELECT a.id, {_FINGERPRINT} FROM {qn(McpTool._meta.db_table)} a JOIN {qn(McpServer._meta.db_table)} b0"
-        f" ON b0.id = a.server_id WHERE {where} ORDER BY a.id", params,
-        # Prepared: planning it cost several times running it (0.75 against 0.12 ms).
-        # Its text depends only on how many names and patterns are asked for (the
-        # values are parameters), so a process keeps a few shapes.
-        prepared=True,
-    )
+    if marks is None:
+        marks = rows.fetch(
+            f"SELECT a.id, {_FINGERPRINT} {_marks_from(where)} ORDER BY a.id", params,
+            # Prepared: planning it cost several times running it (0.75 against 0.12 ms).
+            # Its text depends only on how many names and patterns are asked for (the
+            # values are parameters), so a process keeps a few shapes.
+            prepared=True,
+        )
     kept = [_SPECS.get((pk, mark, listing), _UNBUILT) for pk, mark in marks]
     if any(spec is _UNBUILT for spec in kept):
         if len(_SPECS) > _SPECS_KEPT:
@@ -401,7 +427,7 @@ _ONCE: contextvars.ContextVar[_Once | None] = contextvars.ContextVar("airlock_mc
 
 
 @contextlib.contextmanager
-def read_once(tools: Collection[str] | None = None) -> Iterator[None]:
+def read_once(tools: Collection[str] | None = None, marks: list[tuple[int, str]] | None = None) -> Iterator[None]:
     """Within: every `specs()` (the gateway's offered-tools check, the policy's registry,
     the drive that runs the call) answers from one read of the offered MCP tools. A
     gateway call asked three times, a query and a spec build each; one read also means
@@ -412,12 +438,13 @@ def read_once(tools: Collection[str] | None = None) -> Iterator[None]:
     `tools`: the names and `NAME__*` patterns the scope's work asks about (a profile's
     tools), so a gateway call reads its profile's rows, not every server's; None reads
     every offered tool. Within a scope `specs()` is the scope's tools, and a name
-    outside them is read on its own."""
+    outside them is read on its own. `marks`: those of `tools`, read already by this
+    request's own statement (`marks_column`): the scope reads none then."""
     if _ONCE.get() is not None:
         yield  # an outer scope reads for us
         return
     scope = None if tools is None else tuple(tools)
-    token = _ONCE.set(_Once(_offered_specs(scope), scope))
+    token = _ONCE.set(_Once(_offered_specs(scope, marks), scope))
     try:
         yield
     finally:

@@ -98,7 +98,8 @@ def authenticate(header: str | None, profile_name: str, stream_key: str | None =
     `WWW-Authenticate: Bearer`) for a missing or bad token, 404 for a profile that does
     not exist, is not external or is of a project where the caller holds no role, 403
     for a user who may not launch runs there. One statement reads the token, its user
-    and roles, the profile and (for a `stream_key`) the caller's stream under it."""
+    and roles, the profile, (for a `stream_key`) the caller's stream under it and (for
+    the profile's tool list as this process last saw it) its MCP tools' marks."""
     challenge = {"WWW-Authenticate": 'Bearer realm="airlock"'}
     if not header:
         raise Refused(401, "unauthenticated", "send 'Authorization: Bearer <API token>'", challenge)

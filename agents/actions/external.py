@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from django.contrib.auth import get_user_model
@@ -324,11 +325,14 @@ FINISHED = frozenset({SUCCEEDED, FAILED, REJECTED, EXPIRED, DENIED})
 
 
 def call_propose(
-    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None, once: bool = False
+    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any = None, once: datetime | None = None
 ) -> CallAnswer:
-    """Propose one call of an external run (see `_propose`). `once` (the gateway): an
-    identical call whose outcome was delivered (`call_delivered`) is not answered
-    again; this call is a new intent, policed anew. A different call that
+    """Propose one call of an external run (see `_propose`). `once` (the gateway) is when
+    this call arrived: an identical call whose outcome was delivered by then
+    (`call_delivered`) is not answered again; this call is a new intent, policed anew.
+    One whose outcome was delivered after this call arrived is the call this one is a
+    retry of, racing the retry that was answered: it gets the same outcome (however
+    late its proposal gets the run's lock). A different call that
     meets Airlock's own tool running for another call (an agent calling tools in
     parallel) waits for it, up to RUNNING_WAIT_SECONDS, holding no lock or connection,
     then is proposed in turn; a call waiting for a human or for the client is refused
@@ -386,7 +390,7 @@ def _foresee(run: Run, user: Any, history: StoreHistory, run_policy: dict[str, A
 
 
 def _propose(
-    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: bool, foresee: bool = True
+    *, run_id: int, tool: Any, args: Any, user: Any, usage: Any, once: datetime | None, foresee: bool = True
 ) -> CallAnswer:
     """Propose one call of an external run; what policy made of it and, for a
     registry tool that was allowed, its result.
@@ -394,7 +398,8 @@ def _propose(
     1. Lock the run, refusing who may not drive it; then bad usage, a tool name that
        is not text. An identical call (same tool, same canonical arguments) proposed
        before in this run answers with that call, whatever became of it: a retry never
-       runs anything twice (with `once`, only until its outcome was delivered). A run
+       runs anything twice (with `once`, only if its outcome was not delivered before
+       this call arrived). A run
        that ended: 409 run_ended.
     2. A different call while one waits (for a reviewer, for the client's report):
        409 call_pending, with that call; while Airlock's tool runs: _ToolRunning.
@@ -444,7 +449,7 @@ def _propose(
             history.take(queries, ahead)
         _foresee(run, user, history, state.policy)
         same, repeats = _identical(run, fp, history, queries, cast(list[list[tuple[Any, ...]]], ahead[:1]))
-        if same is not None and not (once and same.delivered_at is not None):
+        if same is not None and not (once is not None and same.delivered_at is not None and same.delivered_at <= once):
             return _answer(same, run)
         if run.state in states.TERMINAL:
             raise _ended(run)
@@ -644,7 +649,7 @@ def _call(run: Run, key: str) -> ClientCall:
 
 def call_delivered(*, run_id: int, key: str) -> None:
     """The call's outcome was given to its caller (the gateway's streams): the caller's
-    next identical call is a new intent (`call_propose(once=True)`). Conditional, so
+    next identical call is a new intent (`call_propose(once=...)`). Conditional, so
     of two answers racing, both give the outcome and the mark is set once."""
     ClientCall.objects.filter(run_id=run_id, key=key, delivered_at__isnull=True).update(delivered_at=timezone.now())
 

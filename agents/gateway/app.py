@@ -33,6 +33,7 @@ import anyio.to_thread
 import mcp_types as types
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
+from django.utils import timezone
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -478,6 +479,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """
     if scope["type"] != "http":
         return
+    arrived = timezone.now()  # before any wait for a database thread (core.Admitted)
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     match = PATH.match(scope["path"])
     try:
@@ -528,7 +530,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
             admitted, started = await db(
                 core.admit_and_start, authorization, match["profile"], sid=sid, run_header=run_header,
                 tool=call[0], args=call[1], modern=modern, conversation=conversation, meta=meta,
-                check=_param_headers_pass(scope, call) if modern else None,
+                check=_param_headers_pass(scope, call) if modern else None, arrived=arrived,
             )
             if started is None:  # its Mcp-Param headers are the SDK's to refuse
                 call = None
@@ -536,7 +538,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
             admitted = await db(
                 core.admit, authorization, match["profile"], sid=sid, run_header=run_header, opening=opening,
                 client_name=str(info.get("name", "")), protocol_version=str(params.get("protocolVersion", "")),
-                modern=modern, conversation=conversation, meta=meta,
+                modern=modern, conversation=conversation, meta=meta, arrived=arrived,
             )
         if unparsed is not None:
             await _answer(send, 400, {"jsonrpc": "2.0", "id": None,

@@ -11,7 +11,8 @@ import json
 import secrets
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -157,13 +158,15 @@ KEY_MAX = 200
 class Admitted:
     """A request's caller and where its calls go: the session (handshake era; `sid` and
     `session_pk`, 0 for none), the run `Airlock-Run` pinned (None: the stream's) and
-    the stream's conversation key."""
+    the stream's conversation key; when the request arrived (a retry that arrived
+    before its call's outcome was delivered is answered with it: `call_start`)."""
 
     caller: Caller
     sid: str | None = None
     session_pk: int = 0
     pinned: int | None = None
     key: str = ""
+    arrived: datetime = field(default_factory=timezone.now)
 
 
 def conversation_key(header: str | None, meta: Any = None, session_key: str = "") -> str:
@@ -186,24 +189,25 @@ def conversation_key(header: str | None, meta: Any = None, session_key: str = ""
 def admit(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, opening: bool,
     client_name: str, protocol_version: str, modern: bool = False, conversation: str | None = None,
-    meta: Any = None,
+    meta: Any = None, arrived: datetime | None = None,
 ) -> Admitted:
     """A POST's caller and where its calls go, checked in this order: the token and
     profile (401, 404); then, in the handshake era, the session (400 without one, 404
     for one that is not the caller's; `initialize` opens one); then `Airlock-Run` (a run
     of the caller's, of this profile). The 2026-07-28 era has no session: each request
-    names its caller alone."""
+    names its caller alone. `arrived`: when the front took the request (now if None)."""
     caller = authenticate(header, profile_name, stream_key=_key_guess(conversation, meta))
+    arrived = arrived or timezone.now()
     if modern:
         pinned = _run_from_header(caller, run_header) if run_header is not None else None
-        return Admitted(caller, pinned=pinned, key=conversation_key(conversation, meta))
+        return Admitted(caller, pinned=pinned, key=conversation_key(conversation, meta), arrived=arrived)
     if opening:
         if sid:
             raise Refused(400, "session_exists", "initialize opens a session: send it without Mcp-Session-Id")
         pinned = _run_from_header(caller, run_header, opening=True) if run_header is not None else None
         key = conversation_key(conversation)
         return Admitted(caller, session_open(caller, client_name=client_name, protocol_version=protocol_version,
-                                             pinned=pinned, key=key), pinned=pinned, key=key)
+                                             pinned=pinned, key=key), pinned=pinned, key=key, arrived=arrived)
     if not sid:
         raise Refused(400, "missing_session", "Bad Request: Missing session ID (initialize first)")
     session_pk, pinned, session_key = session_find(caller, sid)
@@ -211,7 +215,7 @@ def admit(
         if pinned is not None:
             raise Refused(409, "run_mismatch", f"this session drives run {pinned}, not {run_header!r}")
         pinned = _run_from_header(caller, run_header)
-    return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key))
+    return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key), arrived)
 
 
 def _key_guess(header: str | None, meta: Any) -> str | None:
@@ -226,14 +230,14 @@ def _key_guess(header: str | None, meta: Any) -> str | None:
 def admit_and_start(
     header: str | None, profile_name: str, *, sid: str | None, run_header: str | None, tool: str, args: Any,
     modern: bool = False, conversation: str | None = None, meta: Any = None,
-    check: Callable[[Admitted], bool] | None = None,
+    check: Callable[[Admitted], bool] | None = None, arrived: datetime | None = None,
 ) -> tuple[Admitted, tuple[CallAnswer, int] | Reply | None]:
     """`admit` a tools/call's request and `call_start` its call, in one trip to the
     database threads (app.py: for a tools/call the SDK will take as it stands). A
     `check` the admitted request fails (what the SDK would refuse once the caller is
     known) starts nothing: None, and the SDK answers it."""
     admitted = admit(header, profile_name, sid=sid, run_header=run_header, opening=False, client_name="",
-                     protocol_version="", modern=modern, conversation=conversation, meta=meta)
+                     protocol_version="", modern=modern, conversation=conversation, meta=meta, arrived=arrived)
     if check is not None and not check(admitted):
         return admitted, None
     return admitted, call_start(admitted, tool, args)
@@ -412,7 +416,9 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
     A tool the gateway does not offer is refused before anything is proposed: the
     client learns nothing of tools outside its list, and no upstream is reached.
     The offered-tools check, the policy and the drive read the MCP tools once, and
-    only the profile's: a call costs the same however many tools other servers have."""
+    only the profile's: a call costs the same however many tools other servers have.
+    An identical call whose outcome was delivered before this request arrived leaves
+    this one a new intent; one delivered since is what this retry gets."""
     caller, pinned = admitted.caller, admitted.pinned
     profile = caller.profile or AgentProfile.objects.get(pk=caller.profile_id)
     run_id = pinned
@@ -429,7 +435,7 @@ def call_start(admitted: Admitted, tool: str, args: Any) -> tuple[CallAnswer, in
                     run_id = stream_run(caller, admitted.key, fresh=attempt > 1)
                 with _delivering(spec) as marked:
                     answer = external.call_propose(run_id=run_id, tool=governed, args=args, user=caller.user,
-                                                   once=True)
+                                                   once=admitted.arrived)
                 break
             except ActionError as exc:
                 if exc.code == "run_ended" and pinned is None and attempt == 1 and not _stopped_looping(exc):

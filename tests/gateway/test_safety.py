@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents.actions.approvals import approval_decide
+from agents.gateway import core
 from agents.models import AgentProfile, Approval, ClientCall, Run
 from tests.gateway.conftest import mcp_session, text
 from tests.helpers import requires_postgres
@@ -56,6 +57,44 @@ def test_ten_identical_retries_of_a_held_call_run_the_upstream_once(
     assert any(text(r) == "deleted beta" for r in results)
     assert len(upstream.calls("delete_record")) == 1
     assert ClientCall.objects.filter(run_id=run_id, tool="web__delete_record").count() == 1
+
+
+def test_a_retry_is_judged_by_when_it_arrived_not_when_it_got_the_runs_lock(
+    live_server: Any, gw, upstream, token, rita: User, wait_seconds
+) -> None:
+    """Of racing retries on a slow host, one can reach the run's lock after another was
+    answered and the outcome marked delivered: it arrived before that, so it is the
+    same call's retry and gets the same outcome. A call that arrives after the outcome
+    was delivered is a new intent, policed anew (held again, not run)."""
+
+    async def held(client: Any) -> Any:
+        return await client.call_tool(*DELETE)
+
+    first = mcp_session(f"{live_server.url}/mcp/gw/", token, held).structured_content["airlock"]
+    approval_decide(approval_id=first["approval_id"], decision="approve", user=rita)
+
+    def request() -> core.Admitted:
+        return core.admit(f"Bearer {token}", "gw", sid=None, run_header=str(first["run_id"]), opening=False,
+                          client_name="", protocol_version="", modern=True)
+
+    early = request()  # arrives before anyone ran the approved call
+    started = core.call_start(request(), *DELETE)
+    assert not isinstance(started, core.Reply)
+    answered, run_id = started
+    assert core.reply(answered, run_id).text == "deleted beta"
+    call = ClientCall.objects.get(run_id=run_id)
+    assert call.delivered_at is not None and early.arrived < call.delivered_at
+
+    late = core.call_start(early, *DELETE)  # its proposal takes the lock only now
+    assert not isinstance(late, core.Reply)
+    assert late[0].key == answered.key and core.reply(*late).text == "deleted beta"
+    assert ClientCall.objects.filter(run_id=run_id).count() == 1
+
+    again = core.call_start(request(), *DELETE)
+    assert not isinstance(again, core.Reply)
+    assert again[0].status == "pending" and again[0].key != answered.key
+    assert ClientCall.objects.filter(run_id=run_id).count() == 2
+    assert len(upstream.calls("delete_record")) == 1
 
 
 def test_a_write_after_reading_the_open_web_is_held(live_server: Any, gw, upstream, token, wait_seconds) -> None:

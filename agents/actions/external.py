@@ -399,8 +399,7 @@ def _propose(
        is not text. An identical call (same tool, same canonical arguments) proposed
        before in this run answers with that call, whatever became of it: a retry never
        runs anything twice (with `once`, only if its outcome was not delivered before
-       this call arrived). A run
-       that ended: 409 run_ended.
+       this call arrived). A run that ended: 409 run_ended.
     2. A different call while one waits (for a reviewer, for the client's report):
        409 call_pending, with that call; while Airlock's tool runs: _ToolRunning.
     3. Step the engine with the call as the model's decision: one transition, the

@@ -166,7 +166,7 @@ class Admitted:
     session_pk: int = 0
     pinned: int | None = None
     key: str = ""
-    arrived: datetime = field(default_factory=timezone.now)
+    arrived: datetime = field(kw_only=True)  # `admit` says when (now if the front did not)
 
 
 def conversation_key(header: str | None, meta: Any = None, session_key: str = "") -> str:
@@ -215,7 +215,8 @@ def admit(
         if pinned is not None:
             raise Refused(409, "run_mismatch", f"this session drives run {pinned}, not {run_header!r}")
         pinned = _run_from_header(caller, run_header)
-    return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key), arrived)
+    return Admitted(caller, sid, session_pk, pinned, conversation_key(conversation, meta, session_key),
+                    arrived=arrived)
 
 
 def _key_guess(header: str | None, meta: Any) -> str | None:

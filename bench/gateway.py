@@ -16,7 +16,11 @@ slow or busy host moves both sides of each ratio.
    the upstream). Each round also samples the machine (`machine()`: a PostgreSQL round
    trip, a durable commit, a fixed piece of Python). Beside the p50s: the CPU a call
    costs the gateway's process and the proxy's, and the upstream's for each side's
-   calls (`CpuMeter`), which the host's other tenants move less than a p50.
+   calls (`CpuMeter`), which the host's other tenants move less than a p50. After the
+   2026-07-28 era's rounds, the database's part of a call (`database_part`): the same
+   call made in the bench's own process as the gateway's database thread makes it,
+   and the time it spends waiting on PostgreSQL (its three reads, two commit statements
+   and COMMIT), the part of the share that no cut to Airlock's Python reaches.
 2. **The decision API and a run's read against /healthz**, over one kept connection in
    alternating rounds: propose + report of an allowed client tool (two requests, two
    commits), p50 over /healthz's p50 (target <= 4x); an authenticated `GET
@@ -343,6 +347,82 @@ def gateway_vs_direct(stand: Stand, base: str, n: int, mode: str = "auto", pid: 
     }
 
 
+@contextmanager
+def _database_waits() -> Iterator[list[float]]:
+    """The wall seconds of each of this thread's waits on PostgreSQL while the block runs:
+    psycopg's `Connection.wait`, where every statement, pipeline and COMMIT sends its
+    messages and reads the answer (the round trip, the server's work, a commit's flush)."""
+    import psycopg
+
+    waits: list[float] = []
+    me = threading.get_ident()
+    original = psycopg.Connection.wait
+
+    def timed(self: Any, gen: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != me:
+            return original(self, gen, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return original(self, gen, *args, **kwargs)
+        finally:
+            waits.append(time.perf_counter() - start)
+
+    psycopg.Connection.wait = timed  # type: ignore[method-assign]
+    try:
+        yield waits
+    finally:
+        psycopg.Connection.wait = original  # type: ignore[method-assign]
+
+
+def database_part(stand: Stand, n: int, offset: int = 40_000_000) -> dict[str, Any]:
+    """The database's part of a gateway call, which no Python cut reaches: `n` calls made
+    in this process as the gateway's database thread makes them (`core.admit_and_start`
+    of the same `lookup` call, same token and stream, the upstream called through the
+    same pooled MCP session), each timed whole, in this thread's CPU, and in its waits on
+    PostgreSQL (`_database_waits`). p50s a call."""
+    from django.utils import timezone
+
+    from agents.gateway import core
+    from agents.runs import driver
+    from agents.tools.mcp.client import POOL
+
+    header = f"Bearer {stand.token}"
+    walls: list[float] = []
+    cpus: list[float] = []
+    waited: list[float] = []
+    counts: list[int] = []
+
+    def call(i: int) -> None:
+        _admitted, started = core.admit_and_start(
+            header, "bench-gateway", sid=None, run_header=None, tool="bench__lookup",
+            args={"record_id": f"r{offset + i}"}, modern=True, arrived=timezone.now(),
+        )
+        driver.release_connection()  # as the gateway's database thread does after each request
+        if not isinstance(started, tuple) or started[0].status != "succeeded":
+            raise RuntimeError(f"the in-process call did not succeed: {started}")
+
+    try:
+        for i in range(5):
+            call(n + i)
+        for i in range(n):
+            with _database_waits() as waits:
+                start, cpu = time.perf_counter(), time.thread_time()
+                call(i)
+                walls.append(time.perf_counter() - start)
+                cpus.append(time.thread_time() - cpu)
+            waited.append(sum(waits))
+            counts.append(len(waits))
+    finally:
+        POOL.close()  # before the upstream stops: the session ends now, not at exit
+    return {
+        "calls": n,
+        "p50_ms": round(statistics.median(walls) * 1000, 2),
+        "thread_cpu_ms": round(statistics.median(cpus) * 1000, 2),
+        "database_waits_ms": round(statistics.median(waited) * 1000, 2),
+        "waits": statistics.median(counts),
+    }
+
+
 OTHER_TOOLS = 500
 
 
@@ -571,8 +651,8 @@ def stream_opening(stand: Stand, base: str, clients: int = OPENING_CLIENTS) -> d
 def gateway_bench(
     calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS, server: str = "gunicorn"
 ) -> dict[str, Any]:
-    # BENCH_GATEWAY_PARTS (comma-separated: gateway, handshake, api, others, opening,
-    # waiting; all by default) runs some of the sections, for measuring one cut.
+    # BENCH_GATEWAY_PARTS (comma-separated: gateway (with its database part), handshake,
+    # api, others, opening, waiting; all by default) runs some of the sections, for measuring one cut.
     parts = set(os.environ.get("BENCH_GATEWAY_PARTS", "gateway,handshake,api,others,opening,waiting").split(","))
     stand = Stand(calls + round_trips, server)
     results: dict[str, Any] = {"server": server}
@@ -581,6 +661,7 @@ def gateway_bench(
             pid = _serving_pid(proc)
             if "gateway" in parts:
                 results["gateway"] = gateway_vs_direct(stand, base, calls, pid=pid)
+                results["database_part"] = database_part(stand, calls)
             if "handshake" in parts:
                 results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"], pid=pid)
             if "api" in parts:
@@ -655,6 +736,13 @@ def print_gateway(r: dict[str, Any]) -> None:
             f"  CPU a call: the gateway's process {c['gateway']:.2f} ms against the proxy's {c['proxy']:.2f} ms "
             f"(+{c['gateway'] - c['proxy']:.2f} ms); the upstream's {c['upstream_from_gateway']:.2f} ms for the "
             f"gateway's calls, {c['upstream_from_proxy']:.2f} ms for the proxy's"
+        )
+        if key == "gateway" and (p := r.get("database_part")) is not None:
+            print(
+            f"  the database's part ({p['calls']} calls made in the bench's process as the gateway's database "
+            f"thread makes them): {p['database_waits_ms']:.2f} ms a call waiting on PostgreSQL ({p['waits']:g} "
+            f"waits), against the share's target of {TARGET_SHARE_MS:g} ms; that thread's CPU "
+            f"{p['thread_cpu_ms']:.2f} ms, the call {p['p50_ms']:.1f} ms with the upstream's"
         )
     if d is not None:
         print(

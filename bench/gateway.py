@@ -25,7 +25,9 @@ slow or busy host moves both sides of each ratio.
    alternating rounds: propose + report of an allowed client tool (two requests, two
    commits), p50 over /healthz's p50 (target <= 4x); an authenticated `GET
    /api/runs/<id>`, p50 over /healthz's (target <= 2.5x); beside them the web
-   process's CPU for each.
+   process's CPU for each, and the round trip's database part (`api_database_part`:
+   the same requests handled in the bench's process by `config.wsgi`, and their waits
+   on PostgreSQL).
 3. **50 waiting clients**: 50 MCP clients at once, each with one call held for
    approval: the web process's RSS and PostgreSQL's connections while they wait, and the
    delay from each decision's commit to its client's answer (target: all within 1 s).
@@ -68,7 +70,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -423,6 +425,58 @@ def database_part(stand: Stand, n: int, offset: int = 40_000_000) -> dict[str, A
     }
 
 
+def api_database_part(stand: Stand, n: int) -> dict[str, Any]:
+    """The database's part of the decision API's propose + report: `n` round trips of
+    `api_vs_healthz`'s (the allowed client tool `note`) handled in the bench's process by
+    the WSGI application gunicorn serves (`config.wsgi`, the token's door), each timed
+    whole and in its waits on PostgreSQL (`_database_waits`). p50s a round trip."""
+    import io
+    from wsgiref.util import setup_testing_defaults
+
+    from config.wsgi import application
+
+    def request(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else b""
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method, "PATH_INFO": path, "HTTP_HOST": "127.0.0.1", "SERVER_NAME": "127.0.0.1",
+            "HTTP_AUTHORIZATION": f"Bearer {stand.token}", "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(data)), "wsgi.input": io.BytesIO(data),
+        }
+        setup_testing_defaults(environ)
+        status: list[str] = []
+        answer = b"".join(application(environ, lambda line, headers, exc=None: status.append(line)))
+        if not status[0].startswith("20"):
+            raise RuntimeError(f"{method} {path}: {status[0]} {answer[:300]!r}")
+        return cast(dict[str, Any], json.loads(answer))
+
+    run_id = request("POST", "/api/runs", {"agent": "bench-gateway", "task": "bench: the API's database part"})["id"]
+
+    def round_trip(i: int) -> None:
+        proposed = request("POST", f"/api/runs/{run_id}/calls", {"tool": "note", "args": {"text": f"d{i}"}})
+        if proposed["status"] != "approved":
+            raise RuntimeError(f"note was not allowed: {proposed}")
+        request("POST", f"/api/runs/{run_id}/calls/{proposed['key']}/result", {"ok": True, "output": f"noted {i}"})
+
+    walls: list[float] = []
+    waited: list[float] = []
+    counts: list[int] = []
+    for i in range(5):
+        round_trip(-1 - i)
+    for i in range(n):
+        with _database_waits() as waits:
+            start = time.perf_counter()
+            round_trip(i)
+            walls.append(time.perf_counter() - start)
+        waited.append(sum(waits))
+        counts.append(len(waits))
+    return {
+        "round_trips": n,
+        "p50_ms": round(statistics.median(walls) * 1000, 2),
+        "database_waits_ms": round(statistics.median(waited) * 1000, 2),
+        "waits": statistics.median(counts),
+    }
+
+
 OTHER_TOOLS = 500
 
 
@@ -666,6 +720,7 @@ def gateway_bench(
                 results["gateway_handshake"] = gateway_vs_direct(stand, base, calls, mode=ERAS["handshake"], pid=pid)
             if "api" in parts:
                 results["decision_api"] = api_vs_healthz(stand, base, round_trips, pid=pid)
+                results["decision_api"]["database_part"] = api_database_part(stand, round_trips)
             if "others" in parts:
                 results["other_tools"] = other_servers_tools(stand, base, calls // 2)
             if "opening" in parts:
@@ -758,6 +813,13 @@ def print_gateway(r: dict[str, Any]) -> None:
             print(
             f"  the web process's CPU: /healthz {c['healthz']:.2f} ms, propose + report {c['round_trip']:.2f} ms "
             f"({c['round_trip'] / c['healthz']:.1f}x), run read {c['run_read']:.2f} ms ({c['run_read'] / c['healthz']:.1f}x)"
+        )
+        if (p := d.get("database_part")) is not None:
+            print(
+            f"  the database's part ({p['round_trips']} round trips handled in the bench's process by config.wsgi): "
+            f"{p['database_waits_ms']:.2f} ms waiting on PostgreSQL ({p['waits']:g} waits) of {p['p50_ms']:.1f} ms, "
+            f"against the target's {TARGET_ROUND_TRIP_OF_HEALTHZ:g} x /healthz = "
+            f"{TARGET_ROUND_TRIP_OF_HEALTHZ * d['healthz_p50_ms']:.1f} ms for the whole round trip"
         )
     if o is not None:
         print(

@@ -68,7 +68,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
@@ -376,12 +376,38 @@ def _database_waits() -> Iterator[list[float]]:
         psycopg.Connection.wait = original  # type: ignore[method-assign]
 
 
+def _waited(work: Callable[[int], None], n: int) -> dict[str, Any]:
+    """`work(i)` for each of `n` i's, after five unmeasured ones (negative i's): the p50s
+    of each one's wall time, of this thread's CPU, and of its waits on PostgreSQL
+    (`_database_waits`: their sum, and how many)."""
+    for i in range(5):
+        work(-1 - i)
+    walls: list[float] = []
+    cpus: list[float] = []
+    waited: list[float] = []
+    counts: list[int] = []
+    for i in range(n):
+        with _database_waits() as waits:
+            start, cpu = time.perf_counter(), time.thread_time()
+            work(i)
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.thread_time() - cpu)
+        waited.append(sum(waits))
+        counts.append(len(waits))
+    return {
+        "p50_ms": round(statistics.median(walls) * 1000, 2),
+        "thread_cpu_ms": round(statistics.median(cpus) * 1000, 2),
+        "database_waits_ms": round(statistics.median(waited) * 1000, 2),
+        "waits": statistics.median(counts),
+    }
+
+
 def database_part(stand: Stand, n: int, offset: int = 40_000_000) -> dict[str, Any]:
     """The database's part of a gateway call, which no Python cut reaches: `n` calls made
     in this process as the gateway's database thread makes them (`core.admit_and_start`
     of the same `lookup` call, same token and stream, the upstream called through the
     same pooled MCP session), each timed whole, in this thread's CPU, and in its waits on
-    PostgreSQL (`_database_waits`). p50s a call."""
+    PostgreSQL (`_waited`)."""
     from django.utils import timezone
 
     from agents.gateway import core
@@ -389,10 +415,6 @@ def database_part(stand: Stand, n: int, offset: int = 40_000_000) -> dict[str, A
     from agents.tools.mcp.client import POOL
 
     header = f"Bearer {stand.token}"
-    walls: list[float] = []
-    cpus: list[float] = []
-    waited: list[float] = []
-    counts: list[int] = []
 
     def call(i: int) -> None:
         _admitted, started = core.admit_and_start(
@@ -404,32 +426,16 @@ def database_part(stand: Stand, n: int, offset: int = 40_000_000) -> dict[str, A
             raise RuntimeError(f"the in-process call did not succeed: {started}")
 
     try:
-        for i in range(5):
-            call(n + i)
-        for i in range(n):
-            with _database_waits() as waits:
-                start, cpu = time.perf_counter(), time.thread_time()
-                call(i)
-                walls.append(time.perf_counter() - start)
-                cpus.append(time.thread_time() - cpu)
-            waited.append(sum(waits))
-            counts.append(len(waits))
+        return {"calls": n, **_waited(call, n)}
     finally:
         POOL.close()  # before the upstream stops: the session ends now, not at exit
-    return {
-        "calls": n,
-        "p50_ms": round(statistics.median(walls) * 1000, 2),
-        "thread_cpu_ms": round(statistics.median(cpus) * 1000, 2),
-        "database_waits_ms": round(statistics.median(waited) * 1000, 2),
-        "waits": statistics.median(counts),
-    }
 
 
 def api_database_part(stand: Stand, n: int) -> dict[str, Any]:
     """The database's part of the decision API's propose + report: `n` round trips of
     `api_vs_healthz`'s (the allowed client tool `note`) handled in the bench's process by
     the WSGI application gunicorn serves (`config.wsgi`, the token's door), each timed
-    whole and in its waits on PostgreSQL (`_database_waits`). p50s a round trip."""
+    whole and in its waits on PostgreSQL (`_waited`)."""
     import io
     from wsgiref.util import setup_testing_defaults
 
@@ -457,24 +463,7 @@ def api_database_part(stand: Stand, n: int) -> dict[str, Any]:
             raise RuntimeError(f"note was not allowed: {proposed}")
         request("POST", f"/api/runs/{run_id}/calls/{proposed['key']}/result", {"ok": True, "output": f"noted {i}"})
 
-    walls: list[float] = []
-    waited: list[float] = []
-    counts: list[int] = []
-    for i in range(5):
-        round_trip(-1 - i)
-    for i in range(n):
-        with _database_waits() as waits:
-            start = time.perf_counter()
-            round_trip(i)
-            walls.append(time.perf_counter() - start)
-        waited.append(sum(waits))
-        counts.append(len(waits))
-    return {
-        "round_trips": n,
-        "p50_ms": round(statistics.median(walls) * 1000, 2),
-        "database_waits_ms": round(statistics.median(waited) * 1000, 2),
-        "waits": statistics.median(counts),
-    }
+    return {"round_trips": n, **_waited(round_trip, n)}
 
 
 OTHER_TOOLS = 500
@@ -705,8 +694,9 @@ def stream_opening(stand: Stand, base: str, clients: int = OPENING_CLIENTS) -> d
 def gateway_bench(
     calls: int = 200, round_trips: int = 200, clients: int = WAITING_CLIENTS, server: str = "gunicorn"
 ) -> dict[str, Any]:
-    # BENCH_GATEWAY_PARTS (comma-separated: gateway (with its database part), handshake,
-    # api, others, opening, waiting; all by default) runs some of the sections, for measuring one cut.
+    # BENCH_GATEWAY_PARTS (comma-separated: gateway, handshake, api, others, opening,
+    # waiting; all by default) runs some of the sections, for measuring one cut. The
+    # gateway's and the API's sections include their database parts.
     parts = set(os.environ.get("BENCH_GATEWAY_PARTS", "gateway,handshake,api,others,opening,waiting").split(","))
     stand = Stand(calls + round_trips, server)
     results: dict[str, Any] = {"server": server}

@@ -437,22 +437,19 @@ def api_database_part(stand: Stand, n: int) -> dict[str, Any]:
     the WSGI application gunicorn serves (`config.wsgi`, the token's door), each timed
     whole and in its waits on PostgreSQL (`_waited`)."""
     import io
-    from wsgiref.util import setup_testing_defaults
 
+    from bench.serve import wsgi_call
     from config.wsgi import application
 
     def request(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else b""
-        environ: dict[str, Any] = {
+        status, _headers, answer = wsgi_call(application, {
             "REQUEST_METHOD": method, "PATH_INFO": path, "HTTP_HOST": "127.0.0.1", "SERVER_NAME": "127.0.0.1",
             "HTTP_AUTHORIZATION": f"Bearer {stand.token}", "CONTENT_TYPE": "application/json",
             "CONTENT_LENGTH": str(len(data)), "wsgi.input": io.BytesIO(data),
-        }
-        setup_testing_defaults(environ)
-        status: list[str] = []
-        answer = b"".join(application(environ, lambda line, headers, exc=None: status.append(line)))
-        if not status[0].startswith("20"):
-            raise RuntimeError(f"{method} {path}: {status[0]} {answer[:300]!r}")
+        })
+        if not 200 <= status < 300:
+            raise RuntimeError(f"{method} {path}: {status} {answer[:300]!r}")
         return cast(dict[str, Any], json.loads(answer))
 
     run_id = request("POST", "/api/runs", {"agent": "bench-gateway", "task": "bench: the API's database part"})["id"]

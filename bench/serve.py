@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+from collections.abc import Callable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -24,6 +25,22 @@ class ThreadingServer(ThreadingMixIn, WSGIServer):
 class QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
+
+
+def wsgi_call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """`app` (a WSGI application) answering `environ`, completed with wsgiref's testing
+    defaults: its status, its headers (lower-case names) and its whole body, closed."""
+    from wsgiref.util import setup_testing_defaults
+
+    setup_testing_defaults(environ)
+    started: list[Any] = []
+    parts = app(environ, lambda status, head, exc_info=None: started.append((status, head)))
+    try:
+        content = b"".join(parts)
+    finally:
+        getattr(parts, "close", lambda: None)()
+    status, head = started[0]
+    return int(status.split()[0]), {k.lower(): v for k, v in head}, content
 
 
 def main() -> None:

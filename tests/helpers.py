@@ -22,7 +22,9 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
-# Waiting and free ports are shared with the bench (tests may import bench code, not the reverse).
+# Waiting, free ports and in-process WSGI calls are shared with the bench (tests may
+# import bench code, not the reverse).
+from bench.serve import wsgi_call as wsgi_call
 from bench.workers import free_port as free_port
 from bench.workers import wait_for as wait_for
 
@@ -206,22 +208,6 @@ def at_once(fn: Callable[[Any], Any], args: Sequence[Any], *, timeout: float = 1
     if errors:
         raise errors[0]
     return results
-
-
-def wsgi_call(app: Callable[..., Any], environ: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-    """`app` (a WSGI application) answering `environ`, completed with wsgiref's testing
-    defaults: its status, its headers (lower-case names) and its whole body, closed."""
-    from wsgiref.util import setup_testing_defaults
-
-    setup_testing_defaults(environ)
-    started: list[Any] = []
-    parts = app(environ, lambda status, head, exc_info=None: started.append((status, head)))
-    try:
-        content = b"".join(parts)
-    finally:
-        getattr(parts, "close", lambda: None)()
-    status, head = started[0]
-    return int(status.split()[0]), {k.lower(): v for k, v in head}, content
 
 
 class RoundTrips:

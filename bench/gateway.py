@@ -97,12 +97,6 @@ NOTE_TOOL = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_listening(port: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -114,16 +108,28 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """The CPU time process `pid`'s threads now alive have used so far, to the
+    """The CPU time process `pid` has used so far. Its threads now alive count to the
     nanosecond (the scheduler's count, `/proc/<pid>/task/*/schedstat`; the clock-tick
-    totals of `/proc/<pid>/stat` are 10 ms steps, as long as fifty `/healthz`)."""
-    total = 0
+    totals of `/proc/<pid>/stat` are 10 ms steps, as long as fifty `/healthz`). Threads
+    that ended count in clock ticks: the process's total less its live threads'. Under
+    uvicorn each request to a synchronous Django view runs on a thread of its own
+    (asgiref's per-request executor) that ends with it, and those requests' CPU would
+    otherwise not count at all."""
+    alive = alive_ticks = 0
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            alive += int((task / "schedstat").read_text().split()[0])
+            alive_ticks += _ticks(task / "stat")
         except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
+            continue  # a thread that ended meanwhile: the process's total has it
+    ended = max(0, _ticks(pathlib.Path(f"/proc/{pid}/stat")) - alive_ticks)
+    return alive / 1e9 + ended / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(stat: pathlib.Path) -> int:
+    # utime + stime (fields 14 and 15 of proc(5)'s stat, after the command's parentheses).
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 class CpuMeter:
@@ -236,7 +242,9 @@ class Stand:
 
     @contextmanager
     def web(self, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-        port = _free_port()
+        from bench.workers import free_port
+
+        port = free_port()
         if self.server == "gunicorn":
             # config/gunicorn.py as deployed, in one process: its RSS is the figure's.
             command = ["-m", "gunicorn", "-c", "config/gunicorn.py", "config.wsgi:application"]

@@ -107,14 +107,12 @@ def _wait_listening(port: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The CPU time process `pid` has used so far. Its threads now alive count to the
+def _cpu_seconds(pid: int) -> tuple[float, int]:
+    """The CPU time process `pid` has used so far: its threads now alive, to the
     nanosecond (the scheduler's count, `/proc/<pid>/task/*/schedstat`; the clock-tick
-    totals of `/proc/<pid>/stat` are 10 ms steps, as long as fifty `/healthz`). Threads
-    that ended count in clock ticks: the process's total less its live threads'. Under
-    uvicorn each request to a synchronous Django view runs on a thread of its own
-    (asgiref's per-request executor) that ends with it, and those requests' CPU would
-    otherwise not count at all."""
+    totals of `/proc/<pid>/stat` are 10 ms steps, as long as fifty `/healthz`), and in
+    clock ticks the process's total less its live threads' (threads that ended, and the
+    two counts' rounding)."""
     alive = alive_ticks = 0
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -122,8 +120,7 @@ def _cpu_seconds(pid: int) -> float:
             alive_ticks += _ticks(task / "stat")
         except (FileNotFoundError, ProcessLookupError):
             continue  # a thread that ended meanwhile: the process's total has it
-    ended = max(0, _ticks(pathlib.Path(f"/proc/{pid}/stat")) - alive_ticks)
-    return alive / 1e9 + ended / os.sysconf("SC_CLK_TCK")
+    return alive / 1e9, _ticks(pathlib.Path(f"/proc/{pid}/stat")) - alive_ticks
 
 
 def _ticks(stat: pathlib.Path) -> int:
@@ -132,22 +129,37 @@ def _ticks(stat: pathlib.Path) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+# The process's total and its threads' sum, each rounded on its own, drift apart by a few
+# ticks between reads with no thread ending (0-4 measured on a busy process): a window's
+# rise within this many is rounding, not threads that ended.
+ROUNDING_TICKS = 5
+
+
 class CpuMeter:
     """CPU time a few processes spend over the windows between `start()` and `stop()`,
     summed by name: what a call costs each of them, beside its wall time. A p50 moves
-    with the host's other tenants; a process's own CPU a call moves less."""
+    with the host's other tenants; a process's own CPU a call moves less.
+
+    Threads that ended within a window count too, in clock ticks: under uvicorn each
+    request to a synchronous Django view runs on a thread of its own (asgiref's
+    per-request executor) that ends with it, and those requests' CPU would otherwise
+    not count at all."""
 
     def __init__(self, **pids: int) -> None:
         self.pids = pids
         self.used = dict.fromkeys(pids, 0.0)
-        self._at: dict[str, float] = {}
+        self._at: dict[str, tuple[float, int]] = {}
 
     def start(self) -> None:
         self._at = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
 
     def stop(self) -> None:
         for name, pid in self.pids.items():
-            self.used[name] += _cpu_seconds(pid) - self._at[name]
+            (alive, rest), (alive_before, rest_before) = _cpu_seconds(pid), self._at[name]
+            ended = rest - rest_before
+            self.used[name] += alive - alive_before
+            if ended > ROUNDING_TICKS:
+                self.used[name] += ended / os.sysconf("SC_CLK_TCK")
 
     def per(self, count: int) -> dict[str, float]:
         """Milliseconds of CPU each process spent per one of `count` operations."""

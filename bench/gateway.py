@@ -62,7 +62,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -95,16 +94,6 @@ NOTE_TOOL = {
     "schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     "risk": "read", "returns": "internal", "retry_safety": "safe",
 }
-
-
-def _wait_listening(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def _cpu_seconds(pid: int) -> tuple[float, int]:
@@ -254,7 +243,7 @@ class Stand:
 
     @contextmanager
     def web(self, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-        from bench.workers import free_port
+        from bench.workers import free_port, listening, wait_for
 
         port = free_port()
         if self.server == "gunicorn":
@@ -269,7 +258,7 @@ class Stand:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_listening(port)
+            wait_for(lambda: listening(port), what=f"the web process to listen on {port}")
             yield f"http://127.0.0.1:{port}", proc
         finally:
             proc.terminate()

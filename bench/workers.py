@@ -274,6 +274,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening(port: int) -> bool:
+    """Whether something accepts connections on loopback's `port`."""
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def reviewer() -> tuple[Any, str]:
     from django.contrib.auth.models import Group, User
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,10 +21,11 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
-# Waiting, free ports and in-process WSGI calls are shared with the bench (tests may
-# import bench code, not the reverse).
+# Waiting, free ports, listening and in-process WSGI calls are shared with the bench
+# (tests may import bench code, not the reverse).
 from bench.serve import wsgi_call as wsgi_call
 from bench.workers import free_port as free_port
+from bench.workers import listening as listening
 from bench.workers import wait_for as wait_for
 
 if TYPE_CHECKING:
@@ -256,11 +256,6 @@ def database_url() -> str:
     db = settings.DATABASES["default"]
     auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def requires_postgres() -> pytest.MarkDecorator:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import free_port, wait_for
+from tests.helpers import free_port, listening, wait_for
 from tests.workers.cluster import BASE, Cluster
 
 
@@ -106,11 +105,7 @@ def start_web(cluster: Cluster, env: dict[str, str]) -> str:
     port = free_port()
     cluster._spawn("web", [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env)
 
-    def up() -> bool:
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(up, timeout=60, what="the web server")
+    wait_for(lambda: listening(port), timeout=60, what="the web server")
     return f"http://127.0.0.1:{port}"
 
 
@@ -137,19 +132,13 @@ class RedisServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        import socket
-
         server = shutil.which("redis-server")
         assert server, "redis-server is not installed"
         argv = [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(self.tmp)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-        def up() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", self.port)) == 0
-
-        wait_for(up, timeout=20, what="private redis-server")
+        wait_for(lambda: listening(self.port), timeout=20, what="private redis-server")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

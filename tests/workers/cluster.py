@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from config.celery import beat_argv, worker_argv
-from tests.helpers import free_port, requires_postgres, wait_for
+from tests.helpers import free_port, listening, requires_postgres, wait_for
 
 BASE = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
@@ -180,11 +179,7 @@ def private_redis(tmp_path: Path) -> Iterator[Callable[[], str]]:
             )
         )
 
-        def up() -> bool:
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for(up, timeout=20, what="private redis-server")
+        wait_for(lambda: listening(port), timeout=20, what="private redis-server")
         return url
 
     url = f"redis://127.0.0.1:{port}/0"
